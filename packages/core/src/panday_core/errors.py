@@ -1,0 +1,78 @@
+"""The error hierarchy every panday component raises.
+
+Callers catch `SandboxError` for "panday said no"; each subclass carries the data a caller
+needs to act (which field, which limit, why a tier is unavailable) so nobody has to parse
+messages.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from panday_core.capabilities import Refusal
+
+
+class SandboxError(Exception):
+    """Base class: anything panday refuses or fails at."""
+
+
+class PolicyError(SandboxError, ValueError):
+    """A policy (or manifest) document is malformed: wrong type, unknown key, bad value.
+
+    `field` is the dotted path of the offending value (``limits.mem_bytes``,
+    ``net.allow[0]``); it is empty when the document as a whole is unusable (unreadable
+    file, invalid TOML).
+    """
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}" if field else reason)
+
+
+class PolicyViolation(SandboxError):  # noqa: N818 - the name is the project's vocabulary
+    """A valid policy asks for something the chosen tier cannot enforce.
+
+    Raised by `create` before anything is spawned. `violations` lists every refused field;
+    `field` and `reason` are the first of them, for callers that handle one at a time.
+    """
+
+    def __init__(self, tier: str, violations: Sequence[Refusal]) -> None:
+        if not violations:
+            msg = "PolicyViolation needs at least one refused field"
+            raise ValueError(msg)
+        self.tier = tier
+        self.violations: tuple[Refusal, ...] = tuple(violations)
+        self.field = self.violations[0].field
+        self.reason = self.violations[0].reason
+        lines = "; ".join(f"{v.field}: {v.reason}" for v in self.violations)
+        super().__init__(f"tier {tier} cannot enforce this policy: {lines}")
+
+
+class Unsupported(SandboxError):  # noqa: N818 - the name is the project's vocabulary
+    """The operation has no meaning on this tier (e.g. `exec` on T0, which never executes)."""
+
+
+class LimitExceeded(SandboxError):  # noqa: N818 - the name is the project's vocabulary
+    """A command crossed a resource ceiling; `kind` names which (see `LimitKind`)."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        self.kind = kind
+        self.detail = detail
+        super().__init__(f"limit exceeded: {kind}: {detail}")
+
+
+class TierUnavailable(SandboxError):  # noqa: N818 - the name is the project's vocabulary
+    """The tier's mechanism cannot run on this host; `reason` says why in one line."""
+
+    def __init__(self, tier: str, reason: str) -> None:
+        self.tier = tier
+        self.reason = reason
+        super().__init__(f"tier {tier} is unavailable: {reason}")
+
+
+class Internal(SandboxError):  # noqa: N818 - the name is the project's vocabulary
+    """panday itself failed (a bug or an unexpected host state); the session is unusable."""

@@ -1,0 +1,385 @@
+"""The policy model: what a session may touch, reach and consume.
+
+Every model is a frozen `msgspec.Struct` that refuses unknown keys. Types and ranges are
+checked when a document is loaded (`load_policy`, `policy_from_dict`, `policy_from_json`);
+semantic checks (absolute paths, host patterns, ranges) also run in ``__post_init__`` so a
+policy built directly in Python is held to the same rules. A field absent from a document
+takes its documented default; nothing is inferred from a misspelt key, because misspelt keys
+are refused.
+
+msgspec rather than pydantic: the model sits on the CLI's start-up path, and msgspec costs
+a fraction of pydantic's import time (measured figures are in docs/policy.md).
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from panday_core.domains import normalize_pattern
+from panday_core.errors import PolicyError
+
+POLICY_VERSION = 1
+
+KIB = 1024
+MIB = 1024 * KIB
+GIB = 1024 * MIB
+TIB = 1024 * GIB
+_DAY_MS = 24 * 60 * 60 * 1000
+
+_MAX_PATH = 4096
+_MAX_ENV_VALUE = 128 * KIB
+
+# Ranges: below the minimum a ceiling is meaningless (nothing can start); above the maximum
+# it is almost certainly a unit mistake (bytes vs MiB, ms vs s), so it is refused, not clamped.
+LIMIT_RANGES: Mapping[str, tuple[int, int, str]] = types.MappingProxyType(
+    {
+        "cpu_ms": (1, 7 * _DAY_MS, "milliseconds of CPU time, all processes together"),
+        "mem_bytes": (1 * MIB, 16 * TIB, "bytes of memory, all processes together"),
+        "pids": (1, 4_194_304, "processes and threads alive at once"),
+        "disk_bytes": (64 * KIB, 16 * TIB, "bytes written to the workspace and temp dir"),
+        "wall_clock_ms": (1, 7 * _DAY_MS, "milliseconds of elapsed time per command"),
+        "output_bytes": (1 * KIB, 1 * GIB, "bytes of stdout and of stderr kept per command"),
+    }
+)
+
+
+class FieldError(ValueError):
+    """Raised inside ``__post_init__``: `field` is relative to the struct being checked."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}")
+
+
+def _doc(text: str) -> msgspec.Meta:
+    return msgspec.Meta(description=text)
+
+
+def _check_abs_path(field: str, value: str) -> None:
+    if "\x00" in value:
+        raise FieldError(field, f"{value!r} contains a NUL byte")
+    if not value.startswith("/"):
+        raise FieldError(field, f"{value!r} is relative; give an absolute path")
+    if len(value) > _MAX_PATH:
+        raise FieldError(field, f"path is longer than {_MAX_PATH} characters")
+    if any(part == ".." for part in value.split("/")):
+        raise FieldError(field, f"{value!r} contains '..'; give the path without it")
+
+
+def _check_env_name(field: str, name: str) -> None:
+    ok = bool(name) and not name[0].isdigit() and name.isascii()
+    ok = ok and all(c.isalnum() or c == "_" for c in name)
+    if not ok:
+        raise FieldError(field, f"{name!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _normalized_hosts(field: str, values: tuple[str, ...]) -> tuple[str, ...]:
+    out: list[str] = []
+    for i, value in enumerate(values):
+        try:
+            out.append(normalize_pattern(value))
+        except ValueError as exc:
+            raise FieldError(f"{field}[{i}]", str(exc)) from None
+    return tuple(out)
+
+
+class _Model(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Shared configuration: immutable, unknown keys refused, keyword-only."""
+
+
+class FsPolicy(_Model, kw_only=True):
+    """Filesystem scope: one workspace, read-only staged inputs, nothing else."""
+
+    workspace: Annotated[
+        str | None,
+        _doc(
+            "Absolute path of the one directory the command works in (HOME points into it). "
+            "Absent: the SDK and CLI use the current directory when the session opens."
+        ),
+    ] = None
+    access: Annotated[
+        Literal["rw", "ro"], _doc("Whether the command may write the workspace: rw or ro.")
+    ] = "rw"
+    staged_ro: Annotated[
+        tuple[str, ...],
+        _doc("Absolute paths made visible read-only, at the same path inside the sandbox."),
+    ] = ()
+
+    def __post_init__(self) -> None:
+        if self.workspace is not None:
+            _check_abs_path("workspace", self.workspace)
+        for i, path in enumerate(self.staged_ro):
+            _check_abs_path(f"staged_ro[{i}]", path)
+
+
+class NetPolicy(_Model, kw_only=True):
+    """Network egress. Empty `allow` means no network at all."""
+
+    allow: Annotated[
+        tuple[str, ...],
+        _doc(
+            "Host patterns the command may reach through the egress proxy: exact names, "
+            "'*.example.com' (subdomains only, never the apex) or IP literals. "
+            "Empty: no network at all."
+        ),
+    ] = ()
+    deny: Annotated[
+        tuple[str, ...], _doc("Host patterns refused even when 'allow' covers them.")
+    ] = ()
+    ports: Annotated[
+        tuple[Annotated[int, msgspec.Meta(ge=1, le=65535)], ...],
+        _doc("Destination ports allowed for allowlisted hosts."),
+    ] = (80, 443)
+
+    def __post_init__(self) -> None:
+        msgspec.structs.force_setattr(self, "allow", _normalized_hosts("allow", self.allow))
+        msgspec.structs.force_setattr(self, "deny", _normalized_hosts("deny", self.deny))
+        for i, port in enumerate(self.ports):
+            if isinstance(port, bool) or not 1 <= port <= 65535:  # noqa: PLR2004 - TCP port range
+                raise FieldError(f"ports[{i}]", f"{port!r} is not a TCP port (1-65535)")
+        if not self.ports:
+            raise FieldError("ports", "is empty; list at least one port, or leave the key out")
+
+
+def _limit(name: str) -> Any:  # noqa: ANN401 - builds an Annotated type for msgspec
+    low, high, unit = LIMIT_RANGES[name]
+    return Annotated[int, msgspec.Meta(ge=low, le=high, description=f"Ceiling on {unit}.")]
+
+
+class Limits(_Model, kw_only=True):
+    """Resource ceilings. Absent (None) means no ceiling was requested for that resource."""
+
+    cpu_ms: _limit("cpu_ms") | None = None  # pyright: ignore[reportInvalidTypeForm] - Annotated built at import
+    mem_bytes: _limit("mem_bytes") | None = None  # pyright: ignore[reportInvalidTypeForm] - as above
+    pids: _limit("pids") | None = None  # pyright: ignore[reportInvalidTypeForm] - as above
+    disk_bytes: _limit("disk_bytes") | None = None  # pyright: ignore[reportInvalidTypeForm] - as above
+    wall_clock_ms: _limit("wall_clock_ms") | None = None  # pyright: ignore[reportInvalidTypeForm] - as above
+    output_bytes: _limit("output_bytes") | None = None  # pyright: ignore[reportInvalidTypeForm] - as above
+
+    def __post_init__(self) -> None:
+        for name, (low, high, unit) in LIMIT_RANGES.items():
+            value: object = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise FieldError(name, f"{value!r} is not an integer ({unit})")
+            if not low <= value <= high:
+                raise FieldError(name, f"{value} is out of range {low}..{high} ({unit})")
+
+
+class SandboxPolicy(_Model, kw_only=True):
+    """One uniform policy, enforced by the chosen tier or refused at `create`."""
+
+    version: Annotated[Literal[1], _doc("Policy format version; only 1 exists.")] = POLICY_VERSION
+    fs: FsPolicy = msgspec.field(default_factory=FsPolicy)
+    net: NetPolicy = msgspec.field(default_factory=NetPolicy)
+    limits: Limits = msgspec.field(default_factory=Limits)
+    env: Annotated[
+        Mapping[str, str],
+        _doc(
+            "Variables set inside the sandbox, on top of a small fixed set (PATH, HOME, LANG, "
+            "TERM). Nothing from the caller's environment is inherited."
+        ),
+    ] = msgspec.field(default_factory=dict[str, str])
+
+    def __post_init__(self) -> None:
+        env = dict(self.env)
+        for name, value in env.items():
+            _check_env_name(f"env.{name}", name)
+            if "\x00" in value:
+                raise FieldError(f"env.{name}", "value contains a NUL byte")
+            if len(value) > _MAX_ENV_VALUE:
+                raise FieldError(f"env.{name}", f"value is longer than {_MAX_ENV_VALUE} bytes")
+        msgspec.structs.force_setattr(self, "env", types.MappingProxyType(env))
+
+    def with_workspace(self, workspace: str) -> SandboxPolicy:
+        """A copy whose `fs.workspace` is set (the SDK fills in the current directory)."""
+        return msgspec.structs.replace(self, fs=msgspec.structs.replace(self.fs, workspace=workspace))
+
+
+# ------------------------------------------------------------------------------ loading
+
+_TYPE_WORDS = {
+    "int": "an integer",
+    "str": "a string",
+    "bool": "a boolean",
+    "float": "a number",
+    "array": "a list",
+    "object": "a table",
+    "null": "nothing",
+}
+
+
+def _parse_path(path: str) -> list[str | int]:
+    """Split msgspec's ``$.a.b[0]`` error location into keys."""
+    out: list[str | int] = []
+    i = 1 if path.startswith("$") else 0
+    while i < len(path):
+        if path[i] == ".":
+            j = i + 1
+            while j < len(path) and path[j] not in ".[":
+                j += 1
+            out.append(path[i + 1 : j])
+            i = j
+        elif path[i] == "[":
+            j = path.index("]", i)
+            inner = path[i + 1 : j]
+            out.append(int(inner) if inner.isdigit() else inner.strip("'\""))
+            i = j + 1
+        else:
+            i += 1
+    return out
+
+
+def _dotted(keys: list[str | int]) -> str:
+    text = ""
+    for key in keys:
+        text += f"[{key}]" if isinstance(key, int) else (f".{key}" if text else key)
+    return text
+
+
+def _value_at(doc: object, keys: list[str | int]) -> tuple[bool, object]:
+    node = doc
+    for key in keys:
+        if isinstance(key, int) and isinstance(node, list | tuple) and key < len(node):
+            node = node[key]  # pyright: ignore[reportUnknownVariableType] - raw document
+        elif isinstance(key, str) and isinstance(node, dict) and key in node:
+            node = node[key]  # pyright: ignore[reportUnknownVariableType] - raw document
+        else:
+            return False, None
+    return True, node  # pyright: ignore[reportUnknownVariableType] - raw document
+
+
+_CHOICES = {"fs.access": "'rw' or 'ro'", "version": "1"}
+
+
+def _friendly(message: str, dotted: str) -> str:
+    """Reword msgspec's messages for people writing policy files."""
+    if message.startswith("Expected `") and "`, got `" in message:
+        want, got = message[len("Expected `") :].split("`, got `", 1)
+        got = got.rstrip("`")
+        wanted = [w.strip() for w in want.split("|") if w.strip() != "null"]
+        words = " or ".join(_TYPE_WORDS.get(w, w) for w in wanted)
+        return f"expected {words}, got {_TYPE_WORDS.get(got, got)}"
+    if message.startswith("Expected `int` >= "):
+        return f"must be at least {message.rsplit(' ', 1)[-1]}"
+    if message.startswith("Expected `int` <= "):
+        return f"must be at most {message.rsplit(' ', 1)[-1]} (check the unit)"
+    if message.startswith("Invalid enum value"):
+        return f"must be {_CHOICES.get(dotted, 'one of the allowed values')}"
+    return message
+
+
+def _struct_fields(keys: list[str | int]) -> tuple[str, ...]:
+    node: object = SandboxPolicy
+    for key in keys:
+        info = getattr(node, "__struct_fields__", None)
+        if info is None or not isinstance(key, str):
+            return ()
+        node = getattr(node, "__annotations__", {}).get(key)
+        node = {"fs": FsPolicy, "net": NetPolicy, "limits": Limits}.get(key, node)
+    fields: tuple[str, ...] = getattr(node, "__struct_fields__", ())
+    return fields
+
+
+def policy_error_from(exc: msgspec.ValidationError, doc: object, prefix: str = "") -> PolicyError:
+    """Turn msgspec's error into a `PolicyError` naming the dotted field and the value."""
+    message, _, where = str(exc).rpartition(" - at `")
+    if not message:
+        message, where = str(exc), "$"
+    keys = _parse_path(where.rstrip("`"))
+    cause = exc.__cause__
+    if isinstance(cause, FieldError):
+        keys = [*keys, *_parse_path("$." + cause.field)]
+        reason = cause.reason
+    elif message.startswith("Object contains unknown field `"):
+        unknown = message.split("`")[1]
+        known = _struct_fields(keys)
+        keys = [*keys, unknown]
+        reason = f"unknown key {unknown!r}"
+        if known:
+            import difflib  # noqa: PLC0415 - only on the error path
+
+            close = difflib.get_close_matches(unknown, known, n=1)
+            reason += f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(known)})"
+    else:
+        if keys and keys[-1] == "...":  # msgspec does not name the mapping key; find it
+            keys = keys[:-1]
+            found, mapping = _value_at(doc, keys)
+            if found and isinstance(mapping, dict):
+                bad = [k for k, v in mapping.items() if not isinstance(v, str)]  # pyright: ignore[reportUnknownVariableType] - raw document
+                keys = [*keys, str(bad[0]) if bad else "?"]  # pyright: ignore[reportUnknownArgumentType] - raw document
+        reason = _friendly(message, _dotted(keys))
+    found, value = _value_at(doc, keys)
+    if found and not isinstance(cause, FieldError) and not message.startswith("Object contains"):
+        shown = repr(value)
+        reason = f"{reason} (value: {shown[:80]}{'...' if len(shown) > 80 else ''})"  # noqa: PLR2004 - display width
+    dotted = _dotted(keys)
+    return PolicyError(f"{prefix}{dotted}" if prefix and dotted else prefix or dotted, reason)
+
+
+def policy_from_dict(doc: Mapping[str, object]) -> SandboxPolicy:
+    """Validate a parsed document (from TOML, JSON or code) into a `SandboxPolicy`."""
+    try:
+        return msgspec.convert(doc, SandboxPolicy)
+    except msgspec.ValidationError as exc:
+        raise policy_error_from(exc, doc) from None
+    except FieldError as exc:  # pragma: no cover - msgspec wraps these; kept for safety
+        raise PolicyError(exc.field, exc.reason) from None
+
+
+def policy_from_json(text: str | bytes) -> SandboxPolicy:
+    """Parse and validate a JSON policy document."""
+    try:
+        doc: object = msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        raise PolicyError("", f"invalid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise PolicyError("", "a policy document must be a table/object at the top level")
+    return policy_from_dict(doc)  # pyright: ignore[reportUnknownArgumentType] - raw document
+
+
+def policy_from_toml(text: str) -> SandboxPolicy:
+    """Parse and validate a TOML policy document."""
+    import tomllib  # noqa: PLC0415 - tomllib costs start-up time; only policy files need it
+
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyError("", f"invalid TOML: {exc}") from None
+    return policy_from_dict(doc)
+
+
+def load_policy(path: str) -> SandboxPolicy:
+    """Load a policy file: ``.json`` as JSON, anything else as TOML."""
+    try:
+        with open(path, "rb") as fh:  # noqa: PTH123 - pathlib costs start-up time here
+            raw = fh.read(4 * MIB + 1)
+    except OSError as exc:
+        raise PolicyError("", f"cannot read policy file {path!r}: {exc.strerror}") from None
+    if len(raw) > 4 * MIB:
+        raise PolicyError("", f"policy file {path!r} is larger than 4 MiB")
+    if path.endswith(".json"):
+        return policy_from_json(raw)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PolicyError("", f"policy file {path!r} is not UTF-8 text") from None
+    return policy_from_toml(text)
+
+
+def policy_to_dict(policy: SandboxPolicy) -> dict[str, Any]:
+    """Plain builtins (for JSON output and round trips)."""
+    result: dict[str, Any] = msgspec.to_builtins(policy, enc_hook=_enc_hook)
+    return result
+
+
+def _enc_hook(obj: object) -> object:
+    if isinstance(obj, types.MappingProxyType):
+        return dict(obj)  # pyright: ignore[reportUnknownArgumentType] - env mapping
+    raise NotImplementedError(type(obj).__name__)

@@ -1,0 +1,32 @@
+"""What T2 Linux enforces, as data (rendered by `doctor`, the docs and the run report)."""
+
+from __future__ import annotations
+
+import sys
+
+from panday_core.capabilities import NO_EGRESS_PROXY, FieldSupport, Support, TierCapabilities
+from panday_core.types import SandboxTier
+
+NOT_BUILT = "the T2 Linux jail is not built yet"
+
+
+def declared_capabilities() -> TierCapabilities:
+    """The tier's declared table. Until the jail exists, only the allowlist is declared, and
+    it is refused; every other field is undeclared and therefore refused as well."""
+    return TierCapabilities(
+        tier=SandboxTier.T2_LINUX,
+        fields=(
+            FieldSupport(
+                field="net.allow",
+                support=Support.NOT_ENFORCED,
+                mechanism="none",
+                note=NO_EGRESS_PROXY,
+            ),
+        ),
+    )
+
+
+def unavailable_reason() -> str | None:
+    if not sys.platform.startswith("linux"):
+        return f"T2 Linux needs Linux; this host is {sys.platform}"
+    return NOT_BUILT
