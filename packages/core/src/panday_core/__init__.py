@@ -41,7 +41,7 @@ if TYPE_CHECKING:
         policy_from_toml,
         policy_to_dict,
     )
-    from panday_core.protocol import Sandbox
+    from panday_core.protocol import Sandbox as Sandbox
     from panday_core.types import (
         ExecEvent,
         ExecExit,

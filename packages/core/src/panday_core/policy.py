@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast  # noqa: TID251 - Any types the raw TOML/JSON boundary
 
 import msgspec
 
@@ -75,7 +75,9 @@ def _check_env_name(field: str, name: str) -> None:
     ok = bool(name) and not name[0].isdigit() and name.isascii()
     ok = ok and all(c.isalnum() or c == "_" for c in name)
     if not ok:
-        raise FieldError(field, f"{name!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        raise FieldError(
+            field, f"{name!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
+        )
 
 
 def _normalized_hosts(field: str, values: tuple[str, ...]) -> tuple[str, ...]:
@@ -92,7 +94,7 @@ class _Model(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     """Shared configuration: immutable, unknown keys refused, keyword-only."""
 
 
-class FsPolicy(_Model, kw_only=True):
+class FsPolicy(_Model, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """Filesystem scope: one workspace, read-only staged inputs, nothing else."""
 
     workspace: Annotated[
@@ -117,7 +119,7 @@ class FsPolicy(_Model, kw_only=True):
             _check_abs_path(f"staged_ro[{i}]", path)
 
 
-class NetPolicy(_Model, kw_only=True):
+class NetPolicy(_Model, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """Network egress. Empty `allow` means no network at all."""
 
     allow: Annotated[
@@ -146,12 +148,12 @@ class NetPolicy(_Model, kw_only=True):
             raise FieldError("ports", "is empty; list at least one port, or leave the key out")
 
 
-def _limit(name: str) -> Any:  # noqa: ANN401 - builds an Annotated type for msgspec
+def _limit(name: str) -> Any:  # builds an Annotated type for msgspec at import time
     low, high, unit = LIMIT_RANGES[name]
     return Annotated[int, msgspec.Meta(ge=low, le=high, description=f"Ceiling on {unit}.")]
 
 
-class Limits(_Model, kw_only=True):
+class Limits(_Model, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """Resource ceilings. Absent (None) means no ceiling was requested for that resource."""
 
     cpu_ms: _limit("cpu_ms") | None = None  # pyright: ignore[reportInvalidTypeForm] - Annotated built at import
@@ -172,7 +174,7 @@ class Limits(_Model, kw_only=True):
                 raise FieldError(name, f"{value} is out of range {low}..{high} ({unit})")
 
 
-class SandboxPolicy(_Model, kw_only=True):
+class SandboxPolicy(_Model, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """One uniform policy, enforced by the chosen tier or refused at `create`."""
 
     version: Annotated[Literal[1], _doc("Policy format version; only 1 exists.")] = POLICY_VERSION
@@ -199,7 +201,9 @@ class SandboxPolicy(_Model, kw_only=True):
 
     def with_workspace(self, workspace: str) -> SandboxPolicy:
         """A copy whose `fs.workspace` is set (the SDK fills in the current directory)."""
-        return msgspec.structs.replace(self, fs=msgspec.structs.replace(self.fs, workspace=workspace))
+        return msgspec.structs.replace(
+            self, fs=msgspec.structs.replace(self.fs, workspace=workspace)
+        )
 
 
 # ------------------------------------------------------------------------------ loading
@@ -244,15 +248,22 @@ def _dotted(keys: list[str | int]) -> str:
 
 
 def _value_at(doc: object, keys: list[str | int]) -> tuple[bool, object]:
+    """The raw value at `keys` in the parsed document, to show it in an error."""
     node = doc
     for key in keys:
-        if isinstance(key, int) and isinstance(node, list | tuple) and key < len(node):
-            node = node[key]  # pyright: ignore[reportUnknownVariableType] - raw document
-        elif isinstance(key, str) and isinstance(node, dict) and key in node:
-            node = node[key]  # pyright: ignore[reportUnknownVariableType] - raw document
+        if isinstance(key, int) and isinstance(node, list | tuple):
+            items = cast("list[object] | tuple[object, ...]", node)
+            if key >= len(items):
+                return False, None
+            node = items[key]
+        elif isinstance(key, str) and isinstance(node, dict):
+            table = cast("dict[str, object]", node)
+            if key not in table:
+                return False, None
+            node = table[key]
         else:
             return False, None
-    return True, node  # pyright: ignore[reportUnknownVariableType] - raw document
+    return True, node
 
 
 _CHOICES = {"fs.access": "'rw' or 'ro'", "version": "1"}
@@ -375,11 +386,10 @@ def load_policy(path: str) -> SandboxPolicy:
 
 def policy_to_dict(policy: SandboxPolicy) -> dict[str, Any]:
     """Plain builtins (for JSON output and round trips)."""
-    result: dict[str, Any] = msgspec.to_builtins(policy, enc_hook=_enc_hook)
-    return result
+    return cast("dict[str, Any]", msgspec.to_builtins(policy, enc_hook=_enc_hook))
 
 
 def _enc_hook(obj: object) -> object:
     if isinstance(obj, types.MappingProxyType):
-        return dict(obj)  # pyright: ignore[reportUnknownArgumentType] - env mapping
+        return dict(cast("Mapping[str, str]", obj))
     raise NotImplementedError(type(obj).__name__)
