@@ -12,6 +12,9 @@ if TYPE_CHECKING:
     from panday_core.capabilities import TierCapabilities
 
 COMMAND_TIERS = ("t2-linux", "t2-macos")
+"""Tiers that run commands, strongest first."""
+ALL_TIERS = COMMAND_TIERS
+"""Every tier the registry knows (T0 joins when it lands)."""
 
 
 def host_command_tier() -> str | None:
