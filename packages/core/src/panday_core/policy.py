@@ -148,20 +148,22 @@ class NetPolicy(_Model, frozen=True, kw_only=True):
             raise FieldError("ports", "is empty; list at least one port, or leave the key out")
 
 
-def _limit(name: str) -> Any:  # builds an Annotated type for msgspec at import time
+def _limit(name: str) -> msgspec.Meta:
+    """The range and description of a ceiling (the field's type stays a plain ``int`` so
+    type checkers see ``int | None`` when the tiers read it)."""
     low, high, unit = LIMIT_RANGES[name]
-    return Annotated[int, msgspec.Meta(ge=low, le=high, description=f"Ceiling on {unit}.")]
+    return msgspec.Meta(ge=low, le=high, description=f"Ceiling on {unit}.")
 
 
 class Limits(_Model, frozen=True, kw_only=True):
     """Resource ceilings. Absent (None) means no ceiling was requested for that resource."""
 
-    cpu_ms: _limit("cpu_ms") | None = None  # pyright: ignore[reportInvalidTypeForm] - Annotated built at import
-    mem_bytes: _limit("mem_bytes") | None = None  # pyright: ignore[reportInvalidTypeForm] - as above
-    pids: _limit("pids") | None = None  # pyright: ignore[reportInvalidTypeForm] - as above
-    disk_bytes: _limit("disk_bytes") | None = None  # pyright: ignore[reportInvalidTypeForm] - as above
-    wall_clock_ms: _limit("wall_clock_ms") | None = None  # pyright: ignore[reportInvalidTypeForm] - as above
-    output_bytes: _limit("output_bytes") | None = None  # pyright: ignore[reportInvalidTypeForm] - as above
+    cpu_ms: Annotated[int, _limit("cpu_ms")] | None = None
+    mem_bytes: Annotated[int, _limit("mem_bytes")] | None = None
+    pids: Annotated[int, _limit("pids")] | None = None
+    disk_bytes: Annotated[int, _limit("disk_bytes")] | None = None
+    wall_clock_ms: Annotated[int, _limit("wall_clock_ms")] | None = None
+    output_bytes: Annotated[int, _limit("output_bytes")] | None = None
 
     def __post_init__(self) -> None:
         for name, (low, high, unit) in LIMIT_RANGES.items():
