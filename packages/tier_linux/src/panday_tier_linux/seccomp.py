@@ -10,9 +10,10 @@ cannot reason about another's numbers.
 Compiling means loading libseccomp through ctypes (``pyseccomp``), which costs tens of
 milliseconds; a jailed ``/bin/true`` costs a few. So the compiled program is cached in the
 user's cache directory, keyed by the rules' canonical text (which includes the libseccomp
-build and the architecture). The cache file repeats that text and is used only when it
-matches byte for byte, is a regular file owned by us and writable by nobody else: a stale,
-foreign or corrupt entry is recompiled, never trusted.
+build, the architecture and this module's own size and mtime, so that editing the
+compiler, not only the rules, compiles afresh). The cache file repeats that text and is
+used only when it matches byte for byte, is a regular file owned by us and writable by
+nobody else: a stale, foreign or corrupt entry is recompiled, never trusted.
 """
 
 from __future__ import annotations
@@ -160,6 +161,7 @@ class FilterSpec:
         self.conditional = tuple(conditional)
         lines = [
             "panday seccomp v1",
+            f"compiler {_compiler_identity()}",
             f"arch {_machine()}",
             f"libseccomp {library_identity() or 'unknown'}",
             "default allow",
@@ -172,6 +174,12 @@ class FilterSpec:
             ),
         ]
         self.text = "\n".join(lines) + "\n"
+
+
+def _compiler_identity() -> str:
+    """This module's own size and mtime: an edited compiler never reuses an old program."""
+    st = os.stat(__file__)
+    return f"{st.st_size} {st.st_mtime_ns}"
 
 
 def _machine() -> str:

@@ -26,14 +26,36 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, TypedDict, Unpack
 
 import pytest
 
+from panday_core.execution import Supervisor, collect, spawn, stream
+from panday_core.policy import FsPolicy, Limits, SandboxPolicy
+from panday_tier_linux.argv import build_options
+from panday_tier_linux.probe import unavailable_reason
+from panday_tier_linux.session import open_session
+
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from panday_core.types import ExecResult
+
+
+class PolicyOptions(TypedDict, total=False):
+    """What a probe may ask of the jail's policy (the rest stays at its default)."""
+
+    workspace: Path
+    access: Literal["rw", "ro"]
+    staged: Sequence[Path]
+    env: Mapping[str, str]
+    cpu_ms: int
+    mem_bytes: int
+    pids: int
+    disk_bytes: int
+    wall_clock_ms: int
+    output_bytes: int
+
 
 HERE = Path(__file__).resolve().parent
 IS_LINUX = sys.platform.startswith("linux")
@@ -65,7 +87,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if HERE in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.escape)
             if not IS_LINUX:
-                item.add_marker(pytest.mark.skip(reason=f"T2 Linux escape suite needs Linux; this host is {sys.platform}"))
+                item.add_marker(
+                    pytest.mark.skip(
+                        reason=f"T2 Linux escape suite needs Linux; this host is {sys.platform}"
+                    )
+                )
 
 
 _COUNTS: dict[str, int] = {"passed": 0, "failed": 0, "skipped": 0, "refusals": 0, "held": 0}
@@ -127,7 +153,10 @@ def control(outcome: Outcome) -> None:
     """The positive control must show the operation working; otherwise the probe proves
     nothing and the test fails as inconclusive."""
     if not outcome.ok:
-        pytest.fail(f"inconclusive: control failed ({outcome.where}): {outcome.verdict} {outcome.detail} {outcome.raw}")
+        pytest.fail(
+            f"inconclusive: control failed ({outcome.where}): "
+            f"{outcome.verdict} {outcome.detail} {outcome.raw}"
+        )
 
 
 def must_block(outcome: Outcome) -> None:
@@ -149,18 +178,12 @@ def count_refusal() -> None:
 # ---------------------------------------------------------------------- the jail
 
 
-def _unavailable() -> str | None:
-    from panday_tier_linux.probe import unavailable_reason  # noqa: PLC0415 - after the skip check
-
-    return unavailable_reason()
-
-
 @pytest.fixture(scope="session", autouse=True)
 def jail_usable() -> None:
     """On Linux, an unusable jail fails every test of the suite (it never skips)."""
     if not IS_LINUX:
         return
-    reason = _unavailable()
+    reason = unavailable_reason()
     if reason is not None:
         pytest.fail(f"T2 Linux is unavailable on this Linux host: {reason}")
     if not os.access(SYSTEM_PY, os.X_OK):
@@ -186,47 +209,47 @@ class Escape:
 
     # -- outside
 
-    def outside_run(self, argv: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 60, **kw: object) -> Outcome:
+    def outside_run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        close_fds: bool = True,
+    ) -> Outcome:
         proc = subprocess.run(  # noqa: PLW1510 - the outcome is parsed, not checked
             list(argv),
             capture_output=True,
             env=env if env is not None else {**os.environ},
-            timeout=timeout,
+            timeout=60,
             cwd=self.next_door,
-            **kw,  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - subprocess options
+            close_fds=close_fds,
         )
         return parse("outside", proc.stdout, proc.stderr, proc.returncode)
 
-    def outside(self, code: str, **kw: object) -> Outcome:
-        return self.outside_run(self.py(code), **kw)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - forwarded
+    def outside(self, code: str, *, close_fds: bool = True) -> Outcome:
+        return self.outside_run(self.py(code), close_fds=close_fds)
 
     # -- inside
 
-    def policy(self, **kw: object) -> object:
-        from panday_core.policy import FsPolicy, Limits, SandboxPolicy  # noqa: PLC0415
-
-        limits = {k: kw.pop(k) for k in list(kw) if k in Limits.__struct_fields__}
+    def policy(self, **options: Unpack[PolicyOptions]) -> SandboxPolicy:
+        limits = Limits(**{k: v for k, v in options.items() if k in Limits.__struct_fields__})  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - the TypedDict's int keys
         fs = FsPolicy(
-            workspace=str(kw.pop("workspace", self.ws)),
-            access=kw.pop("access", "rw"),  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - test input
-            staged_ro=tuple(str(p) for p in kw.pop("staged", ())),  # type: ignore[attr-defined]  # pyright: ignore[reportAttributeAccessIssue, reportUnknownArgumentType, reportUnknownVariableType] - test input
+            workspace=str(options.get("workspace", self.ws)),
+            access=options.get("access", "rw"),
+            staged_ro=tuple(str(p) for p in options.get("staged", ())),
         )
-        env = kw.pop("env", {})
-        assert not kw, f"unknown policy options {kw}"
-        return SandboxPolicy(fs=fs, limits=Limits(**limits), env=env)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - test input
+        return SandboxPolicy(fs=fs, limits=limits, env=options.get("env", {}))
 
-    def run(self, argv: Sequence[str], **policy: object) -> ExecResult:
-        from panday_tier_linux.session import open_session  # noqa: PLC0415
-
-        with open_session(self.policy(**policy)) as session:  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - built above
+    def run(self, argv: Sequence[str], **options: Unpack[PolicyOptions]) -> ExecResult:
+        with open_session(self.policy(**options)) as session:
             return session.run(list(argv), timeout_ms=120_000)
 
-    def inside_run(self, argv: Sequence[str], **policy: object) -> Outcome:
-        result = self.run(argv, **policy)
+    def inside_run(self, argv: Sequence[str], **options: Unpack[PolicyOptions]) -> Outcome:
+        result = self.run(argv, **options)
         return parse("inside the jail", result.stdout, result.stderr, result.exit_code)
 
-    def inside(self, code: str, **policy: object) -> Outcome:
-        return self.inside_run(self.py(code), **policy)
+    def inside(self, code: str, **options: Unpack[PolicyOptions]) -> Outcome:
+        return self.inside_run(self.py(code), **options)
 
     # -- inside, with the permission granted
 
@@ -237,20 +260,18 @@ class Escape:
         edit: Callable[[list[str]], list[str]],
         seccomp: bool,
         where: str,
-        **policy: object,
+        **options: Unpack[PolicyOptions],
     ) -> Outcome:
         """Run `argv` in this policy's jail with its bwrap options edited (a control)."""
-        from panday_core.execution import Supervisor, collect, spawn, stream  # noqa: PLC0415
-
-        from panday_tier_linux.argv import build_options  # noqa: PLC0415
-        from panday_tier_linux.session import open_session  # noqa: PLC0415
-
-        with open_session(self.policy(**policy)) as session:  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - built above
-            options = edit(build_options(session.spec, cwd=session.workspace, seccomp_fd=4))
+        with open_session(self.policy(**options)) as session:
+            bwrap_options = edit(build_options(session.spec, cwd=session.workspace, seccomp_fd=4))
             if not seccomp:
-                options = remove_option(options, "--seccomp", 1)
+                bwrap_options = remove_option(bwrap_options, "--seccomp", 1)
             fds: list[int] = []
-            for data in (b"".join(o.encode() + b"\0" for o in options), session.program if seccomp else b""):
+            for data in (
+                b"".join(o.encode() + b"\0" for o in bwrap_options),
+                session.program if seccomp else b"",
+            ):
                 r, w = os.pipe()
                 os.write(w, data)
                 os.close(w)
@@ -263,7 +284,7 @@ class Escape:
             result = collect(stream(proc, Supervisor(), timeout_ms=60_000))
         return parse(where, result.stdout, result.stderr, result.exit_code)
 
-    def granted(self, code: str, **policy: object) -> Outcome:
+    def granted(self, code: str, **options: Unpack[PolicyOptions]) -> Outcome:
         """The jail with the walls an operation needs removed: capabilities kept, no
         seccomp filter, and the command left in the user namespace that owns the jail's
         mount and network namespaces (bwrap otherwise nests one more user namespace below
@@ -272,31 +293,39 @@ class Escape:
         What the probe could do if exactly those walls were missing: the positive control
         for operations the host refuses to an unprivileged user."""
 
-        def edit(options: list[str]) -> list[str]:
-            options = remove_option(remove_option(options, "--cap-drop", 1), "--disable-userns", 0)
-            i = options.index("--dev")
+        def edit(args: list[str]) -> list[str]:
+            args = remove_option(remove_option(args, "--cap-drop", 1), "--disable-userns", 0)
+            i = args.index("--dev")
             devices = ["--tmpfs", "/dev", "--dev-bind", "/dev/null", "/dev/null"]
             devices += ["--dev-bind", "/dev/urandom", "/dev/urandom"]
-            return [*options[:i], *devices, *options[i + 2 :], "--cap-add", "ALL"]
+            return [*args[:i], *devices, *args[i + 2 :], "--cap-add", "ALL"]
 
         return self.edited_run(
             self.py(code),
             edit=edit,
             seccomp=False,
             where="inside a jail with capabilities, no seccomp filter, no nested user namespace",
-            **policy,
+            **options,
         )
 
-    def without(self, code: str, option: str, value: str, **policy: object) -> Outcome:
+    def without(
+        self, code: str, option: str, value: str, **options: Unpack[PolicyOptions]
+    ) -> Outcome:
         """The jail minus one option (e.g. ``--remount-ro /``): the permission granted."""
 
-        def edit(options: list[str]) -> list[str]:
-            for i in range(len(options) - 1):
-                if options[i] == option and options[i + 1] == value:
-                    return options[:i] + options[i + 2 :]
+        def edit(args: list[str]) -> list[str]:
+            for i in range(len(args) - 1):
+                if args[i] == option and args[i + 1] == value:
+                    return args[:i] + args[i + 2 :]
             pytest.fail(f"the jail has no {option} {value}")
 
-        return self.edited_run(self.py(code), edit=edit, seccomp=True, where=f"inside a jail without {option} {value}", **policy)
+        return self.edited_run(
+            self.py(code),
+            edit=edit,
+            seccomp=True,
+            where=f"inside a jail without {option} {value}",
+            **options,
+        )
 
     # -- verdicts (methods, so test modules need not import this conftest)
 
@@ -336,7 +365,7 @@ def host_sleeper(esc: Escape) -> Iterator[tuple[int, str]]:
     """A process outside the jail (same uid) with a canary in its environment."""
     canary = f"sleeper-canary-{os.urandom(4).hex()}"
     env = {"PATH": "/usr/bin:/bin", CANARY_ENV: canary}
-    proc = subprocess.Popen(["sleep", "300"], env=env, cwd=esc.next_door)  # noqa: S607 - coreutils sleep
+    proc = subprocess.Popen(["sleep", "300"], env=env, cwd=esc.next_door)
     try:
         yield proc.pid, canary
     finally:
@@ -422,8 +451,9 @@ def compile_c(source: str, out: Path, *extra: str) -> Path:
         pytest.fail("inconclusive: this probe needs a C compiler (gcc); CI installs it")
     src = out.with_suffix(".c")
     src.write_text(source, encoding="utf-8")
-    proc = subprocess.run([gcc, "-O1", "-o", str(out), str(src), *extra], capture_output=True, check=False)
+    proc = subprocess.run(
+        [gcc, "-O1", "-o", str(out), str(src), *extra], capture_output=True, check=False
+    )
     if proc.returncode != 0:
         pytest.fail(f"inconclusive: compiling {src.name} failed: {proc.stderr.decode()[-800:]}")
     return out
-

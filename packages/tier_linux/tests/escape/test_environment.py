@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pytest
-
     from conftest import Escape  # the suite's fixture type (tests get it as `esc`)
 
 CANARY = "PANDAY_ESCAPE_CANARY"
 
 
-def test_a_canary_in_the_callers_environment_does_not_leak(esc: Escape, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_canary_in_the_callers_environment_does_not_leak(
+    esc: Escape, monkeypatch: pytest.MonkeyPatch
+) -> None:
     value = f"canary-{os.urandom(4).hex()}"
     monkeypatch.setenv(CANARY, value)
     code = f"""
@@ -37,12 +38,12 @@ blocked(f"{{len(os.environ)}} variables, none of them the canary")
 
 def _cmdlines_holding(needle: bytes) -> list[int]:
     found: list[int] = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
             continue
         try:
-            if needle in Path(f"/proc/{entry}/cmdline").read_bytes():
-                found.append(int(entry))
+            if needle in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
         except OSError:
             continue
     return found
@@ -51,10 +52,13 @@ def _cmdlines_holding(needle: bytes) -> list[int]:
 def test_a_policy_secret_never_appears_on_a_host_command_line(esc: Escape) -> None:
     secret = f"s3cret-{os.urandom(6).hex()}"
     # Control: a host process with the secret on its command line is found by the scan.
-    with subprocess.Popen(["sh", "-c", "sleep 30", secret]) as visible:  # noqa: S607 - /bin/sh
+    with subprocess.Popen(["sh", "-c", "sleep 30", secret]) as visible:
         try:
             deadline = time.monotonic() + 5
-            while visible.pid not in _cmdlines_holding(secret.encode()) and time.monotonic() < deadline:
+            while (
+                visible.pid not in _cmdlines_holding(secret.encode())
+                and time.monotonic() < deadline
+            ):
                 time.sleep(0.05)
             if visible.pid not in _cmdlines_holding(secret.encode()):
                 import pytest  # noqa: PLC0415
@@ -87,13 +91,15 @@ blocked("missing")
         stop.set()
         scanner.join(timeout=5)
     esc.control(inside)  # the variable is there, inside
-    assert not seen, f"ESCAPE: the secret was on the command line of host pid(s) {sorted(set(seen))}"
+    assert not seen, (
+        f"ESCAPE: the secret was on the command line of host pid(s) {sorted(set(seen))}"
+    )
     esc.held()
 
 
 def test_no_descriptor_of_the_caller_leaks_in(esc: Escape) -> None:
     r, w = os.pipe()
-    os.set_inheritable(r, True)  # a careless caller's descriptor
+    os.set_inheritable(r, True)  # noqa: FBT003 - os's positional flag
     code = """
 fds = []
 for name in os.listdir("/proc/self/fd"):

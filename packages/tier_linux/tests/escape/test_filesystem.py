@@ -188,11 +188,10 @@ ok("renamed")
 
 
 def _host_device() -> str:
-    for name in sorted(os.listdir("/dev")):
-        path = f"/dev/{name}"
-        mode = os.lstat(path).st_mode
-        if stat.S_ISBLK(mode) or name in {"kmsg", "mem", "console", "ttyS0"}:
-            return path
+    for entry in sorted(Path("/dev").iterdir()):
+        mode = entry.lstat().st_mode
+        if stat.S_ISBLK(mode) or entry.name in {"kmsg", "mem", "console", "ttyS0"}:
+            return str(entry)
     return "/dev/kmsg"
 
 

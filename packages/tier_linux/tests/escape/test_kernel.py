@@ -71,12 +71,15 @@ libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
 
 def test_nothing_can_be_mounted(esc: Escape) -> None:
-    code = MOUNT + """
+    code = (
+        MOUNT
+        + """
 os.makedirs("/tmp/m", exist_ok=True)
 if libc.mount(b"none", b"/tmp/m", b"tmpfs", 0, None) == 0:
     ok("mounted a tmpfs")
 blocked(errno.errorcode.get(ctypes.get_errno(), "?"))
 """
+    )
     esc.control(esc.granted(code))
     esc.must_block(esc.inside(code))
 
@@ -84,25 +87,31 @@ blocked(errno.errorcode.get(ctypes.get_errno(), "?"))
 def test_a_masked_path_cannot_be_unmounted(esc: Escape) -> None:
     # bwrap masks /proc/sys (and the jail's /tmp hides the root's /tmp): unmounting a
     # mask is how the peer's jail lost a read-deny.
-    code = MOUNT + """
+    code = (
+        MOUNT
+        + """
 MNT_DETACH = 2
 for path in (b"/proc/sys", b"/tmp", b"/usr"):
     if libc.umount2(path, MNT_DETACH) == 0:
         ok("unmounted " + path.decode())
 blocked(errno.errorcode.get(ctypes.get_errno(), "?"))
 """
+    )
     esc.control(esc.granted(code))
     esc.must_block(esc.inside(code))
 
 
 def test_the_root_cannot_be_remounted_read_write(esc: Escape) -> None:
-    code = MOUNT + """
+    code = (
+        MOUNT
+        + """
 MS_REMOUNT, MS_BIND = 32, 4096
 for path in (b"/", b"/usr"):
     if libc.mount(None, path, None, MS_REMOUNT | MS_BIND, None) == 0:
         ok("remounted " + path.decode() + " read-write")
 blocked(errno.errorcode.get(ctypes.get_errno(), "?"))
 """
+    )
     esc.control(esc.granted(code))
     esc.must_block(esc.inside(code))
 
@@ -110,7 +119,8 @@ blocked(errno.errorcode.get(ctypes.get_errno(), "?"))
 def test_no_capabilities_inside(esc: Escape) -> None:
     code = """
 status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
-held = {k: status[k].strip() for k in ("CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb") if int(status[k], 16)}
+sets = ("CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb")
+held = {k: status[k].strip() for k in sets if int(status[k], 16)}
 if held:
     ok(repr(held))
 blocked("all capability sets are empty")
@@ -199,9 +209,9 @@ blocked(errno.errorcode.get(e, str(e)))
     esc.must_block(esc.inside(code))
 
 
-
-
-@pytest.mark.skipif(platform.machine() != "x86_64", reason="int 0x80 is the x86-64 kernel's 32-bit ABI")
+@pytest.mark.skipif(
+    platform.machine() != "x86_64", reason="int 0x80 is the x86-64 kernel's 32-bit ABI"
+)
 def test_the_32_bit_syscall_abi_is_closed(esc: Escape) -> None:
     probe = esc.compile_c("int80", (PROBES / "int80.c").read_text())
     esc.control(esc.outside_run([str(probe)]))
@@ -234,17 +244,22 @@ def attempt(family, stype, proto=0, target=None, payload=b""):
 
 
 def test_netlink_sockets_are_denied(esc: Escape) -> None:
-    code = SOCKET + """
+    code = (
+        SOCKET
+        + """
 why = attempt(socket.AF_NETLINK, socket.SOCK_RAW, 0)
 if why is None:
     ok("netlink socket")
 blocked(why)
 """
+    )
     esc.control(esc.outside(code))
     esc.must_block(esc.inside(code))
 
 
-ICMP = SOCKET + """
+ICMP = (
+    SOCKET
+    + """
 import struct
 def checksum(data):
     s = sum(struct.unpack("!%dH" % (len(data) // 2), data))
@@ -257,6 +272,7 @@ if why is None:
     ok("ICMP echo to 127.0.0.1 answered")
 blocked(why)
 """
+)
 
 
 def test_raw_icmp_to_loopback_is_denied(esc: Escape) -> None:
@@ -265,11 +281,14 @@ def test_raw_icmp_to_loopback_is_denied(esc: Escape) -> None:
 
 
 def test_packet_sockets_are_denied(esc: Escape) -> None:
-    code = SOCKET + """
+    code = (
+        SOCKET
+        + """
 why = attempt(socket.AF_PACKET, socket.SOCK_RAW, 0)
 if why is None:
     ok("packet socket")
 blocked(why)
 """
+    )
     esc.control(esc.outside(code) if esc.root else esc.granted(code))
     esc.must_block(esc.inside(code))

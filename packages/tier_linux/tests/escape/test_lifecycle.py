@@ -26,9 +26,11 @@ if TYPE_CHECKING:
 
 
 def _daemon(beat: Path, then: str) -> list[str]:
-    # Fork twice and leave the session: the classic way to survive a parent's death.
+    # Fork twice and leave the session: the classic way to survive a parent's death. The
+    # command waits for the first beat, so a loaded machine cannot turn this into a race.
     loop = f"while :; do date +%s%N > {beat}; sleep 0.05; done"
-    return ["/bin/sh", "-c", f"(setsid sh -c '{loop}' > /dev/null 2>&1 &) ; {then}"]
+    started = f"until [ -s {beat} ]; do sleep 0.02; done"
+    return ["/bin/sh", "-c", f"(setsid sh -c '{loop}' > /dev/null 2>&1 &) ; {started}; {then}"]
 
 
 def _still_beating(beat: Path, wait: float = 0.6) -> bool:
@@ -41,12 +43,12 @@ def _still_beating(beat: Path, wait: float = 0.6) -> bool:
 def test_the_wall_clock_kills_a_double_forked_daemon(esc: Escape) -> None:
     beat = esc.ws / "beat"
     # Control: the daemon really runs (it beats while the command is alive).
-    control = esc.run(_daemon(beat, "sleep 1; cat " + str(beat)))
+    control = esc.run(_daemon(beat, "sleep 0.3; cat " + str(beat)))
     if not control.stdout.strip():
         pytest.fail(f"inconclusive: control failed: the daemon never beat: {control}")
     beat.unlink()
     started = time.monotonic()
-    result = esc.run(_daemon(beat, "sleep 60"), wall_clock_ms=700)
+    result = esc.run(_daemon(beat, "sleep 60"), wall_clock_ms=3000)
     assert time.monotonic() - started < 30
     assert result.breach is not None, result
     assert result.breach.kind is LimitKind.WALL_CLOCK
@@ -58,7 +60,7 @@ def test_the_wall_clock_kills_a_double_forked_daemon(esc: Escape) -> None:
 
 def test_a_daemon_dies_when_its_command_exits(esc: Escape) -> None:
     beat = esc.ws / "beat"
-    result = esc.run(_daemon(beat, "sleep 0.5"))
+    result = esc.run(_daemon(beat, "sleep 0.2"))
     assert result.exit_code == 0
     if not beat.exists():
         pytest.fail("inconclusive: the daemon never started")

@@ -11,41 +11,50 @@ PANDAY_ESCAPE_REQUIRE_CGROUPS=1 (the CI's root run) turns such a refusal into a 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 import pytest
 
 from panday_core.errors import PolicyViolation
 from panday_core.types import LimitKind
+from panday_tier_linux import cgroups
+from panday_tier_linux.session import open_session
+
+
+class Ceilings(TypedDict, total=False):
+    cpu_ms: int
+    mem_bytes: int
+    pids: int
+
 
 if TYPE_CHECKING:
     from conftest import Escape  # the suite's fixture type (tests get it as `esc`)
 
 
 def _cgroups_writable(field: str) -> str | None:
-    from panday_tier_linux import cgroups
-
     return cgroups.probe({field: 1 << 24})
 
 
-def _refused(esc: Escape, field: str, **limits: int) -> bool:
+def _refused(esc: Escape, field: str, **limits: Unpack[Ceilings]) -> bool:
     """True (after asserting the refusal) when no cgroup can hold `field` here."""
     reason = _cgroups_writable(field)
     if reason is None:
         return False
     if os.environ.get("PANDAY_ESCAPE_REQUIRE_CGROUPS") == "1":
         pytest.fail(f"limits.{field} must be enforceable on this run, but: {reason}")
-    from panday_tier_linux.session import open_session
-
     with pytest.raises(PolicyViolation) as refused:
-        open_session(esc.policy(**limits))  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - test policy
+        open_session(esc.policy(**limits))
     assert refused.value.field == f"limits.{field}", refused.value
     assert "cgroup" in refused.value.reason
     esc.count_refusal()
     return True
 
 
-FORK_BOMB = ["/bin/sh", "-c", "n=0; while [ $n -lt 120 ]; do sleep 3 & n=$((n+1)); done; wait; echo all-forked"]
+FORK_BOMB = [
+    "/bin/sh",
+    "-c",
+    "n=0; while [ $n -lt 120 ]; do sleep 3 & n=$((n+1)); done; wait; echo all-forked",
+]
 
 
 def test_a_fork_bomb_hits_the_pid_ceiling(esc: Escape) -> None:
@@ -82,13 +91,16 @@ def test_a_memory_bomb_hits_the_memory_ceiling(esc: Escape) -> None:
 
 
 def test_a_cpu_burn_hits_the_cpu_ceiling(esc: Escape) -> None:
-    burn = ["/usr/bin/python3", "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\nprint('burnt')"]
-    control = esc.run([*burn[:2], burn[2].format(s=0.6)])
+    burn = (
+        "import time\nt = time.process_time()\n"
+        "while time.process_time() - t < {s}: pass\nprint('burnt')"
+    )
+    control = esc.run(["/usr/bin/python3", "-c", burn.format(s=0.6)])
     if b"burnt" not in control.stdout:
         pytest.fail(f"inconclusive: control failed: {control}")
     if _refused(esc, "cpu_ms", cpu_ms=300):
         return
-    result = esc.run([*burn[:2], burn[2].format(s=20)], cpu_ms=300)
+    result = esc.run(["/usr/bin/python3", "-c", burn.format(s=20)], cpu_ms=300)
     assert b"burnt" not in result.stdout
     assert result.breach is not None, result
     assert result.breach.kind is LimitKind.CPU
@@ -96,7 +108,11 @@ def test_a_cpu_burn_hits_the_cpu_ceiling(esc: Escape) -> None:
     assert result.wall_ms < 15_000
 
 
-DISK_FILL = ["/bin/sh", "-c", "head -c 8000000 /dev/zero > /tmp/fill && echo filled; ls -l /tmp/fill"]
+DISK_FILL = [
+    "/bin/sh",
+    "-c",
+    "head -c 8000000 /dev/zero > /tmp/fill && echo filled; ls -l /tmp/fill",
+]
 
 
 def test_filling_the_disk_hits_the_disk_ceiling(esc: Escape) -> None:
@@ -109,15 +125,17 @@ def test_filling_the_disk_hits_the_disk_ceiling(esc: Escape) -> None:
     assert result.breach.kind is LimitKind.DISK
     esc.held()
     # /dev (with /dev/shm) is read-only under a disk ceiling: no second place to fill.
-    shm = esc.run(["/bin/sh", "-c", "head -c 4096 /dev/zero > /dev/shm/x && echo wrote"], access="ro", disk_bytes=1 << 20)
+    shm = esc.run(
+        ["/bin/sh", "-c", "head -c 4096 /dev/zero > /dev/shm/x && echo wrote"],
+        access="ro",
+        disk_bytes=1 << 20,
+    )
     assert b"wrote" not in shm.stdout
 
 
 def test_a_disk_ceiling_with_a_writable_workspace_is_refused(esc: Escape) -> None:
-    from panday_tier_linux.session import open_session
-
     with pytest.raises(PolicyViolation) as refused:
-        open_session(esc.policy(disk_bytes=1 << 20))  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - test policy
+        open_session(esc.policy(disk_bytes=1 << 20))
     assert refused.value.field == "limits.disk_bytes"
     esc.count_refusal()
 

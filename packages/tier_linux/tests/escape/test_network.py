@@ -36,7 +36,9 @@ ok("connected")
 
 
 @pytest.mark.parametrize("kind", ["tcp4", "tcp6"])
-def test_tcp_to_a_host_loopback_listener(esc: Escape, listen: Callable[[str], Listener], kind: str) -> None:
+def test_tcp_to_a_host_loopback_listener(
+    esc: Escape, listen: Callable[[str], Listener], kind: str
+) -> None:
     server = listen(kind)
     code = _connect("AF_INET" if kind == "tcp4" else "AF_INET6", server.address)
     esc.control(esc.outside(code))
@@ -48,7 +50,9 @@ def test_tcp_to_a_host_loopback_listener(esc: Escape, listen: Callable[[str], Li
 
 
 @pytest.mark.parametrize("kind", ["udp4", "udp6"])
-def test_udp_to_a_host_loopback_listener(esc: Escape, listen: Callable[[str], Listener], kind: str) -> None:
+def test_udp_to_a_host_loopback_listener(
+    esc: Escape, listen: Callable[[str], Listener], kind: str
+) -> None:
     server = listen(kind)
     family = "AF_INET" if kind == "udp4" else "AF_INET6"
     code = f"""
@@ -72,7 +76,9 @@ ok("sent")  # sending proves nothing by itself; the listener below is the judge
     server.received.clear()
     inside = esc.inside(code)
     server.settle()
-    assert not server.received, f"ESCAPE: the host listener received {server.received!r} from the jail"
+    assert not server.received, (
+        f"ESCAPE: the host listener received {server.received!r} from the jail"
+    )
     esc.held()
     # The filter refuses the socket itself; the namespace would swallow the datagram.
     esc.must_block(inside)
@@ -93,7 +99,8 @@ def test_a_host_unix_socket(esc: Escape, listen: Callable[[str], Listener], kind
 def test_only_unix_sockets_can_be_created(esc: Escape) -> None:
     code = """
 made = []
-for name in ("AF_INET", "AF_INET6", "AF_NETLINK", "AF_PACKET", "AF_VSOCK", "AF_ALG", "AF_BLUETOOTH"):
+families = ("AF_INET", "AF_INET6", "AF_NETLINK", "AF_PACKET", "AF_VSOCK", "AF_ALG", "AF_BLUETOOTH")
+for name in families:
     family = getattr(socket, name, None)
     if family is None:
         continue

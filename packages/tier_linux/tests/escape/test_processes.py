@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from panday_tier_linux.argv import build_options
+from panday_tier_linux.session import open_session
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -40,7 +43,9 @@ ok(f"read {{len(data)}} bytes through the host process's root")
     esc.must_block(esc.inside(code))
 
 
-def test_a_host_process_environment_is_unreadable(esc: Escape, host_sleeper: tuple[int, str]) -> None:
+def test_a_host_process_environment_is_unreadable(
+    esc: Escape, host_sleeper: tuple[int, str]
+) -> None:
     pid, canary = host_sleeper
     code = f"""
 try:
@@ -154,7 +159,8 @@ attempt("TIOCSTI after TIOCSCTTY", lambda: fcntl.ioctl(0, termios.TIOCSTI, b"Y")
 # The kernel reads the request as 32 bits: set bit 32 and a filter comparing all 64 bits
 # would let it through (CVE-2019-10063).
 ch = ctypes.c_char(b"Z")
-r = libc.syscall(ctypes.c_long(16), ctypes.c_long(0), ctypes.c_ulong((1 << 32) | termios.TIOCSTI), ctypes.byref(ch))
+request = ctypes.c_ulong((1 << 32) | termios.TIOCSTI)
+r = libc.syscall(ctypes.c_long(16), ctypes.c_long(0), request, ctypes.byref(ch))
 if r == 0:
     done.append("TIOCSTI with high bits")
 injected = [d for d in done if d.startswith("TIOCSTI")]
@@ -182,24 +188,21 @@ def _run_on_pty(argv: list[str], pass_fds: tuple[int, ...] = ()) -> tuple[bytes,
 
 
 def test_keystrokes_cannot_be_injected_into_a_terminal(esc: Escape) -> None:
-    from panday_tier_linux.argv import build_options
-    from panday_tier_linux.session import open_session
-
     out, err, code = _run_on_pty(esc.py(TIOCSTI))
     esc.control(esc.parse("outside, on a pty", out, err, code))
     # Inside: the jail's stdin is a pty slave (what an interactive caller would pass on).
-    with open_session(esc.policy()) as session:  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - test policy
+    with open_session(esc.policy()) as session:
         r, w = os.pipe()
         os.write(w, session.program)
         os.close(w)
         options = build_options(session.spec, cwd=session.workspace, seccomp_fd=r)
         try:
-            out, err, code = _run_on_pty([session.bwrap.path, *options, "--", *esc.py(TIOCSTI)], (r,))
+            out, err, code = _run_on_pty(
+                [session.bwrap.path, *options, "--", *esc.py(TIOCSTI)], (r,)
+            )
         finally:
             os.close(r)
     esc.must_block(esc.parse("inside the jail, on a pty", out, err, code))
-
-
 
 
 @pytest.fixture
@@ -211,12 +214,15 @@ def suid_helper(esc: Escape) -> Iterator[Path]:
     """
     if os.geteuid() != 0:
         path = os.environ.get("PANDAY_ESCAPE_SUID_HELPER")
-        if not path or not os.path.exists(path):  # noqa: PTH110 - a plain existence check
-            pytest.fail("inconclusive: unprivileged runs need PANDAY_ESCAPE_SUID_HELPER (tools/ci/escape-as-user.sh builds it)")
+        if not path or not Path(path).exists():
+            pytest.fail(
+                "inconclusive: unprivileged runs need PANDAY_ESCAPE_SUID_HELPER "
+                "(tools/ci/escape-as-user.sh builds it)"
+            )
         yield Path(path)
         return
     # A directory every user may enter, so the control can run it as another user.
-    shared = Path(f"/tmp/panday-suid-{os.getpid()}-{os.urandom(3).hex()}")  # noqa: S108 - a private, randomly named dir
+    shared = Path(f"/tmp/panday-suid-{os.getpid()}-{os.urandom(3).hex()}")
     shared.mkdir(mode=0o755)
     helper = esc.compile_c("suid-helper", (PROBES / "suid_helper.c").read_text())
     target = shared / "suid-helper"

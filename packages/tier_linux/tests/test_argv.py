@@ -1,0 +1,129 @@
+"""The argv builder is a pure function: what every jail gets, read straight off the list."""
+
+from __future__ import annotations
+
+import pytest
+
+from panday_tier_linux.argv import NAMESPACES, JailSpec, build_argv, build_options, jail_env
+from panday_tier_linux.host import HostLayout
+
+LAYOUT = HostLayout(
+    top=(("bin", "link", "usr/bin"), ("lib", "link", "usr/lib"), ("lib64", "dir", "")),
+    etc=(("passwd", "bind", ""), ("localtime", "link", "/usr/share/zoneinfo/UTC")),
+)
+
+
+def spec(
+    *,
+    workspace_rw: bool = True,
+    staged: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    tmp_bytes: int | None = None,
+) -> JailSpec:
+    return JailSpec(
+        layout=LAYOUT,
+        workspace="/work/ws",
+        workspace_rw=workspace_rw,
+        staged=staged,
+        env=env,
+        tmp_bytes=tmp_bytes,
+    )
+
+
+def argv(s: JailSpec | None = None) -> list[str]:
+    return build_argv(
+        s or spec(), ["/bin/true"], bwrap="/usr/bin/bwrap", cwd="/work/ws", seccomp_fd=4
+    )
+
+
+def pairs(args: list[str], flag: str) -> list[str]:
+    return [args[i + 1] for i, a in enumerate(args) if a == flag]
+
+
+VARIANTS = [
+    spec(),
+    spec(workspace_rw=False),
+    spec(staged=("/data/in",)),
+    spec(tmp_bytes=1 << 20, workspace_rw=False),
+    spec(env={"TOKEN": "x"}),
+]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_jail_gets_every_wall(variant: JailSpec) -> None:
+    args = argv(variant)
+    for flag in NAMESPACES:
+        assert flag in args
+    assert "--unshare-net" in args  # unconditional: no variant may omit it
+    for flag in ("--disable-userns", "--die-with-parent", "--new-session", "--clearenv"):
+        assert flag in args
+    assert pairs(args, "--cap-drop") == ["ALL"]
+    assert "--cap-add" not in args
+    assert pairs(args, "--seccomp") == ["4"]
+    sep = args.index("--")
+    assert args[sep - 2 : sep] == ["--seccomp", "4"]
+    assert args[sep + 1 :] == ["/bin/true"]
+    # The read-only remount of / comes after every bind, so it covers them all.
+    last_bind = max(i for i, a in enumerate(args) if a in {"--bind", "--ro-bind", "--symlink"})
+    assert args.index("--remount-ro", last_bind) < args.index("--chdir")
+    assert args[args.index("--remount-ro", last_bind) + 1] == "/"
+
+
+def test_reads_are_an_allowlist() -> None:
+    args = argv()
+    sources = pairs(args, "--ro-bind") + pairs(args, "--bind")
+    assert sorted(sources) == ["/etc/passwd", "/lib64", "/usr", "/work/ws"]
+    assert "/" not in sources
+    assert "/etc" not in sources
+    assert pairs(args, "--bind") == ["/work/ws"]
+    assert pairs(args, "--symlink") == ["usr/bin", "usr/lib", "/usr/share/zoneinfo/UTC"]
+    assert pairs(args, "--proc") == ["/proc"]
+    assert pairs(args, "--dev") == ["/dev"]
+    assert "/tmp" in pairs(args, "--tmpfs")
+
+
+def test_a_read_only_workspace_is_bound_read_only() -> None:
+    args = argv(spec(workspace_rw=False))
+    assert "--bind" not in args
+    assert "/work/ws" in pairs(args, "--ro-bind")
+
+
+def test_staged_paths_are_read_only_and_nested_ones_mount_over_their_parent() -> None:
+    args = argv(spec(staged=("/work/ws/vendor", "/data")))
+    binds = [(a, args[i + 1]) for i, a in enumerate(args) if a in {"--bind", "--ro-bind"}]
+    order = [p for _, p in binds]
+    assert order.index("/work/ws") < order.index("/work/ws/vendor")
+    assert ("--ro-bind", "/work/ws/vendor") in binds
+    assert ("--ro-bind", "/data") in binds
+
+
+def test_a_disk_ceiling_sizes_tmp_and_closes_dev() -> None:
+    args = argv(spec(tmp_bytes=65536, workspace_rw=False))
+    i = args.index("--size")
+    assert args[i + 1 : i + 4] == ["65536", "--tmpfs", "/tmp"]
+    assert args[args.index("--remount-ro") + 1] == "/dev"
+    plain = argv()
+    assert "--size" not in plain
+
+
+def test_the_environment_starts_from_nothing() -> None:
+    s = spec(env={"TOKEN": "secret", "PATH": "/opt/bin"})
+    env = jail_env(s)
+    assert env == {
+        "PATH": "/opt/bin",
+        "HOME": "/work/ws",
+        "LANG": "C.UTF-8",
+        "TERM": "dumb",
+        "TOKEN": "secret",
+    }
+    args = argv(s)
+    assert args.index("--clearenv") < args.index("--setenv")
+
+
+def test_block_and_status_descriptors_are_optional() -> None:
+    opts = build_options(spec(), cwd="/work/ws", seccomp_fd=4, block_fd=5, status_fd=6)
+    assert pairs(opts, "--block-fd") == ["5"]
+    assert pairs(opts, "--json-status-fd") == ["6"]
+    plain = build_options(spec(), cwd="/work/ws", seccomp_fd=4)
+    assert "--block-fd" not in plain
+    assert "--json-status-fd" not in plain

@@ -1,0 +1,48 @@
+"""Finding our place in the cgroup hierarchies (parsing only; the escape suite runs them)."""
+
+from __future__ import annotations
+
+from panday_tier_linux.cgroups import _key, discover  # pyright: ignore[reportPrivateUsage] - unit under test
+
+V1_MOUNTINFO = """\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+V1_SELF = """\
+9:pids:/user.slice
+4:memory:/process_api/abc
+2:cpu,cpuacct:/
+0::/
+"""
+
+
+def test_hybrid_v1_layout() -> None:
+    m = discover(V1_MOUNTINFO, V1_SELF)
+    assert m.v1["memory"] == "/sys/fs/cgroup/memory/process_api/abc"
+    assert m.v1["pids"] == "/sys/fs/cgroup/pids/user.slice"
+    assert m.v1["cpuacct"] == "/sys/fs/cgroup/cpu,cpuacct"
+    assert m.v2 == "/sys/fs/cgroup/unified"
+    assert m.v2_mount == "/sys/fs/cgroup/unified"
+
+
+def test_pure_v2_layout() -> None:
+    mountinfo = "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+    m = discover(mountinfo, "0::/user.slice/user-1000.slice/user@1000.service/app.slice/x.scope\n")
+    assert m.v1 == {}
+    assert m.v2 == "/sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/app.slice/x.scope"
+    assert m.v2_mount == "/sys/fs/cgroup"
+
+
+def test_a_container_sees_its_subtree_as_the_mount_root() -> None:
+    mountinfo = "30 23 0:26 /docker/abc /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
+    m = discover(mountinfo, "0::/docker/abc/inner\n")
+    assert m.v2 == "/sys/fs/cgroup/inner"
+
+
+def test_flat_keyed_counters() -> None:
+    assert _key("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", "oom_kill") == 3
+    assert _key("max 0\n", "max") == 0
+    assert _key(None, "max") == 0

@@ -1,0 +1,132 @@
+"""The seccomp filter's rules, its compilation and its per-user cache."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+
+from panday_tier_linux import seccomp
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="libseccomp is Linux-only")
+
+# What issue 4 requires the filter to deny (beyond the namespace-flag, ioctl, personality
+# and socket-family rules checked below).
+REQUIRED = {
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "kexec_load",
+    "kexec_file_load",
+    "bpf",
+    "perf_event_open",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "userfaultfd",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+}
+
+
+def test_the_required_syscalls_are_denied() -> None:
+    spec = seccomp.FilterSpec()
+    assert set(spec.denied) >= REQUIRED
+    for line in (f"deny {name} errno EPERM" for name in REQUIRED):
+        assert line in spec.text
+    assert "clone3 errno ENOSYS" in spec.text
+    assert "badarch kill-process" in spec.text
+
+
+def test_namespace_creation_is_denied_for_clone_and_unshare() -> None:
+    spec = seccomp.FilterSpec()
+    for call in ("clone", "unshare"):
+        assert (
+            call,
+            0,
+            "MASKED_EQ",
+            seccomp.CLONE_NEWUSER,
+            seccomp.CLONE_NEWUSER,
+        ) in spec.conditional
+
+
+def test_tiocsti_and_tioclinux_are_matched_on_the_low_32_bits() -> None:
+    spec = seccomp.FilterSpec()
+    assert ("ioctl", 1, "MASKED_EQ", 0xFFFFFFFF, seccomp.TIOCSTI) in spec.conditional
+    assert ("ioctl", 1, "MASKED_EQ", 0xFFFFFFFF, seccomp.TIOCLINUX) in spec.conditional
+
+
+def test_only_unix_sockets_by_default() -> None:
+    rules = [r for r in seccomp.FilterSpec().conditional if r[0] == "socket"]
+    assert rules == [("socket", 0, "LT", 1, 0), ("socket", 0, "GT", 1, 0)]
+
+
+def test_more_socket_families_for_an_egress_relay() -> None:
+    # Designed for the egress issue: a relay inside the jail's own network namespace
+    # needs AF_INET/AF_INET6; every other family stays denied.
+    fams = frozenset({1, 2, 10})
+    rules = [r for r in seccomp.FilterSpec(socket_families=fams).conditional if r[0] == "socket"]
+    denied = {v for _, _, op, v, _ in rules if op == "EQ"}
+    assert denied == set(range(3, 10))
+    assert ("socket", 0, "LT", 1, 0) in rules
+    assert ("socket", 0, "GT", 10, 0) in rules
+    with pytest.raises(ValueError, match="socket_families"):
+        seccomp.FilterSpec(socket_families=frozenset())
+
+
+@linux
+def test_compiles_to_bpf() -> None:
+    program = seccomp.compile_program(seccomp.FilterSpec())
+    assert program
+    assert len(program) % 8 == 0
+
+
+@linux
+def test_the_cache_is_used_only_when_it_is_ours_and_matches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    spec = seccomp.FilterSpec()
+    compiled = seccomp.program(spec)
+    directory = tmp_path / "panday" / "seccomp"
+    (entry,) = directory.iterdir()
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    assert stat.S_IMODE(entry.stat().st_mode) == 0o600
+    assert seccomp.program(spec) == compiled
+    # A tampered entry (same rules text, different program) written group-writable is
+    # not trusted: it is recompiled and replaced.
+    entry.write_bytes(seccomp.CACHE_MAGIC + spec.text.encode() + b"\0" * 8)
+    entry.chmod(0o664)
+    assert seccomp.program(spec) == compiled
+    # A cache entry for other rules never serves these.
+    entry.write_bytes(seccomp.CACHE_MAGIC + b"other rules\n" + b"\0" * 8)
+    entry.chmod(0o600)
+    assert seccomp.program(spec) == compiled
+    # A directory others can write is not used at all.
+    directory.chmod(0o777)
+    try:
+        assert seccomp.program(spec) == compiled
+    finally:
+        directory.chmod(0o700)
+
+
+@linux
+def test_no_home_means_no_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", "relative/home")
+    monkeypatch.setattr(os.path, "expanduser", lambda _path: "relative/home")  # pyright: ignore[reportUnknownLambdaType, reportUnknownArgumentType] - a stand-in
+    assert seccomp.cache_dir() is None
+    assert seccomp.program(seccomp.FilterSpec())
