@@ -1,0 +1,180 @@
+"""The benchmark harness behind `nox -s bench`: measure side by side, record, render.
+
+Budgets are ratios between variants measured in the same run, interleaved round by round
+(in a rotating order), never absolute times: machines differ and this one is shared.
+
+Results are merged into ``benchmarks/results.json`` under each benchmark's own name, so a
+benchmark added later adds a key rather than rewriting the file. ``docs/benchmarks.md`` is
+rendered from the whole file: one table and one chart per benchmark.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, cast
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "benchmarks" / "results.json"
+DOC = REPO / "docs" / "benchmarks.md"
+CHARTS = REPO / "docs" / "benchmarks"
+
+Json = dict[str, object]
+
+
+class _Axes(Protocol):
+    """The part of matplotlib's Axes the charts use (matplotlib is in the bench group only)."""
+
+    def barh(
+        self, y: list[str], width: list[float], *, xerr: list[list[float]], color: str, capsize: int
+    ) -> object: ...
+    def invert_yaxis(self) -> None: ...
+    def set_xlabel(self, label: str) -> object: ...
+    def set_title(self, label: str) -> object: ...
+
+
+class _Figure(Protocol):
+    def tight_layout(self) -> None: ...
+    def savefig(self, fname: Path, *, dpi: int, metadata: dict[str, None]) -> None: ...
+
+
+class _Pyplot(Protocol):
+    def subplots(self, *, figsize: tuple[float, float]) -> tuple[_Figure, _Axes]: ...
+    def close(self, fig: _Figure) -> None: ...
+
+
+@dataclass
+class Variant:
+    name: str
+    label: str
+    run: Callable[[], None]
+    samples: list[float] = field(default_factory=list[float])
+
+    def summary(self) -> dict[str, float]:
+        ms = sorted(s * 1000 for s in self.samples)
+        return {
+            "median_ms": round(statistics.median(ms), 3),
+            "p10_ms": round(ms[len(ms) // 10], 3),
+            "p90_ms": round(ms[(len(ms) * 9) // 10], 3),
+            "min_ms": round(ms[0], 3),
+            "samples": len(ms),
+        }
+
+
+def interleave(variants: Sequence[Variant], *, rounds: int, warmup: int) -> None:
+    """Run every variant once per round, rotating the order so none always goes first."""
+    for i in range(warmup + rounds):
+        order = list(variants[i % len(variants) :]) + list(variants[: i % len(variants)])
+        for variant in order:
+            start = time.perf_counter()
+            variant.run()
+            elapsed = time.perf_counter() - start
+            if i >= warmup:
+                variant.samples.append(elapsed)
+
+
+def host_info() -> Json:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
+    return {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "loadavg_1m_at_start": round(load[0], 2),
+    }
+
+
+def record(name: str, entry: Json) -> None:
+    """Merge one benchmark's entry into results.json (other benchmarks' keys untouched)."""
+    doc: Json = {"benchmarks": {}}
+    if RESULTS.exists():
+        doc = cast("Json", json.loads(RESULTS.read_text(encoding="utf-8")))
+    benchmarks = cast("Json", doc.setdefault("benchmarks", {}))
+    entry = {
+        **entry,
+        "measured": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    benchmarks[name] = entry
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _chart(name: str, entry: Json) -> str:
+    # Imported by name: matplotlib is only installed with the bench dependency group.
+    importlib.import_module("matplotlib").use("Agg")
+    plt = cast("_Pyplot", importlib.import_module("matplotlib.pyplot"))
+
+    variants = cast("dict[str, dict[str, float]]", entry["variants"])
+    labels = cast("dict[str, str]", entry.get("labels", {}))
+    names = list(variants)
+    medians = [variants[n]["median_ms"] for n in names]
+    low = [variants[n]["median_ms"] - variants[n]["p10_ms"] for n in names]
+    high = [variants[n]["p90_ms"] - variants[n]["median_ms"] for n in names]
+    fig, ax = plt.subplots(figsize=(7, 0.9 + 0.7 * len(names)))
+    ax.barh(
+        [labels.get(n, n) for n in names], medians, xerr=[low, high], color="#4c72b0", capsize=4
+    )
+    ax.invert_yaxis()
+    ax.set_xlabel("milliseconds (median; whiskers p10-p90)")
+    ax.set_title(str(entry.get("title", name)))
+    fig.tight_layout()
+    CHARTS.mkdir(parents=True, exist_ok=True)
+    path = CHARTS / f"{name}.png"
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    return f"benchmarks/{name}.png"
+
+
+def render() -> None:
+    """Write docs/benchmarks.md (and its charts) from results.json."""
+    doc = cast("Json", json.loads(RESULTS.read_text(encoding="utf-8")))
+    benchmarks = cast("dict[str, Json]", doc["benchmarks"])
+    lines = [
+        "# Benchmarks",
+        "",
+        "Generated by `nox -s bench` from `benchmarks/results.json`; do not edit by hand.",
+        "Each benchmark measures its variants side by side in one run, interleaved round by",
+        "round, and its budget is a ratio between them: absolute times depend on the machine",
+        "(and on what else it runs), ratios much less so.",
+        "",
+    ]
+    for name in sorted(benchmarks):
+        entry = benchmarks[name]
+        variants = cast("dict[str, dict[str, float]]", entry["variants"])
+        labels = cast("dict[str, str]", entry.get("labels", {}))
+        host = cast("Json", entry.get("host", {}))
+        lines += [f"## {entry.get('title', name)}", "", str(entry.get("description", "")), ""]
+        lines += [
+            "| variant | median ms | p10 ms | p90 ms | min ms | samples |",
+            "|---|---|---|---|---|---|",
+        ]
+        for vname, s in variants.items():
+            lines.append(
+                f"| {labels.get(vname, vname)} | {s['median_ms']:.2f} | {s['p10_ms']:.2f} | "
+                f"{s['p90_ms']:.2f} | {s['min_ms']:.2f} | {int(s['samples'])} |"
+            )
+        lines.append("")
+        ratio, budget = entry.get("ratio"), entry.get("budget")
+        if ratio is not None:
+            verdict = "within budget" if entry.get("within_budget") else "OVER BUDGET"
+            lines += [
+                f"**Ratio** {entry.get('ratio_of', '')}: **{ratio}** (budget {budget}; {verdict}).",
+                "",
+            ]
+        measured = (
+            f"Measured {entry.get('measured', '?')} on {host.get('platform', '?')}, "
+            f"{host.get('cpus', '?')} CPUs, Python {host.get('python', '?')}, "
+            f"load average {host.get('loadavg_1m_at_start', '?')} at the start."
+        )
+        lines += [f"![{name}]({_chart(name, entry)})", "", measured, ""]
+    DOC.write_text("\n".join(lines), encoding="utf-8")

@@ -1,0 +1,51 @@
+"""Run the benchmarks, merge their results into benchmarks/results.json, render the docs.
+
+Usage: ``python tools/bench/run.py [--rounds N] [--only NAME] [--no-check]``. Exits 1 when
+a benchmark is over its budget (unless ``--no-check``), so `nox -s bench` is a gate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import cast
+
+import harness
+
+BENCHMARKS = ("t2_linux_startup",)
+"""Modules in this directory with ``NAME`` and ``main(rounds, warmup) -> entry``."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="run the panday benchmarks")
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--only", action="append", default=[], choices=BENCHMARKS)
+    parser.add_argument(
+        "--no-check", action="store_true", help="record without failing on a budget"
+    )
+    args = parser.parse_args(argv)
+    over: list[str] = []
+    for name in args.only or BENCHMARKS:
+        module = importlib.import_module(name)
+        entry = cast("dict[str, object]", module.main(args.rounds, args.warmup))
+        harness.record(name, entry)
+        variants = cast("dict[str, dict[str, float]]", entry["variants"])
+        for vname, summary in variants.items():
+            median, p90 = summary["median_ms"], summary["p90_ms"]
+            print(f"bench: {name}: {vname}: median {median:.2f} ms (p90 {p90:.2f})")
+        print(f"bench: {name}: ratio {entry['ratio']} (budget {entry['budget']})")
+        if not entry.get("within_budget", True):
+            over.append(name)
+    harness.render()
+    wrote = [str(p.relative_to(harness.REPO)) for p in (harness.RESULTS, harness.DOC)]
+    print(f"bench: wrote {' and '.join(wrote)}")
+    if over and not args.no_check:
+        print(f"bench: over budget: {', '.join(over)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
