@@ -127,3 +127,14 @@ def test_block_and_status_descriptors_are_optional() -> None:
     plain = build_options(spec(), cwd="/work/ws", seccomp_fd=4)
     assert "--block-fd" not in plain
     assert "--json-status-fd" not in plain
+
+
+def test_an_etc_view_is_one_read_only_mount_at_etc() -> None:
+    s = JailSpec(layout=LAYOUT, workspace="/work/ws", workspace_rw=True, etc_view="/cache/etc-1")
+    args = argv(s)
+    assert args[args.index("/cache/etc-1") - 1 : args.index("/cache/etc-1") + 2] == [
+        "--ro-bind",
+        "/cache/etc-1",
+        "/etc",
+    ]
+    assert "/etc/passwd" not in args

@@ -43,7 +43,7 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 class JailSpec:
     """Everything that decides a session's jail (one per session; commands share it)."""
 
-    __slots__ = ("env", "layout", "staged", "tmp_bytes", "workspace", "workspace_rw")
+    __slots__ = ("env", "etc_view", "layout", "staged", "tmp_bytes", "workspace", "workspace_rw")
 
     def __init__(
         self,
@@ -54,6 +54,7 @@ class JailSpec:
         staged: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         tmp_bytes: int | None = None,
+        etc_view: str | None = None,
     ) -> None:
         self.layout = layout
         self.workspace = workspace
@@ -62,6 +63,8 @@ class JailSpec:
         self.env = dict(env or {})
         self.tmp_bytes = tmp_bytes
         """Size of /tmp when the disk is limited; /dev/shm is then not writable at all."""
+        self.etc_view = etc_view
+        """A directory holding copies of the /etc allowlist (one mount instead of many)."""
 
 
 def jail_env(spec: JailSpec) -> dict[str, str]:
@@ -83,9 +86,12 @@ def filesystem_args(spec: JailSpec) -> list[str]:
             if kind == "link"
             else ["--ro-bind", f"/{name}", f"/{name}"]
         )
-    for name, kind, target in spec.layout.etc:
-        path = f"/etc/{name}"
-        args += ["--symlink", target, path] if kind == "link" else ["--ro-bind", path, path]
+    if spec.etc_view is not None:
+        args += ["--ro-bind", spec.etc_view, "/etc"]
+    else:
+        for name, kind, target in spec.layout.etc:
+            path = f"/etc/{name}"
+            args += ["--symlink", target, path] if kind == "link" else ["--ro-bind", path, path]
     args += ["--proc", "/proc", "--dev", "/dev"]
     if spec.tmp_bytes is not None:
         # /dev (with /dev/shm) is the jail's own tmpfs; under a disk ceiling it becomes

@@ -25,6 +25,7 @@ ETC_ALLOWLIST = (
     "nsswitch.conf",
     "os-release",
     "passwd",
+    "pki/ca-trust/extracted",
     "pki/tls/certs",
     "ssl/certs",
 )
@@ -32,8 +33,8 @@ ETC_ALLOWLIST = (
 public certificates and the time zone. Not /etc itself, and not whole directories that
 hold secrets beside public files (/etc/ssl/private, /etc/pki/tls/private): a root caller's
 jail runs as uid 0 (without capabilities, but owner permission bits still apply). passwd
-and group hold no secrets and make `id` and `whoami` work. Each entry is one mount, and
-mounts are most of a jail's start-up cost, so the list stays short."""
+and group hold no secrets and make `id` and `whoami` work. The entries reach the jail as
+one directory (see `etcview`), or, failing that, one mount each."""
 
 _USERNS_SYSCTLS = (
     ("/proc/sys/kernel/unprivileged_userns_clone", "0", "kernel.unprivileged_userns_clone=0"),

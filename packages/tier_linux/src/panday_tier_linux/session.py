@@ -571,7 +571,7 @@ def _finish_open(
     bwrap: host.Bwrap | None,
     session_cgroup: SessionCgroup | None,
 ) -> LinuxSession:
-    from panday_tier_linux import seccomp  # noqa: PLC0415 - keeps the package import light
+    from panday_tier_linux import etcview, seccomp  # noqa: PLC0415 - keeps the package import light
 
     binary = bwrap or host.find_bwrap()
     if binary is None:
@@ -583,6 +583,7 @@ def _finish_open(
         )
     program = seccomp.program(seccomp.FilterSpec())
     spec = JailSpec(
+        etc_view=etcview.etc_view(),
         layout=host.host_layout(),
         workspace=workspace,
         workspace_rw=policy.fs.access == "rw",
