@@ -35,7 +35,7 @@ def test_the_view_holds_the_allowlist_and_nothing_else(cache: Path) -> None:
 
 
 def test_the_view_is_reused_and_replaced_when_a_source_changes(
-    cache: Path, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     first = etcview.etc_view()
     assert etcview.etc_view() == first

@@ -43,7 +43,16 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 class JailSpec:
     """Everything that decides a session's jail (one per session; commands share it)."""
 
-    __slots__ = ("env", "etc_view", "layout", "staged", "tmp_bytes", "workspace", "workspace_rw")
+    __slots__ = (
+        "env",
+        "etc_view",
+        "layout",
+        "protect",
+        "staged",
+        "tmp_bytes",
+        "workspace",
+        "workspace_rw",
+    )
 
     def __init__(
         self,
@@ -55,6 +64,7 @@ class JailSpec:
         env: Mapping[str, str] | None = None,
         tmp_bytes: int | None = None,
         etc_view: str | None = None,
+        protect: Sequence[str] = (),
     ) -> None:
         self.layout = layout
         self.workspace = workspace
@@ -65,6 +75,8 @@ class JailSpec:
         """Size of /tmp when the disk is limited; /dev/shm is then not writable at all."""
         self.etc_view = etc_view
         """A directory holding copies of the /etc allowlist (one mount instead of many)."""
+        self.protect = tuple(protect)
+        """Paths inside a writable bind that are re-bound read-only (panday's own cache)."""
 
 
 def jail_env(spec: JailSpec) -> dict[str, str]:
@@ -103,6 +115,8 @@ def filesystem_args(spec: JailSpec) -> list[str]:
     binds = [(spec.workspace, spec.workspace_rw)] + [(p, False) for p in spec.staged]
     for path, rw in sorted(binds, key=lambda b: _depth(b[0])):
         args += ["--bind" if rw else "--ro-bind", path, path]
+    for path in spec.protect:
+        args += ["--ro-bind", path, path]
     args += ["--remount-ro", "/"]
     return args
 

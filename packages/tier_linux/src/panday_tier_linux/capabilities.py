@@ -94,6 +94,12 @@ GUARANTEES = (
         support=Support.STRICT,
     ),
     Guarantee(
+        name="A jail cannot tamper with the filter or /etc of later sessions",
+        mechanism="panday's per-user cache (compiled seccomp programs, /etc views) is bound "
+        "read-only over a writable workspace that contains it",
+        support=Support.STRICT,
+    ),
+    Guarantee(
         name="Unix sockets inside the workspace or a staged path can be connected to",
         mechanism="a socket is a file; nothing outside the visible paths exists inside",
         support=Support.PARTIAL,

@@ -582,8 +582,11 @@ def _finish_open(
             "unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone=0)",
         )
     program = seccomp.program(seccomp.FilterSpec())
+    view = etcview.etc_view()
+    writable = [workspace] if policy.fs.access == "rw" else []
     spec = JailSpec(
-        etc_view=etcview.etc_view(),
+        etc_view=view,
+        protect=_own_state_within(writable),
         layout=host.host_layout(),
         workspace=workspace,
         workspace_rw=policy.fs.access == "rw",
@@ -599,6 +602,23 @@ def _finish_open(
         program=program,
         cgroup=session_cgroup,
     )
+
+
+def _own_state_within(writable: list[str]) -> tuple[str, ...]:
+    """panday's per-user cache (seccomp programs, /etc views), when a writable bind holds it.
+
+    A jail whose workspace contains it (a workspace of ~, say) could otherwise rewrite the
+    cached filter every later session loads; it is mounted read-only over the workspace.
+    """
+    from panday_tier_linux.seccomp import cache_dir  # noqa: PLC0415 - cheap, session open only
+
+    base = cache_dir()
+    if base is None:
+        return ()
+    state = os.path.realpath(os.path.dirname(base))
+    if not os.path.isdir(state):
+        return ()
+    return tuple(state for w in writable if state == w or state.startswith(w.rstrip("/") + "/"))[:1]
 
 
 MISSING_BWRAP = (

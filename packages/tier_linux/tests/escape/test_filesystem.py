@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 import pytest
 
+from panday_tier_linux.session import open_session
+
 # Fixtures and verdict helpers come from conftest.py through the `esc` fixture.
 
 
@@ -239,3 +241,30 @@ blocked(errno.errorcode.get(ctypes.get_errno(), "?"))
     # mount cgroup2; that is exactly what the dropped capabilities and the filter deny.
     esc.control(esc.granted(code))
     esc.must_block(esc.inside(code))
+
+
+def test_pandays_own_cache_cannot_be_rewritten_from_a_jail(
+    esc: Escape, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A workspace holding the caller's cache (a workspace of ~, say): a jail could replace
+    # the cached seccomp program that every later session loads.
+    home = esc.tmp / "home"
+    home.mkdir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    with open_session(esc.policy(workspace=home)) as session:
+        state = session.spec.protect
+    assert state, "panday's cache inside the workspace is not protected"
+    cached = next((home / ".cache" / "panday" / "seccomp").glob("*.bpf"))
+    code = f"""
+try:
+    with open({str(cached)!r}, "r+b") as fh:
+        fh.write(b"tampered")
+except OSError as exc:
+    blocked(err(exc))
+ok("rewrote the cached filter")
+"""
+    before = cached.read_bytes()
+    esc.control(esc.without(code, "--ro-bind", state[0], workspace=home))
+    cached.write_bytes(before)
+    esc.must_block(esc.inside(code, workspace=home))
+    assert cached.read_bytes() == before
