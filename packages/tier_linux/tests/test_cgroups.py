@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from panday_tier_linux.cgroups import _key, discover  # pyright: ignore[reportPrivateUsage] - unit under test
+import shutil
+from pathlib import Path
+
+import pytest
+
+from panday_tier_linux.cgroups import CgroupUnavailable, _key, discover, open_session  # pyright: ignore[reportPrivateUsage] - unit under test
 
 V1_MOUNTINFO = """\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
@@ -46,3 +51,39 @@ def test_flat_keyed_counters() -> None:
     assert _key("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", "oom_kill") == 3
     assert _key("max 0\n", "max") == 0
     assert _key(None, "max") == 0
+
+
+def test_v2_sessions_go_below_the_nearest_ancestor_that_hands_controllers_down(
+    tmp_path: Path,
+) -> None:
+    # A stand-in v2 tree (plain directories): our own cgroup holds processes, so the
+    # session must go below its parent, whose subtree_control already has the controllers.
+    root = tmp_path / "cg"
+    own = root / "user.slice" / "app.slice" / "term.scope"
+    own.mkdir(parents=True)
+    (root / "user.slice" / "app.slice" / "cgroup.subtree_control").write_text("memory pids\n")
+    (root / "user.slice" / "cgroup.subtree_control").write_text("memory pids\n")
+    mountinfo = f"30 23 0:26 / {root} rw - cgroup2 cgroup2 rw\n"
+    mounts = discover(mountinfo, "0::/user.slice/app.slice/term.scope\n")
+    session = open_session({"mem_bytes": 64 << 20, "pids": 10}, "t", mounts)
+    try:
+        assert session.version == 2
+        base = Path(session.dirs["memory"])
+        assert base.parent == root / "user.slice" / "app.slice"
+        assert (base / "cgroup.subtree_control").read_text() in {"+memory +pids", "+pids +memory"}
+        command = session.new_exec({"mem_bytes": 64 << 20, "pids": 10})
+        leaf = Path(command.dirs["memory"])
+        assert leaf.parent == base
+        assert (leaf / "memory.max").read_text() == str(64 << 20)
+        assert (leaf / "pids.max").read_text() == "10"
+    finally:
+        shutil.rmtree(root)
+
+
+def test_without_a_writable_ancestor_the_reason_names_the_hierarchy(tmp_path: Path) -> None:
+    root = tmp_path / "cg"
+    (root / "a").mkdir(parents=True)
+    mountinfo = f"30 23 0:26 / {root} rw - cgroup2 cgroup2 rw\n"
+    mounts = discover(mountinfo, "0::/a\n")
+    with pytest.raises(CgroupUnavailable, match="cgroup v2"):
+        open_session({"pids": 10}, "t", mounts)

@@ -12,7 +12,7 @@ from panday_core.capabilities import NO_EGRESS_PROXY, Support, policy_fields
 from panday_core.errors import LimitExceeded, PolicyViolation, TierUnavailable
 from panday_core.policy import FsPolicy, Limits, NetPolicy, SandboxPolicy
 from panday_core.types import ExecExit, ExecSpec, OutputChunk, SessionSpec
-from panday_tier_linux import cgroups, declared_capabilities, host_capabilities
+from panday_tier_linux import cgroups, declared_capabilities, host_capabilities, host_report
 from panday_tier_linux.host import Bwrap
 from panday_tier_linux.probe import unavailable_reason
 from panday_tier_linux.sandbox import T2LinuxSandbox
@@ -243,3 +243,12 @@ def test_cgroups_are_removed_after_the_session(tmp_path: Path) -> None:
         session.run(["/bin/sh", "-c", "sleep 0.1 & kill -9 $$"])  # a crash of the command
         assert all(Path(d).is_dir() for d in dirs)
     assert not any(Path(d).exists() for d in dirs)
+
+
+@linux
+def test_the_host_report_names_bwrap_and_each_ceiling() -> None:
+    report = host_report()
+    assert "bubblewrap" in report["bwrap"]
+    assert report["jail"].startswith("runs")
+    for field in ("limits.mem_bytes", "limits.pids", "limits.cpu_ms"):
+        assert report[field].startswith(("enforced", "refused: "))

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
         unavailable_reason,
     )
     from panday_tier_linux.enforcement import Enforcement
+    from panday_tier_linux.probe import host_report
     from panday_tier_linux.sandbox import T2LinuxSandbox
     from panday_tier_linux.session import LinuxSession, open_session
 
@@ -26,6 +27,7 @@ _LAZY = {
     "build_argv": "panday_tier_linux.argv",
     "declared_capabilities": "panday_tier_linux.capabilities",
     "host_capabilities": "panday_tier_linux.capabilities",
+    "host_report": "panday_tier_linux.probe",
     "open_session": "panday_tier_linux.session",
     "unavailable_reason": "panday_tier_linux.capabilities",
 }
@@ -38,6 +40,7 @@ __all__ = [
     "build_argv",
     "declared_capabilities",
     "host_capabilities",
+    "host_report",
     "open_session",
     "unavailable_reason",
 ]

@@ -60,3 +60,26 @@ def _probe(binary: host.Bwrap) -> str | None:
 
 def available(bwrap: host.Bwrap | None = None) -> bool:
     return unavailable_reason(bwrap) is None
+
+
+def host_report() -> dict[str, str]:
+    """What `panday doctor` shows for T2 Linux: which bwrap and version, user namespaces,
+    libseccomp, the cgroup ceilings this caller can hold, and whether a jail runs."""
+    from panday_tier_linux.capabilities import probe_cgroups  # noqa: PLC0415 - reports only
+    from panday_tier_linux.seccomp import library_identity  # noqa: PLC0415 - as above
+
+    binary = host.find_bwrap() if host.is_linux() else None
+    cgroups = probe_cgroups()
+    report = {
+        "bwrap": (
+            f"{binary.path} ({binary.source}; {host.bwrap_version(binary.path)})"
+            if binary is not None
+            else "not found"
+        ),
+        "user namespaces": host.userns_restriction() or "no restricting sysctl set",
+        "libseccomp": library_identity() or "not found in the usual library directories",
+    }
+    for field in ("limits.mem_bytes", "limits.pids", "limits.cpu_ms"):
+        report[field] = f"refused: {cgroups[field]}" if field in cgroups else "enforced (cgroup)"
+    report["jail"] = unavailable_reason(binary) or "runs (probe jail succeeded)"
+    return report
