@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from panday_core.lazy import lazy_getattr
+
 if TYPE_CHECKING:
     from panday_core.capabilities import (
         FieldSupport,
@@ -134,13 +136,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        msg = f"module 'panday_core' has no attribute {name!r}"
-        raise AttributeError(msg)
-    import importlib  # noqa: PLC0415 - part of the lazy-import mechanism
-
-    value: object = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from panday_core.lazy import lazy_getattr
+
 if TYPE_CHECKING:
     from panday_tier_linux.argv import JailSpec, build_argv
     from panday_tier_linux.capabilities import (
@@ -46,13 +48,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        msg = f"module 'panday_tier_linux' has no attribute {name!r}"
-        raise AttributeError(msg)
-    import importlib  # noqa: PLC0415 - part of the lazy-import mechanism
-
-    value: object = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())

@@ -20,7 +20,7 @@ import contextlib
 import os
 import signal
 import time
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Self, TypedDict
 
 from panday_core.capabilities import Refusal, check_policy
 from panday_core.errors import Internal, PolicyViolation, TierUnavailable
@@ -241,6 +241,41 @@ def _await_tmpfs(pid: int, size: int) -> int:
     raise Internal(f"the jail's /tmp did not appear within {_SETUP_TIMEOUT_S} s")
 
 
+class _StreamOptions(TypedDict):
+    stdin_data: bytes | None
+    output_cap: int | None
+    timeout_ms: int | None
+
+
+class _Command:
+    """One running command of a session, shared by the sync and async faces of `exec`."""
+
+    def __init__(
+        self,
+        session: LinuxSession,
+        proc: ChildProcess,
+        sup: JailSupervisor,
+        options: _StreamOptions,
+    ) -> None:
+        self.session = session
+        self.proc = proc
+        self.sup = sup
+        self.options = options
+        self.tail = bytearray()
+
+    def seen(self, event: ExecEvent) -> ExecEvent:
+        """Pass `event` on, keeping the end of stderr for a failed jail's message."""
+        if isinstance(event, OutputChunk) and event.stream == "stderr":
+            self.tail = (self.tail + event.data)[-_STDERR_TAIL:]
+        if isinstance(event, ExecExit):
+            _raise_setup_failure(event, self.sup, bytes(self.tail))
+        return event
+
+    def close(self) -> None:
+        self.session.forget(self.proc)
+        self.sup.close()
+
+
 class LinuxSession:
     """One session: a fixed jail that commands run in, one bwrap per command."""
 
@@ -266,6 +301,10 @@ class LinuxSession:
     @property
     def workspace(self) -> str:
         return self.spec.workspace
+
+    def forget(self, proc: ChildProcess) -> None:
+        """A command ended: `close` no longer needs to kill it."""
+        self._running.pop(proc.pid, None)
 
     # ------------------------------------------------------------------ exec
 
@@ -363,49 +402,33 @@ class LinuxSession:
         finally:
             os.close(block_w)
 
-    def exec(self, spec: ExecSpec) -> Generator[ExecEvent, None, None]:
-        """Run one command: output chunks as read, then one `ExecExit` (blocking)."""
+    def _start(self, spec: ExecSpec) -> _Command:
         proc, sup = self.launch(spec)
         self._running[proc.pid] = (proc, sup)
-        tail = bytearray()
+        options = _StreamOptions(
+            stdin_data=spec.stdin,
+            output_cap=self.policy.limits.output_bytes,
+            timeout_ms=self._timeout(spec),
+        )
+        return _Command(self, proc, sup, options)
+
+    def exec(self, spec: ExecSpec) -> Generator[ExecEvent, None, None]:
+        """Run one command: output chunks as read, then one `ExecExit` (blocking)."""
+        command = self._start(spec)
         try:
-            for event in stream(
-                proc,
-                sup,
-                stdin_data=spec.stdin,
-                output_cap=self.policy.limits.output_bytes,
-                timeout_ms=self._timeout(spec),
-            ):
-                if isinstance(event, OutputChunk) and event.stream == "stderr":
-                    tail = (tail + event.data)[-_STDERR_TAIL:]
-                if isinstance(event, ExecExit):
-                    _raise_setup_failure(event, sup, bytes(tail))
-                yield event
+            for event in stream(command.proc, command.sup, **command.options):
+                yield command.seen(event)
         finally:
-            self._running.pop(proc.pid, None)
-            sup.close()
+            command.close()
 
     async def aexec(self, spec: ExecSpec) -> AsyncIterator[ExecEvent]:
         """`exec` for asyncio (the spawn itself is synchronous and takes about a millisecond)."""
-        proc, sup = self.launch(spec)
-        self._running[proc.pid] = (proc, sup)
-        tail = bytearray()
+        command = self._start(spec)
         try:
-            async for event in astream(
-                proc,
-                sup,
-                stdin_data=spec.stdin,
-                output_cap=self.policy.limits.output_bytes,
-                timeout_ms=self._timeout(spec),
-            ):
-                if isinstance(event, OutputChunk) and event.stream == "stderr":
-                    tail = (tail + event.data)[-_STDERR_TAIL:]
-                if isinstance(event, ExecExit):
-                    _raise_setup_failure(event, sup, bytes(tail))
-                yield event
+            async for event in astream(command.proc, command.sup, **command.options):
+                yield command.seen(event)
         finally:
-            self._running.pop(proc.pid, None)
-            sup.close()
+            command.close()
 
     def run(
         self,
