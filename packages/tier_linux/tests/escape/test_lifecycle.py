@@ -33,7 +33,7 @@ def _daemon(beat: Path, then: str) -> list[str]:
     return ["/bin/sh", "-c", f"(setsid sh -c '{loop}' > /dev/null 2>&1 &) ; {started}; {then}"]
 
 
-def _still_beating(beat: Path, wait: float = 0.6) -> bool:
+def _still_beating(beat: Path, wait: float = 1.5) -> bool:
     before = beat.read_text() if beat.exists() else ""
     time.sleep(wait)
     after = beat.read_text() if beat.exists() else ""
