@@ -324,16 +324,23 @@ class LinuxSession:
         values = [v for v in (spec.timeout_ms, self.policy.limits.wall_clock_ms) if v is not None]
         return min(values) if values else None
 
+    def _exec_cgroup(self) -> ExecCgroup | None:
+        if self.cgroup is None:
+            return None
+        try:
+            return self.cgroup.new_exec(_cgroup_limits(self.policy))
+        except OSError as exc:
+            raise Internal(f"cannot create the command's cgroup: {exc}") from exc
+
     def launch(self, spec: ExecSpec) -> tuple[ChildProcess, JailSupervisor]:
         """Spawn the jail for `spec` with its ceilings in place (used by `exec`)."""
         if self.closed:
             raise Internal(f"session {self.id} is closed")
         cwd = self._cwd(spec.cwd)
-        limits = _cgroup_limits(self.policy)
-        exec_cgroup = self.cgroup.new_exec(limits) if self.cgroup is not None else None
+        exec_cgroup = self._exec_cgroup()
         block = exec_cgroup is not None or self.spec.tmp_bytes is not None
         fds: list[int] = []
-        block_w = -1
+        block_w = status_r = -1
         try:
             # Descriptors as the child sees them: 3 options, 4 seccomp, [5 block,] status.
             status_child = 6 if block else 5
@@ -359,8 +366,9 @@ class LinuxSession:
         except BaseException:
             if exec_cgroup is not None:
                 exec_cgroup.remove()
-            if block_w >= 0:
-                os.close(block_w)
+            for fd in (block_w, status_r):
+                if fd >= 0:
+                    os.close(fd)
             raise
         finally:
             for fd in fds:
