@@ -76,9 +76,10 @@ def test_reads_are_an_allowlist() -> None:
     assert "/" not in sources
     assert "/etc" not in sources
     assert pairs(args, "--bind") == ["/work/ws"]
-    assert pairs(args, "--symlink") == ["usr/bin", "usr/lib", "/usr/share/zoneinfo/UTC"]
+    assert pairs(args, "--symlink")[:3] == ["usr/bin", "usr/lib", "/usr/share/zoneinfo/UTC"]
     assert pairs(args, "--proc") == ["/proc"]
-    assert pairs(args, "--dev") == ["/dev"]
+    assert pairs(args, "--dev-bind") == ["/dev/null", "/dev/zero", "/dev/urandom"]
+    assert "--dev" not in args
     assert "/tmp" in pairs(args, "--tmpfs")
 
 
@@ -97,11 +98,13 @@ def test_staged_paths_are_read_only_and_nested_ones_mount_over_their_parent() ->
     assert ("--ro-bind", "/data") in binds
 
 
-def test_a_disk_ceiling_sizes_tmp_and_closes_dev() -> None:
+def test_a_disk_ceiling_sizes_tmp_which_is_also_dev_shm() -> None:
     args = argv(spec(tmp_bytes=65536, workspace_rw=False))
     i = args.index("--size")
     assert args[i + 1 : i + 4] == ["65536", "--tmpfs", "/tmp"]
-    assert args[args.index("--remount-ro") + 1] == "/dev"
+    assert pairs(args, "--tmpfs") == ["/tmp"]  # the only writable place but the workspace
+    j = args.index("/dev/shm")
+    assert args[j - 2 : j] == ["--symlink", "/tmp"]
     plain = argv()
     assert "--size" not in plain
 

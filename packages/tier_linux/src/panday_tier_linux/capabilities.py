@@ -88,9 +88,10 @@ GUARANTEES = (
         support=Support.STRICT,
     ),
     Guarantee(
-        name="Writes only to the workspace (when rw) and the jail's own tmpfs /tmp and /dev",
-        mechanism="--remount-ro / after the binds; staged paths read-only; under a disk "
-        "ceiling /dev is read-only too and /tmp is sized to it",
+        name="Writes only to the workspace (when rw) and the jail's own tmpfs /tmp",
+        mechanism="--remount-ro / after the binds; /proc read-only (no host-wide sysctl "
+        "writes, also for a root caller); staged paths read-only; /dev/shm is /tmp; under a "
+        "disk ceiling /tmp is sized to it",
         support=Support.STRICT,
     ),
     Guarantee(

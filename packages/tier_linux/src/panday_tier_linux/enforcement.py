@@ -74,17 +74,8 @@ class Enforcement(msgspec.Struct, frozen=True, kw_only=True):
         if self.seccomp_filters is not None and self.seccomp_filters < 1:
             out.append("no seccomp filter is installed")
         writable = [m for m in self.mounts if m.endswith(" rw")]
-        # The jail's own file systems: its tmpfs /tmp and /dev, its procfs (whose /proc/sys
-        # bwrap binds read-only), device nodes and devpts.
-        allowed_rw = {"/tmp", "/dev", "/dev/shm", "/dev/pts", "/proc"}  # noqa: S108 - the jail's own
-        allowed_rw |= {
-            "/dev/null",
-            "/dev/zero",
-            "/dev/full",
-            "/dev/random",
-            "/dev/urandom",
-            "/dev/tty",
-        }
+        # The jail's own tmpfs /tmp and the three device nodes.
+        allowed_rw = {"/tmp", "/dev/null", "/dev/zero", "/dev/urandom"}  # noqa: S108 - the jail's own
         out += [f"{m.split()[0]} is writable" for m in writable if m.split()[0] not in allowed_rw]
         return out
 

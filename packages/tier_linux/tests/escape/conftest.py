@@ -287,18 +287,14 @@ class Escape:
     def granted(self, code: str, **options: Unpack[PolicyOptions]) -> Outcome:
         """The jail with the walls an operation needs removed: capabilities kept, no
         seccomp filter, and the command left in the user namespace that owns the jail's
-        mount and network namespaces (bwrap otherwise nests one more user namespace below
-        it: for --disable-userns, and as an unprivileged caller for mounting devpts under
-        --dev; from there, even capabilities reach none of the jail's mounts or sockets).
+        mount and network namespaces (--disable-userns nests one more user namespace below
+        it, from which even capabilities reach none of the jail's mounts or sockets).
         What the probe could do if exactly those walls were missing: the positive control
         for operations the host refuses to an unprivileged user."""
 
         def edit(args: list[str]) -> list[str]:
             args = remove_option(remove_option(args, "--cap-drop", 1), "--disable-userns", 0)
-            i = args.index("--dev")
-            devices = ["--tmpfs", "/dev", "--dev-bind", "/dev/null", "/dev/null"]
-            devices += ["--dev-bind", "/dev/urandom", "/dev/urandom"]
-            return [*args[:i], *devices, *args[i + 2 :], "--cap-add", "ALL"]
+            return [*args, "--cap-add", "ALL"]
 
         return self.edited_run(
             self.py(code),

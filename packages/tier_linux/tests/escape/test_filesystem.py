@@ -268,3 +268,43 @@ ok("rewrote the cached filter")
     cached.write_bytes(before)
     esc.must_block(esc.inside(code, workspace=home))
     assert cached.read_bytes() == before
+
+
+def test_proc_is_read_only(esc: Escape) -> None:
+    # A process may rename itself through /proc/self/comm anywhere: a writable /proc.
+    esc.control(esc.outside(_COMM))
+    esc.control(esc.without(_COMM, "--remount-ro", "/proc"))
+    esc.must_block(esc.inside(_COMM))
+
+
+def test_host_wide_sysctls_cannot_be_written(esc: Escape) -> None:
+    # A root caller's jail is the host's uid 0 without capabilities, and procfs checks a
+    # sysctl write against the uid alone: core_pattern would run a program as host root.
+    # The probe writes a harmless sysctl's current value back.
+    code = """
+path = "/proc/sys/kernel/printk_ratelimit_burst"
+try:
+    value = open(path).read()
+    with open(path, "w") as fh:
+        fh.write(value)
+except OSError as exc:
+    blocked(err(exc))
+ok("wrote " + path)
+"""
+    if esc.root:
+        esc.control(esc.outside(code))
+    else:
+        # An unprivileged caller may not write it anywhere; the wall that matters for it is
+        # the same read-only /proc, shown writable without it by the jail minus the remount.
+        esc.control(esc.without(_COMM, "--remount-ro", "/proc"))
+    esc.must_block(esc.inside(code))
+
+
+_COMM = """
+try:
+    with open("/proc/self/comm", "w") as fh:
+        fh.write("renamed")
+except OSError as exc:
+    blocked(err(exc))
+ok("wrote /proc/self/comm")
+"""

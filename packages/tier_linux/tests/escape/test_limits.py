@@ -124,13 +124,18 @@ def test_filling_the_disk_hits_the_disk_ceiling(esc: Escape) -> None:
     assert result.breach is not None, result
     assert result.breach.kind is LimitKind.DISK
     esc.held()
-    # /dev (with /dev/shm) is read-only under a disk ceiling: no second place to fill.
+    # /dev/shm is /tmp: not a second place to fill.
     shm = esc.run(
-        ["/bin/sh", "-c", "head -c 4096 /dev/zero > /dev/shm/x && echo wrote"],
+        ["/bin/sh", "-c", "head -c 8000000 /dev/zero > /dev/shm/x && echo filled"],
         access="ro",
         disk_bytes=1 << 20,
     )
-    assert b"wrote" not in shm.stdout
+    assert b"filled" not in shm.stdout
+    assert shm.breach is not None
+    assert shm.breach.kind is LimitKind.DISK
+    for where in ("/dev/planted", "/planted"):
+        other = esc.run(["/bin/sh", "-c", f"echo x > {where} && echo wrote"], access="ro")
+        assert b"wrote" not in other.stdout
 
 
 def test_a_disk_ceiling_with_a_writable_workspace_is_refused(esc: Escape) -> None:
