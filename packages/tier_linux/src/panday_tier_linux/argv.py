@@ -12,9 +12,9 @@ What every jail gets, unconditionally (no code path omits any of these):
   inject keystrokes into), ``--cap-drop ALL`` (also when the caller is root, whom bwrap
   would otherwise leave every capability inside the namespace);
 * a read-only root holding only /usr, the top-level links into it, an allowlist of /etc,
-  a fresh /proc for the new pid namespace, a minimal /dev of the jail's own (device nodes
-  bound from the host, /dev/shm on its tmpfs), a private /tmp, the workspace (rw or ro)
-  and the staged paths (ro). Nothing else of the host exists inside;
+  a fresh, read-only /proc for the new pid namespace, a minimal /dev (null, zero,
+  urandom; /dev/shm is /tmp), a private /tmp, the workspace (rw or ro) and the staged
+  paths (ro). Nothing else of the host exists inside;
 * an environment built from nothing: a fixed small set plus the policy's ``env``.
 """
 
@@ -37,6 +37,23 @@ NAMESPACES = (
 )
 PROCESS = ("--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL")
 HOSTNAME = "panday"
+
+# /dev is a directory of the read-only root holding three device nodes and links, not
+# bwrap's --dev (a tmpfs, six device binds and a devpts instance): every mount costs
+# start-up time, and inside a new session with no controlling terminal /dev/tty and
+# pseudo-terminals have no use. /dev/shm points to /tmp, so POSIX shared memory works and
+# counts against the one disk ceiling.
+DEVICES = (
+    *("--dev-bind", "/dev/null", "/dev/null"),
+    *("--dev-bind", "/dev/zero", "/dev/zero"),
+    *("--dev-bind", "/dev/urandom", "/dev/urandom"),
+    *("--symlink", "urandom", "/dev/random"),
+    *("--symlink", "/proc/self/fd", "/dev/fd"),
+    *("--symlink", "/proc/self/fd/0", "/dev/stdin"),
+    *("--symlink", "/proc/self/fd/1", "/dev/stdout"),
+    *("--symlink", "/proc/self/fd/2", "/dev/stderr"),
+    *("--symlink", "/tmp", "/dev/shm"),  # noqa: S108 - the jail's own /tmp and /dev/shm
+)
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 
 
@@ -72,7 +89,7 @@ class JailSpec:
         self.staged = tuple(staged)
         self.env = dict(env or {})
         self.tmp_bytes = tmp_bytes
-        """Size of /tmp when the disk is limited; /dev/shm is then not writable at all."""
+        """Size of /tmp (which /dev/shm points to) when the disk is limited."""
         self.etc_view = etc_view
         """A directory holding copies of the /etc allowlist (one mount instead of many)."""
         self.protect = tuple(protect)
@@ -104,11 +121,12 @@ def filesystem_args(spec: JailSpec) -> list[str]:
         for name, kind, target in spec.layout.etc:
             path = f"/etc/{name}"
             args += ["--symlink", target, path] if kind == "link" else ["--ro-bind", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev"]
+    # /proc read-only: a root caller's jail runs as the host's uid 0 (without capabilities),
+    # and procfs checks sysctl writes against that uid alone, so a writable /proc would let
+    # it rewrite host-wide settings such as kernel.core_pattern.
+    args += ["--proc", "/proc", "--remount-ro", "/proc", *DEVICES]
     if spec.tmp_bytes is not None:
-        # /dev (with /dev/shm) is the jail's own tmpfs; under a disk ceiling it becomes
-        # read-only so that /tmp, sized to the ceiling, is the only writable place.
-        args += ["--remount-ro", "/dev", "--size", str(spec.tmp_bytes)]
+        args += ["--size", str(spec.tmp_bytes)]
     args += ["--tmpfs", "/tmp"]  # noqa: S108 - the jail's own private /tmp
     # Shallower paths first, so a staged path inside the workspace (or the other way
     # round) is mounted over its parent rather than hidden by it.
