@@ -1,0 +1,220 @@
+"""Apply the licence policy (tools/licenses.toml) to every component of the SBOMs.
+
+Each component's declared licences become one SPDX expression (several declared entries all
+apply, so they are joined with AND), parsed by the `license-expression` library against the
+SPDX licence list. Then: `A OR B` is allowed when either side is; `A AND B` only when both
+are; `X WITH exception` only when that exact pairing is on the allowlist. A component with no
+licence, or with one that is not a known SPDX identifier, fails — unless tools/licenses.toml
+holds an exception for that package and that exact expression, with a reason.
+
+Trove classifiers (`License :: OSI Approved :: ...`) that cyclonedx-py copies next to an
+SPDX identifier only restate it, less precisely; they are ignored when an SPDX identifier or
+expression is present, and count as unknown when they are all a component has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+from license_expression import (
+    AND,
+    OR,
+    BaseSymbol,
+    ExpressionError,
+    LicenseSymbol,
+    LicenseWithExceptionSymbol,
+    Licensing,
+    RenderableFunction,
+    get_spdx_licensing,
+)
+
+from gatelib import REPO, GateError, canonical, die
+
+POLICY = REPO / "tools" / "licenses.toml"
+
+
+class _Exception(msgspec.Struct, forbid_unknown_fields=True):
+    package: str
+    expression: str  # exactly the expression this acceptance covers
+    reason: str
+
+
+class Policy(msgspec.Struct, forbid_unknown_fields=True):
+    allow: list[str]
+    exception: list[_Exception] = []
+
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    name: str
+    version: str
+    expression: str | None  # None: no usable licence declared
+    sources: tuple[str, ...]  # SBOM files it appears in
+
+
+def load_policy(path: Path) -> Policy:
+    try:
+        policy = msgspec.convert(tomllib.loads(path.read_text(encoding="utf-8")), Policy)
+    except (OSError, tomllib.TOMLDecodeError, msgspec.ValidationError) as exc:
+        raise GateError(f"{path}: {exc}") from exc
+    if not policy.allow:
+        raise GateError(f"{path}: the allowlist is empty")
+    return policy
+
+
+def declared_expression(licenses: list[dict[str, dict[str, str] | str]]) -> str | None:
+    """One SPDX expression for a CycloneDX `licenses` array, or None when it has none."""
+    spdx: list[str] = []
+    other: list[str] = []
+    for entry in licenses:
+        expression = entry.get("expression")
+        licence = entry.get("license")
+        if isinstance(expression, str):
+            spdx.append(expression)
+        elif isinstance(licence, dict) and licence.get("id"):
+            spdx.append(licence["id"])
+        elif isinstance(licence, dict) and licence.get("name"):
+            other.append(licence["name"])
+    other = [n for n in other if not (spdx and n.startswith("License :: "))]
+    parts = spdx + [f"LicenseRef-unknown({n})" for n in other]
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    return " AND ".join(f"({p})" for p in parts)
+
+
+def collect(sbom_files: list[Path]) -> list[Component]:
+    found: dict[tuple[str, str], tuple[str | None, list[str]]] = {}
+    for path in sbom_files:
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise GateError(f"cannot read SBOM {path}: {exc}") from exc
+        entries = [doc.get("metadata", {}).get("component"), *doc.get("components", [])]
+        for comp in entries:
+            if not comp:
+                continue
+            key = (canonical(comp["name"]), str(comp.get("version", "")))
+            expression = declared_expression(comp.get("licenses", []))
+            found.setdefault(key, (expression, []))[1].append(path.name)
+    return [
+        Component(name, version, expr, tuple(sources))
+        for (name, version), (expr, sources) in sorted(found.items())
+    ]
+
+
+def allowed(node: RenderableFunction | BaseSymbol, allow: set[str]) -> bool:
+    """SPDX semantics: OR needs any side allowed, AND needs every side allowed."""
+    if isinstance(node, OR):
+        return any(allowed(arg, allow) for arg in node.args)
+    if isinstance(node, AND):
+        return all(allowed(arg, allow) for arg in node.args)
+    if isinstance(node, LicenseWithExceptionSymbol):
+        return f"{node.license_symbol.key} WITH {node.exception_symbol.key}" in allow
+    if isinstance(node, LicenseSymbol):
+        return node.key in allow
+    return False
+
+
+def verdict(expression: str | None, allow: set[str], licensing: Licensing) -> str | None:
+    """None when allowed; otherwise why not, in a few words."""
+    if expression is None:
+        return "no licence declared"
+    try:
+        parsed = licensing.parse(expression, validate=True, strict=True)
+    except ExpressionError as exc:
+        return f"not a known SPDX expression ({exc})"
+    if parsed is None:
+        return "empty licence expression"
+    if not allowed(parsed, allow):
+        return f"{parsed.render()} is not allowed by the policy"
+    return None
+
+
+def check(components: list[Component], policy: Policy) -> tuple[list[str], list[str]]:
+    """(failures, notes) for the components under the policy."""
+    licensing = get_spdx_licensing()
+    allow: set[str] = set()
+    for item in policy.allow:
+        parsed = licensing.parse(item, validate=True, strict=True)
+        if not isinstance(parsed, LicenseSymbol | LicenseWithExceptionSymbol):
+            raise GateError(
+                f"allowlist entry {item!r} must be one licence id (or id WITH exception)"
+            )
+        allow.add(parsed.render())
+    failures: list[str] = []
+    notes: list[str] = []
+    used: set[tuple[str, str]] = set()
+    for comp in components:
+        reason = verdict(comp.expression, allow, licensing)
+        if reason is None:
+            continue
+        accepted = next(
+            (
+                e
+                for e in policy.exception
+                if canonical(e.package) == comp.name and e.expression == comp.expression
+            ),
+            None,
+        )
+        if accepted is not None:
+            used.add((canonical(accepted.package), accepted.expression))
+            notes.append(
+                f"accepted {comp.name} {comp.version} ({comp.expression}): {accepted.reason}"
+            )
+            continue
+        failures.append(f"{comp.name} {comp.version}: {reason} (in {', '.join(comp.sources)})")
+    notes.extend(
+        f"unused exception for {e.package} ({e.expression}): no component needs it; remove it"
+        for e in policy.exception
+        if (canonical(e.package), e.expression) not in used
+    )
+    return failures, notes
+
+
+def _components(files: list[Path]) -> list[Component]:
+    if not files:
+        raise GateError("no SBOM to check (run `nox -s sbom` first)")
+    components = collect(files)
+    if not components:
+        raise GateError(f"the SBOMs list no components: {', '.join(map(str, files))}")
+    return components
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "sboms", nargs="*", type=Path, help="CycloneDX JSON files (default: dist/sbom/*.cdx.json)"
+    )
+    parser.add_argument("--policy", type=Path, default=POLICY)
+    args = parser.parse_args(argv)
+    files: list[Path] = args.sboms or sorted((REPO / "dist" / "sbom").glob("*.cdx.json"))
+    try:
+        components = _components(files)
+        failures, notes = check(components, load_policy(args.policy))
+    except GateError as exc:
+        die("licenses", str(exc))
+    for note in notes:
+        print(f"licenses: {note}")
+    expressions = {c.expression for c in components}
+    if failures:
+        for failure in failures:
+            print(f"  {failure}")
+        die("licenses", f"{len(failures)} of {len(components)} components break the licence policy")
+    print(
+        f"licenses: {len(components)} components from {len(files)} SBOMs checked, "
+        f"{len(expressions)} distinct licence expressions, all allowed"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
