@@ -54,12 +54,22 @@ def workspace_members(root: Path = REPO) -> list[Member]:
 
 
 def run(argv: Sequence[str], *, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
-    """Run a command, return its stdout; on failure raise GateError carrying its stderr."""
+    """Run a command and return its stdout.
+
+    On failure its whole output goes to stderr (the findings are the useful part) and a
+    GateError names the command and its last line.
+    """
     proc = subprocess.run(list(argv), cwd=cwd, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip().splitlines()
-        tail = " | ".join(detail[-5:]) if detail else "no output"
-        raise GateError(f"`{' '.join(argv)}` exited {proc.returncode}: {tail}")
+        sys.stderr.write(proc.stdout + proc.stderr)
+        lines = [
+            line.strip()
+            for line in (proc.stdout + "\n" + proc.stderr).splitlines()
+            if line.strip() and "INFO" not in line[:12]  # skip tools' progress logging
+        ]
+        last = lines[-1] if lines else "no output"
+        command = " ".join([Path(argv[0]).name, *argv[1:3]])
+        raise GateError(f"`{command} ...` exited {proc.returncode}: {last}")
     return proc.stdout
 
 

@@ -38,7 +38,7 @@ from gatelib import REPO, GateError, canonical, die
 POLICY = REPO / "tools" / "licenses.toml"
 
 
-class _Exception(msgspec.Struct, forbid_unknown_fields=True):
+class Accepted(msgspec.Struct, forbid_unknown_fields=True):
     package: str
     expression: str  # exactly the expression this acceptance covers
     reason: str
@@ -46,7 +46,7 @@ class _Exception(msgspec.Struct, forbid_unknown_fields=True):
 
 class Policy(msgspec.Struct, forbid_unknown_fields=True):
     allow: list[str]
-    exception: list[_Exception] = []
+    exception: list[Accepted] = []
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,19 +67,33 @@ def load_policy(path: Path) -> Policy:
     return policy
 
 
-def declared_expression(licenses: list[dict[str, dict[str, str] | str]]) -> str | None:
+class _Licence(msgspec.Struct):
+    id: str | None = None
+    name: str | None = None
+
+
+class _LicenceChoice(msgspec.Struct):
+    """One entry of a CycloneDX `licenses` array: a licence, or an SPDX expression."""
+
+    license: _Licence | None = None
+    expression: str | None = None
+
+
+def declared_expression(licenses: object) -> str | None:
     """One SPDX expression for a CycloneDX `licenses` array, or None when it has none."""
+    try:
+        entries = msgspec.convert(licenses, list[_LicenceChoice])
+    except msgspec.ValidationError as exc:
+        raise GateError(f"unreadable licences {licenses!r}: {exc}") from exc
     spdx: list[str] = []
     other: list[str] = []
-    for entry in licenses:
-        expression = entry.get("expression")
-        licence = entry.get("license")
-        if isinstance(expression, str):
-            spdx.append(expression)
-        elif isinstance(licence, dict) and licence.get("id"):
-            spdx.append(licence["id"])
-        elif isinstance(licence, dict) and licence.get("name"):
-            other.append(licence["name"])
+    for entry in entries:
+        if entry.expression:
+            spdx.append(entry.expression)
+        elif entry.license and entry.license.id:
+            spdx.append(entry.license.id)
+        elif entry.license and entry.license.name:
+            other.append(entry.license.name)
     other = [n for n in other if not (spdx and n.startswith("License :: "))]
     parts = spdx + [f"LicenseRef-unknown({n})" for n in other]
     if not parts:
@@ -195,8 +209,10 @@ def main(argv: list[str] | None = None) -> int:
         "sboms", nargs="*", type=Path, help="CycloneDX JSON files (default: dist/sbom/*.cdx.json)"
     )
     parser.add_argument("--policy", type=Path, default=POLICY)
+    parser.add_argument("--dir", type=Path, default=REPO / "dist" / "sbom", help="where SBOMs are")
     args = parser.parse_args(argv)
-    files: list[Path] = args.sboms or sorted((REPO / "dist" / "sbom").glob("*.cdx.json"))
+    sbom_dir: Path = args.dir
+    files: list[Path] = args.sboms or sorted(sbom_dir.glob("*.cdx.json"))
     try:
         components = _components(files)
         failures, notes = check(components, load_policy(args.policy))

@@ -59,7 +59,7 @@ class _Affected(msgspec.Struct):
     versions: list[str] = []
 
 
-class _Advisory(msgspec.Struct):
+class Advisory(msgspec.Struct):
     id: str
     modified: str
     affected: list[_Affected] = []
@@ -86,7 +86,7 @@ class _Batch(msgspec.Struct):
 class Record:
     """One advisory: its parsed form for matching and its OSV JSON for answering."""
 
-    advisory: _Advisory
+    advisory: Advisory
     json: dict[str, object]
 
 
@@ -122,7 +122,7 @@ def _in_range(version: Version, events: list[_Event]) -> bool:
     return affected
 
 
-def affects(advisory: _Advisory, package: str, version: str) -> bool:
+def affects(advisory: Advisory, package: str, version: str) -> bool:
     """True when `advisory` lists `package` at `version` as affected (PyPI ecosystem)."""
     if advisory.withdrawn is not None:
         return False
@@ -198,7 +198,7 @@ class AdvisoryDB:
             # Round-trip through JSON: YAML may carry dates as datetime objects, while the
             # OSV API (and pip-audit) speaks RFC 3339 strings.
             as_json = msgspec.json.encode(raw)
-            advisory = msgspec.json.decode(as_json, type=_Advisory)
+            advisory = msgspec.json.decode(as_json, type=Advisory)
             document: dict[str, object] = msgspec.json.decode(as_json, type=dict[str, object])
         except (OSError, msgspec.MsgspecError) as exc:
             raise GateError(f"cannot read advisory {path}: {exc}") from exc

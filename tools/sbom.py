@@ -169,7 +169,7 @@ def generate(where: Path, *, check: bool = True) -> dict[str, tuple[str, int]]:
     return result
 
 
-def _same(first: dict[str, tuple[str, int]], second: dict[str, tuple[str, int]]) -> None:
+def require_same(first: dict[str, tuple[str, int]], second: dict[str, tuple[str, int]]) -> None:
     differ = sorted(n for n in first.keys() | second.keys() if first.get(n) != second.get(n))
     if differ:
         raise GateError(
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.check_reproducible:
             with tempfile.TemporaryDirectory(prefix="panday-sbom-second-run-") as second:
                 again = generate(Path(second), check=False)  # compared byte for byte below
-            _same(sboms, again)
+            require_same(sboms, again)
     except GateError as exc:
         die("sbom", str(exc))
     out.mkdir(parents=True, exist_ok=True)
