@@ -1,8 +1,8 @@
 """The gates: `uv run nox` runs every gate that applies to this host; `nox --list` shows them.
 
-Every session installs exactly what uv.lock pins (`uv sync --locked` into the session's
-own environment), never floating versions, and prints what it checked. A gate that finds
-nothing to check fails: no files, no tests, no SBOM components, no workflows.
+Every session runs tools installed exactly as uv.lock pins them (`uv sync --locked`), never
+floating versions, and prints what it checked. A gate that finds nothing to check fails:
+no files, no tests, no schemas, no SBOM components, no workflows.
 
 Tags: `static` sessions run once per change (CI runs them on ubuntu); `matrix` sessions run
 on every OS x Python pair in CI (`nox --tags matrix`). Slow or optional sessions are
@@ -31,31 +31,50 @@ REPO = Path(__file__).resolve().parent
 TOOLS = REPO / "tools"
 
 
+# The static gates share one environment (every tool of the `dev` group, every workspace
+# package), synced once from uv.lock and re-synced as a no-op by each gate after the first:
+# building, syncing and byte-compiling a separate copy per gate would cost more than most
+# gates do. `tests` keeps a nox environment of its own, because CI runs it per Python.
+SHARED_ENV = REPO / ".nox" / "_static"
+
+
 def _venv(session: nox.Session) -> Path:
     return Path(session.virtualenv.location)
 
 
-def _sync(session: nox.Session, *groups: str, project: bool = True) -> None:
-    """Install the locked versions of `groups` (and the workspace packages) into the session."""
-    argv = ["uv", "sync", "--locked", "--no-default-groups", "--compile-bytecode"]
-    if project:
-        argv += ["--all-packages", *(f"--group={g}" for g in groups)]
-    else:
-        argv += [*(f"--only-group={g}" for g in groups)]
+def _uv_sync(session: nox.Session, env_dir: Path, python: str, *groups: str) -> None:
+    """Install exactly what uv.lock pins for `groups` and all workspace packages."""
     session.run_install(
-        *argv, env={"UV_PROJECT_ENVIRONMENT": str(_venv(session))}, external=True, silent=True
-    )
+        "uv", "sync", "--locked", "--no-default-groups", "--compile-bytecode", "--all-packages",
+        "--python", python, *(f"--group={g}" for g in groups),
+        env={"UV_PROJECT_ENVIRONMENT": str(env_dir)},
+        external=True,
+        silent=True,
+    )  # fmt: skip
+
+
+def _shared(session: nox.Session) -> Path:
+    """Sync the shared static environment; return its bin directory."""
+    _uv_sync(session, SHARED_ENV, sys.executable, "dev")
+    return SHARED_ENV / "bin"
 
 
 def _tool(session: nox.Session, script: str, *args: str) -> None:
-    session.run("python", str(TOOLS / script), *args)
+    """Run a gate script from tools/ with the shared environment's Python (and its PATH)."""
+    bin_dir = _shared(session)
+    path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    session.run(
+        str(bin_dir / "python"), str(TOOLS / script), *args,
+        env={"PATH": path, "VIRTUAL_ENV": str(SHARED_ENV)},
+        external=True,
+    )  # fmt: skip
 
 
-@nox.session(tags=["static"])
+@nox.session(venv_backend="none", tags=["static"])
 def fmt(session: nox.Session) -> None:
     """ruff format --check over the whole repository."""
-    _sync(session, "lint", project=False)
-    out = session.run("ruff", "format", "--check", "--diff", ".", silent=True) or ""
+    ruff = str(_shared(session) / "ruff")
+    out = session.run(ruff, "format", "--check", "--diff", ".", silent=True, external=True) or ""
     counts = re.findall(r"(\d+) files? (?:already formatted|would be reformatted)", str(out))
     total = sum(int(n) for n in counts)
     if total == 0:
@@ -63,26 +82,26 @@ def fmt(session: nox.Session) -> None:
     print(f"fmt: {total} Python files checked, all formatted")
 
 
-@nox.session(tags=["static"])
+@nox.session(venv_backend="none", tags=["static"])
 def lint(session: nox.Session) -> None:
     """ruff check with every rule selected (config: pyproject.toml); any finding fails."""
-    _sync(session, "lint", project=False)
-    files = str(session.run("ruff", "check", "--show-files", ".", silent=True) or "").split()
+    ruff = str(_shared(session) / "ruff")
+    files = str(session.run(ruff, "check", "--show-files", ".", silent=True, external=True)).split()
     count = sum(1 for f in files if f.endswith((".py", ".pyi")))
     if count == 0:
         session.error("ruff found no files to lint")
-    session.run("ruff", "check", "--no-fix", ".")
+    session.run(ruff, "check", "--no-fix", ".", external=True)
     print(f"lint: {count} Python files checked, 0 findings")
 
 
-@nox.session(tags=["static"])
+@nox.session(venv_backend="none", tags=["static"])
 def typecheck(session: nox.Session) -> None:
     """pyright, strict, over packages (with their tests), tools/ and this noxfile."""
-    _sync(session, "dev")
-    python = _venv(session) / "bin" / "python"
+    bin_dir = _shared(session)
     out = session.run(
-        "pyright", "--outputjson", "--pythonpath", str(python), silent=True, success_codes=[0, 1]
-    )
+        str(bin_dir / "pyright"), "--outputjson", "--pythonpath", str(bin_dir / "python"),
+        silent=True, success_codes=[0, 1], external=True,
+    )  # fmt: skip
     import json  # noqa: PLC0415 - only this session parses JSON here
 
     report = json.loads(str(out))
@@ -107,10 +126,11 @@ def tests(session: nox.Session) -> None:
     The escape suites (packages/*/tests/escape) are left to the `escape` session. Tests for
     another OS are skipped with a visible reason by the tests themselves; `-ra` lists them.
     """
-    _sync(session, "test", "supply-chain")
+    venv = _venv(session)
+    _uv_sync(session, venv, str(venv / "bin" / "python"), "test", "supply-chain")
     dirs = [str(p.relative_to(REPO)) for p in sorted(REPO.glob("packages/*/tests"))]
     dirs.append(str((TOOLS / "tests").relative_to(REPO)))
-    junit = _venv(session) / "junit.xml"
+    junit = venv / "junit.xml"
     session.run(
         "pytest",
         *dirs,
@@ -136,10 +156,9 @@ def tests(session: nox.Session) -> None:
     )
 
 
-@nox.session(tags=["static"])
+@nox.session(venv_backend="none", tags=["static"])
 def schemas(session: nox.Session) -> None:
     """The committed JSON Schemas in schemas/ match what the code generates."""
-    _sync(session)
     _tool(session, "schemas.py")
 
 
@@ -153,39 +172,34 @@ def lock(session: nox.Session) -> None:
     print(f"lock: uv.lock is current; it pins {len(packages)} packages")
 
 
-@nox.session(tags=["static"])
+@nox.session(venv_backend="none", tags=["static"])
 def sbom(session: nox.Session) -> None:
     """CycloneDX 1.6 SBOMs per package and for the workspace, validated and reproducible."""
-    _sync(session, "supply-chain")
     _tool(session, "sbom.py", "--check-reproducible")
 
 
-@nox.session(tags=["static"])
+@nox.session(venv_backend="none", tags=["static"])
 def audit(session: nox.Session) -> None:
     """pip-audit, strict, over every locked pin; offline when PANDAY_ADVISORY_DB is set."""
-    _sync(session, "supply-chain")
     db = os.environ.get("PANDAY_ADVISORY_DB")
     if db:
         print(f"audit: PANDAY_ADVISORY_DB={db}: auditing against that offline snapshot")
     _tool(session, "audit.py")
 
 
-@nox.session(tags=["static"], requires=["sbom"])
+@nox.session(venv_backend="none", tags=["static"], requires=["sbom"])
 def licenses(session: nox.Session) -> None:
     """The licence policy (tools/licenses.toml) over every SBOM component."""
-    _sync(session, "supply-chain")
     _tool(session, "licenses.py")
 
 
-@nox.session(tags=["static"])
+@nox.session(venv_backend="none", tags=["static"])
 def actions(session: nox.Session) -> None:
     """GitHub workflows: schema-valid and clean under zizmor's strictest persona (offline)."""
-    _sync(session, "supply-chain")
     _tool(session, "workflows.py")
 
 
-@nox.session(tags=["static"])
+@nox.session(venv_backend="none", tags=["static"])
 def build(session: nox.Session) -> None:
     """sdists and wheels for every package; metadata checked; wheels run from outside the tree."""
-    _sync(session, "supply-chain")
     _tool(session, "artifacts.py")

@@ -345,7 +345,7 @@ def _audit(args: argparse.Namespace) -> int:
         print(
             f"audit: excluded {len(excluded)} workspace packages ({', '.join(excluded)}): built "
             "from this repository and not published on PyPI, so no advisory database can know "
-            "them; their locked dependencies are audited above"
+            "them; their locked dependencies are all audited"
         )
     names = len({p.name for p in pins})
     print(
