@@ -110,21 +110,21 @@ class _Answer(msgspec.Struct):
     vulns: list[_Id] = []
 
 
-class _Vuln(msgspec.Struct):
+class Vuln(msgspec.Struct):
     id: str
     fix_versions: list[str] = []
     aliases: list[str] = []
 
 
-class _Dep(msgspec.Struct):
+class Dep(msgspec.Struct):
     name: str
     version: str | None = None
-    vulns: list[_Vuln] = []
+    vulns: list[Vuln] = []
     skip_reason: str | None = None
 
 
 class _Report(msgspec.Struct):
-    dependencies: list[_Dep]
+    dependencies: list[Dep]
 
 
 def ask(url: str, name: str, version: str, timeout: float) -> list[str]:
@@ -174,7 +174,7 @@ def batches(pins: list[Pin]) -> list[list[Pin]]:
     return out
 
 
-def pip_audit(pins: list[Pin], url: str, timeout: float, workdir: Path) -> list[_Dep]:
+def pip_audit(pins: list[Pin], url: str, timeout: float, workdir: Path) -> list[Dep]:
     """Run pip-audit over one batch of distinct pins; return its per-dependency report."""
     requirements = workdir / "requirements.txt"
     requirements.write_text("".join(f"{p.name}=={p.version}\n" for p in pins), encoding="utf-8")
@@ -216,7 +216,7 @@ class Finding:
     fixes: tuple[str, ...]
 
 
-def findings_of(pins: list[Pin], deps: list[_Dep]) -> list[Finding]:
+def findings_of(pins: list[Pin], deps: list[Dep]) -> list[Finding]:
     """Check every pin came back audited; return the advisories reported."""
     seen = {(canonical(d.name), d.version): d for d in deps}
     missing = [f"{p.name}=={p.version}" for p in pins if (p.name, p.version) not in seen]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 import audit
-from gatelib import canonical, workspace_members
+from gatelib import GateError, canonical, workspace_members
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator
@@ -215,3 +215,14 @@ def test_batches_never_name_a_package_twice() -> None:
     assert len(flat) == len(set(flat)) == len(set(pins))
     for batch in batches:
         assert len({p.name for p in batch}) == len(batch)
+
+
+def test_a_pin_missing_from_the_report_or_skipped_fails() -> None:
+    pins = [audit.Pin("requests", "2.32.3"), audit.Pin("idna", "3.7")]
+    both = [audit.Dep("requests", "2.32.3"), audit.Dep("idna", "3.7")]
+    assert audit.findings_of(pins, both) == []  # control: a complete report passes
+    with pytest.raises(GateError, match=r"idna==3\.7"):
+        audit.findings_of(pins, both[:1])
+    skipped = [both[0], audit.Dep("idna", "3.7", skip_reason="could not be audited")]
+    with pytest.raises(GateError, match="could not be audited"):
+        audit.findings_of(pins, skipped)
