@@ -22,55 +22,45 @@ from gatelib import GateError, canonical, workspace_members
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator
 
+    from conftest import RunGate
+
 FIXTURE_DB = Path(__file__).parent / "fixtures" / "advisories"
 VULNERABLE = "requests==2.19.0\n"
 FIXED = "requests==2.32.3\n"
 
 
-def _audit(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, requirements: str, *args: str
-) -> tuple[int, str]:
+def _audit(run_gate: RunGate, tmp_path: Path, requirements: str, *args: str) -> tuple[int, str]:
     req = tmp_path / "requirements.txt"
     req.write_text(requirements, encoding="utf-8")
     exceptions = tmp_path / "exceptions.toml"
     if not exceptions.exists():
         exceptions.write_text("", encoding="utf-8")
-    try:
-        code = audit.main(
-            ["-r", str(req), "--exceptions", str(exceptions), "--timeout", "5", *args]
-        )
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
+    argv = ["-r", str(req), "--exceptions", str(exceptions), "--timeout", "5", *args]
+    return run_gate(audit.main, argv)
 
 
-def test_vulnerable_pin_turns_the_gate_red_offline(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    code, out = _audit(capsys, tmp_path, FIXED, "--advisory-db", str(FIXTURE_DB))
+def test_vulnerable_pin_turns_the_gate_red_offline(run_gate: RunGate, tmp_path: Path) -> None:
+    code, out = _audit(run_gate, tmp_path, FIXED, "--advisory-db", str(FIXTURE_DB))
     if code != 0:
         pytest.fail(f"inconclusive: control failed, a fixed requests did not pass:\n{out}")
     assert "offline snapshot" in out
     assert "taken 2024-01-01" in out
-    code, out = _audit(capsys, tmp_path, VULNERABLE, "--advisory-db", str(FIXTURE_DB))
+    code, out = _audit(run_gate, tmp_path, VULNERABLE, "--advisory-db", str(FIXTURE_DB))
     assert code == 1
     assert "requests==2.19.0: PANDAY-TEST-2018-1" in out
     assert "fixed in 2.20.0" in out
 
 
-def test_vulnerable_pin_is_red_against_the_real_snapshot(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_vulnerable_pin_is_red_against_the_real_snapshot(run_gate: RunGate, tmp_path: Path) -> None:
     db = os.environ.get("PANDAY_ADVISORY_DB")
     if not db:
         pytest.skip(
             "PANDAY_ADVISORY_DB is not set (.ci/run sets it); the fixture test covers the logic"
         )
-    code, out = _audit(capsys, tmp_path, FIXED, "--advisory-db", db)
+    code, out = _audit(run_gate, tmp_path, FIXED, "--advisory-db", db)
     if code != 0:
         pytest.fail(f"inconclusive: control failed against {db}:\n{out}")
-    code, out = _audit(capsys, tmp_path, VULNERABLE, "--advisory-db", db)
+    code, out = _audit(run_gate, tmp_path, VULNERABLE, "--advisory-db", db)
     assert code == 1
     assert "CVE-2018-18074" in out
 
@@ -113,30 +103,28 @@ def _answer(status: int, payload: bytes) -> Callable[[BaseHTTPRequestHandler, by
     ids=["empty-object", "empty-body", "no-vulns", "http-503"],
 )
 def test_service_that_answers_nothing_turns_the_gate_red(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, status: int, payload: bytes
+    run_gate: RunGate, tmp_path: Path, status: int, payload: bytes
 ) -> None:
     with _stub_service(_answer(status, payload)) as url:
-        code, out = _audit(capsys, tmp_path, FIXED, "--service-url", url)
+        code, out = _audit(run_gate, tmp_path, FIXED, "--service-url", url)
     assert code == 1
     assert "advisory service" in out
     assert "0 known vulnerabilities" not in out
 
 
-def test_unreachable_service_turns_the_gate_red(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_unreachable_service_turns_the_gate_red(run_gate: RunGate, tmp_path: Path) -> None:
     with socket.socket() as sock:  # a loopback port that was free a moment ago: nothing listens
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     code, out = _audit(
-        capsys, tmp_path, FIXED, "--service-url", f"http://127.0.0.1:{port}/v1/query"
+        run_gate, tmp_path, FIXED, "--service-url", f"http://127.0.0.1:{port}/v1/query"
     )
     assert code == 1
     assert "unreachable" in out
 
 
 def test_service_failing_after_the_positive_control_turns_pip_audit_red(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    run_gate: RunGate, tmp_path: Path
 ) -> None:
     canary = b'{"vulns": [{"id": "PYSEC-2018-28"}]}'
 
@@ -145,16 +133,16 @@ def test_service_failing_after_the_positive_control_turns_pip_audit_red(
         _answer(200 if ok else 500, canary if ok else b"")(handler, body)
 
     with _stub_service(respond) as url:
-        code, out = _audit(capsys, tmp_path, FIXED, "--service-url", url)
+        code, out = _audit(run_gate, tmp_path, FIXED, "--service-url", url)
     assert code == 1
     assert "pip-audit could not complete the audit" in out
 
 
 @pytest.mark.parametrize("line", ["requests>=2", "-e ./packages/core", "requests"])
 def test_requirement_that_cannot_be_audited_turns_the_gate_red(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, line: str
+    run_gate: RunGate, tmp_path: Path, line: str
 ) -> None:
-    code, out = _audit(capsys, tmp_path, f"{line}\n", "--advisory-db", str(FIXTURE_DB))
+    code, out = _audit(run_gate, tmp_path, f"{line}\n", "--advisory-db", str(FIXTURE_DB))
     assert code == 1
     assert "cannot audit" in out
 
@@ -171,31 +159,27 @@ def _exception(tmp_path: Path, expires: dt.date) -> None:
 
 
 def test_exception_with_reason_and_expiry_accepts_a_finding(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    run_gate: RunGate, tmp_path: Path
 ) -> None:
     _exception(tmp_path, dt.datetime.now(tz=dt.UTC).date() + dt.timedelta(days=30))
-    code, out = _audit(capsys, tmp_path, VULNERABLE, "--advisory-db", str(FIXTURE_DB))
+    code, out = _audit(run_gate, tmp_path, VULNERABLE, "--advisory-db", str(FIXTURE_DB))
     assert code == 0, out
     assert "accepted PANDAY-TEST-ALIAS-1 in requests==2.19.0" in out
     assert "1 accepted by exceptions" in out
 
 
-def test_expired_exception_turns_the_gate_red(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_expired_exception_turns_the_gate_red(run_gate: RunGate, tmp_path: Path) -> None:
     _exception(tmp_path, dt.datetime.now(tz=dt.UTC).date() - dt.timedelta(days=1))
-    code, out = _audit(capsys, tmp_path, VULNERABLE, "--advisory-db", str(FIXTURE_DB))
+    code, out = _audit(run_gate, tmp_path, VULNERABLE, "--advisory-db", str(FIXTURE_DB))
     assert code == 1
     assert "expired" in out
 
 
-def test_exception_without_a_reason_is_refused(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_exception_without_a_reason_is_refused(run_gate: RunGate, tmp_path: Path) -> None:
     (tmp_path / "exceptions.toml").write_text(
         '[[exception]]\nid = "X"\npackage = "requests"\nexpires = 2099-01-01\n', encoding="utf-8"
     )
-    code, out = _audit(capsys, tmp_path, FIXED, "--advisory-db", str(FIXTURE_DB))
+    code, out = _audit(run_gate, tmp_path, FIXED, "--advisory-db", str(FIXTURE_DB))
     assert code == 1
     assert "reason" in out
 

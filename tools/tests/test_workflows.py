@@ -13,6 +13,8 @@ from gatelib import REPO
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from conftest import RunGate
+
 CHECKOUT_SHA = "08c6903cd8c0fde910a37f88322edcfb5dd907a8"  # actions/checkout v5.0.0
 WORKFLOW = """\
 name: demo
@@ -37,45 +39,36 @@ jobs:
 """
 
 
-def _lint(directory: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    try:
-        code = workflows.main([str(directory)])
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out + out.err
+def _lint(directory: Path, run_gate: RunGate) -> tuple[int, str]:
+    return run_gate(workflows.main, [str(directory)])
 
 
-def test_unpinned_action_turns_the_gate_red(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_unpinned_action_turns_the_gate_red(tmp_path: Path, run_gate: RunGate) -> None:
     (tmp_path / "demo.yml").write_text(
         WORKFLOW.format(ref=f"{CHECKOUT_SHA} # v5.0.0"), encoding="utf-8"
     )
-    code, out = _lint(tmp_path, capsys)
+    code, out = _lint(tmp_path, run_gate)
     if code != 0:
         pytest.fail(f"inconclusive: control failed, the pinned workflow did not pass:\n{out}")
     (tmp_path / "demo.yml").write_text(WORKFLOW.format(ref="v5"), encoding="utf-8")
-    code, out = _lint(tmp_path, capsys)
+    code, out = _lint(tmp_path, run_gate)
     assert code == 1
     assert "unpinned-uses" in out
 
 
-def test_schema_error_turns_the_gate_red(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_schema_error_turns_the_gate_red(tmp_path: Path, run_gate: RunGate) -> None:
     text = WORKFLOW.format(ref=CHECKOUT_SHA).replace(
         "runs-on: ubuntu-latest", "runs_on: ubuntu-latest"
     )
     (tmp_path / "demo.yml").write_text(text, encoding="utf-8")
-    code, out = _lint(tmp_path, capsys)
+    code, out = _lint(tmp_path, run_gate)
     assert code == 1
     assert "check-jsonschema" in out
     assert "runs_on" in out
 
 
-def test_no_workflows_is_red(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out = _lint(tmp_path, capsys)
+def test_no_workflows_is_red(tmp_path: Path, run_gate: RunGate) -> None:
+    code, out = _lint(tmp_path, run_gate)
     assert code == 1
     assert "no workflow files" in out
 
