@@ -11,7 +11,7 @@ dropped advisory is a silently passed audit.
 
 Run it by hand for `uv audit --service-url` or `pip-audit -s osv --osv-url`:
 
-    python tools/osv_server.py ../shared/advisories/pypa     # prints the URL, serves until ^C
+    python tools/osv_server.py ../shared/advisories/pypa     # prints both URLs, serves until ^C
 """
 
 from __future__ import annotations
