@@ -439,7 +439,13 @@ def _walk_open(resolved: Resolved, flags: int, mode: int) -> int:
                 links += 1
                 if links > MAX_SYMLINKS:
                     raise PathRefused(resolved.user_path, _LOOP)
-                target = os.readlink(name, dir_fd=stack[-1])
+                try:
+                    target = os.readlink(name, dir_fd=stack[-1])
+                except OSError as exc:
+                    if exc.errno != errno.EINVAL:
+                        raise
+                    pending.append(name)  # no longer a link (swapped): look at it again
+                    continue
                 if target.startswith("/"):
                     raise PathRefused(resolved.user_path, _ABS_LINK)
                 if not target:
