@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 import pytest
@@ -30,6 +30,9 @@ from panday_core.schema import public_models, rendered_schemas
 from panday_core.t0 import declared_capabilities as t0_caps
 from panday_core.types import SandboxTier
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 FULL = """
 name = "gh-helper"
 version = "1.2.0+local"
@@ -48,11 +51,13 @@ HOST_ENV = {"GITHUB_TOKEN": "tok-123", "AWS_SECRET_ACCESS_KEY": "never", "HOME":
 
 def caps(net: Support, env: Support = Support.STRICT) -> TierCapabilities:
     """A tier that enforces everything except as told."""
-    rows = []
+    rows: list[FieldSupport] = []
     for field in policy_fields():
         support = {"net.allow": net, "env": env}.get(field, Support.STRICT)
         note = NO_EGRESS_PROXY if field == "net.allow" else "no process here"
-        rows.append(FieldSupport(field=field, support=support, mechanism=f"mech({field})", note=note))
+        rows.append(
+            FieldSupport(field=field, support=support, mechanism=f"mech({field})", note=note)
+        )
     return TierCapabilities(tier=SandboxTier.T2_LINUX, fields=tuple(rows))
 
 
@@ -77,10 +82,14 @@ def test_minimal_manifest_grants_nothing() -> None:
 
 def test_toml_trap_top_level_key_after_capabilities_is_refused() -> None:
     # Control: the same key above the table is accepted.
-    ok = manifest_from_toml('name = "p"\nversion = "1"\ndescription = "d"\n[capabilities]\nfs = "none"\n')
+    ok = manifest_from_toml(
+        'name = "p"\nversion = "1"\ndescription = "d"\n[capabilities]\nfs = "none"\n'
+    )
     assert ok.description == "d"
     with pytest.raises(PolicyError) as info:
-        manifest_from_toml('name = "p"\nversion = "1"\n[capabilities]\nfs = "none"\ndescription = "d"\n')
+        manifest_from_toml(
+            'name = "p"\nversion = "1"\n[capabilities]\nfs = "none"\ndescription = "d"\n'
+        )
     assert info.value.field == "capabilities.description"
     assert "belongs to that table" in info.value.reason
 
@@ -89,18 +98,50 @@ def test_toml_trap_top_level_key_after_capabilities_is_refused() -> None:
     ("doc", "field", "words"),
     [
         ('name = "p"\nversion = "1"\nnmae = "x"', "nmae", "did you mean 'name'"),
-        ('name = "p"\nversion = "1"\n[capabilities]\nnetwork = []', "capabilities.network", "did you mean 'net'"),
+        (
+            'name = "p"\nversion = "1"\n[capabilities]\nnetwork = []',
+            "capabilities.network",
+            "did you mean 'net'",
+        ),
         ('name = "p"\nversion = "1"\n[extra]\na = 1', "extra", "unknown key"),
         ('version = "1"', "", "name"),
         ('name = "p"\nversion = 1', "version", "a string"),
-        ('name = "p"\nversion = "1"\n[capabilities]\nfs = "all"', "capabilities.fs", "'workspace-ro'"),
+        (
+            'name = "p"\nversion = "1"\n[capabilities]\nfs = "all"',
+            "capabilities.fs",
+            "'workspace-ro'",
+        ),
         ('name = "p"\nversion = "1"\n[capabilities]\nnet = "a.com"', "capabilities.net", "a list"),
-        ('name = "p"\nversion = "1"\n[capabilities]\nnet = ["https://a.com"]', "capabilities.net[0]", "URL"),
-        ('name = "p"\nversion = "1"\n[capabilities]\nnet = ["*.com"]', "capabilities.net[0]", "single label"),
-        ('name = "p"\nversion = "1"\n[capabilities]\nnet = ["a.com", "A.com"]', "capabilities.net[1]", "twice"),
-        ('name = "p"\nversion = "1"\n[capabilities]\nsecrets = ["A-B"]', "capabilities.secrets[0]", "environment variable"),
-        ('name = "p"\nversion = "1"\n[capabilities]\nsecrets = ["1A"]', "capabilities.secrets[0]", "environment variable"),
-        ('name = "p"\nversion = "1"\n[capabilities]\nsecrets = ["A", "A"]', "capabilities.secrets[1]", "twice"),
+        (
+            'name = "p"\nversion = "1"\n[capabilities]\nnet = ["https://a.com"]',
+            "capabilities.net[0]",
+            "URL",
+        ),
+        (
+            'name = "p"\nversion = "1"\n[capabilities]\nnet = ["*.com"]',
+            "capabilities.net[0]",
+            "single label",
+        ),
+        (
+            'name = "p"\nversion = "1"\n[capabilities]\nnet = ["a.com", "A.com"]',
+            "capabilities.net[1]",
+            "twice",
+        ),
+        (
+            'name = "p"\nversion = "1"\n[capabilities]\nsecrets = ["A-B"]',
+            "capabilities.secrets[0]",
+            "environment variable",
+        ),
+        (
+            'name = "p"\nversion = "1"\n[capabilities]\nsecrets = ["1A"]',
+            "capabilities.secrets[0]",
+            "environment variable",
+        ),
+        (
+            'name = "p"\nversion = "1"\n[capabilities]\nsecrets = ["A", "A"]',
+            "capabilities.secrets[1]",
+            "twice",
+        ),
         ('name = "a/b"\nversion = "1"', "name", "path separator"),
         ('name = "a\\\\b"\nversion = "1"', "name", "path separator"),
         ('name = "a..b"\nversion = "1"', "name", "'..'"),
@@ -116,7 +157,11 @@ def test_toml_trap_top_level_key_after_capabilities_is_refused() -> None:
         ('name = "p"\nversion = "1"\nhooks = ["a", "a"]', "hooks[1]", "twice"),
         ('name = "p"\nversion = "1"\nmcp_servers = ["a\\u0000"]', "mcp_servers[0]", "control"),
         ('name = "p"\nversion = "1"\ndescription = "x\\u001b[31m"', "description", "control"),
-        ('name = "p"\nversion = "1"\n[capabilities]\nfs = "none"\n[capabilities.extra]\nx = 1', "capabilities.extra", "unknown key"),
+        (
+            'name = "p"\nversion = "1"\n[capabilities]\nfs = "none"\n[capabilities.extra]\nx = 1',
+            "capabilities.extra",
+            "unknown key",
+        ),
         ("name = ", "", "invalid TOML"),
     ],
 )
@@ -146,12 +191,22 @@ _NAME = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,20}", fullmatch=True)
     name=_NAME,
     skills=st.lists(_NAME, unique=True, max_size=4),
     fs=st.sampled_from(["none", "workspace-ro", "workspace-rw"]),
-    net=st.lists(st.sampled_from(["a.com", "b.example.org", "*.c.net", "10.0.0.1", "::1"]), unique=True),
-    secrets=st.lists(st.from_regex(r"[A-Z_][A-Z0-9_]{0,10}", fullmatch=True), unique=True, max_size=4),
+    net=st.lists(
+        st.sampled_from(["a.com", "b.example.org", "*.c.net", "10.0.0.1", "::1"]), unique=True
+    ),
+    secrets=st.lists(
+        st.from_regex(r"[A-Z_][A-Z0-9_]{0,10}", fullmatch=True), unique=True, max_size=4
+    ),
 )
-def test_round_trip_property(name: str, skills: list[str], fs: str, net: list[str], secrets: list[str]) -> None:
-    doc = {"name": name, "version": "1.0", "skills": skills,
-           "capabilities": {"fs": fs, "net": net, "secrets": secrets}}
+def test_round_trip_property(
+    name: str, skills: list[str], fs: str, net: list[str], secrets: list[str]
+) -> None:
+    doc = {
+        "name": name,
+        "version": "1.0",
+        "skills": skills,
+        "capabilities": {"fs": fs, "net": net, "secrets": secrets},
+    }
     m = manifest_from_dict(doc)
     assert manifest_from_dict(manifest_to_dict(m)) == m
     assert m.capabilities.net == tuple(net)
@@ -172,7 +227,9 @@ def test_net_becomes_exactly_the_allowlist() -> None:
 def test_secrets_pass_only_the_named_values() -> None:
     policy = manifest_from_toml(FULL).to_policy("/home/u/ws", HOST_ENV)
     assert dict(policy.env) == {"GITHUB_TOKEN": "tok-123"}
-    no_secrets = manifest_from_toml('name = "p"\nversion = "1"\n[capabilities]\nfs = "workspace-rw"\n')
+    no_secrets = manifest_from_toml(
+        'name = "p"\nversion = "1"\n[capabilities]\nfs = "workspace-rw"\n'
+    )
     assert dict(no_secrets.to_policy("/home/u/ws", HOST_ENV).env) == {}
 
 

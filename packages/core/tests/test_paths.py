@@ -7,7 +7,6 @@ import os
 import posixpath
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -28,6 +27,7 @@ from panday_core.paths import (
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from panday_core.paths import Backend
 
@@ -108,7 +108,7 @@ def control(what: str, op: Callable[[], object]) -> None:
 
 def outside_is_readable(tree: Tree) -> None:
     """Without the resolver, the outside secret is right there: the refusals are the guard."""
-    control("read the outside file directly", lambda: (tree.outside / "secret.txt").read_bytes())
+    control("read the outside file directly", (tree.outside / "secret.txt").read_bytes)
 
 
 # ------------------------------------------------------------------ escape classes
@@ -290,7 +290,9 @@ def test_magic_link_beneath_a_staged_root_is_refused(tree: Tree) -> None:
         ("\udcff\ud800", "encoded"),
     ],
 )
-def test_malformed_paths_are_refused(path: str, why: str, tree: Tree, resolver: PathResolver) -> None:
+def test_malformed_paths_are_refused(
+    path: str, why: str, tree: Tree, resolver: PathResolver
+) -> None:
     name = "y" * MAX_NAME_BYTES
     (tree.ws / name).write_bytes(INSIDE)
     control("read a 255-byte name", lambda: read(resolver, name))
@@ -371,7 +373,9 @@ def test_make_parents_creates_directories_beneath_only(tree: Tree, resolver: Pat
 _PIECES = st.sampled_from(["a", "b", ".", "..", "", "outside", "ws", "~", " ", "\x00", "a\\b", "é"])
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     pieces=st.lists(_PIECES, max_size=12),
     absolute=st.booleans(),

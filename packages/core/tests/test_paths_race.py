@@ -15,7 +15,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -31,6 +30,7 @@ from panday_core.paths import (
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+    from pathlib import Path
 
     from panday_core.paths import Backend
 
@@ -89,7 +89,9 @@ def race(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Race]:
     try:
         assert proc.stdout is not None
         if proc.stdout.readline().strip() != b"ready":
-            pytest.fail(f"inconclusive: the swapper did not start: {proc.stderr and proc.stderr.read()!r}")
+            pytest.fail(
+                f"inconclusive: the swapper did not start: {proc.stderr and proc.stderr.read()!r}"
+            )
         time.sleep(0.01)
         yield r
         if proc.poll() is not None:

@@ -31,8 +31,18 @@ _REL = st.lists(st.sampled_from(_NAMES), min_size=1, max_size=3).map("/".join)
 _TARGET = st.one_of(
     _REL,
     st.lists(_SEGMENT, min_size=1, max_size=6).map("/".join),
-    st.sampled_from(["@OUT", "@OUT/secret", "@OUT/sub", "../outside/secret", "/proc/self/root",
-                     "/proc/self/cwd", "../../../../../../../../proc/self/root/@OUT/secret", "."]),
+    st.sampled_from(
+        [
+            "@OUT",
+            "@OUT/secret",
+            "@OUT/sub",
+            "../outside/secret",
+            "/proc/self/root",
+            "/proc/self/cwd",
+            "../../../../../../../../proc/self/root/@OUT/secret",
+            ".",
+        ]
+    ),
 )
 _ENTRY = st.tuples(st.sampled_from(["file", "dir", "symlink", "hardlink"]), _REL, _TARGET)
 _PATH = st.one_of(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -20,6 +19,7 @@ from panday_core.types import ExecSpec, SessionSpec
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from panday_core.paths import Backend
 
@@ -87,7 +87,9 @@ def test_create_refuses_a_network_allowlist_naming_the_field(ws: Path) -> None:
 def test_create_refuses_limits_it_cannot_enforce_by_name(ws: Path, field: str) -> None:
     value = {"cpu_ms": 1000, "mem_bytes": 1 << 30, "wall_clock_ms": 1000}[field]
     sandbox = T0Sandbox()
-    ok = SessionSpec(policy=policy(ws, limits=Limits(pids=4, output_bytes=4096, disk_bytes=1 << 20)))
+    ok = SessionSpec(
+        policy=policy(ws, limits=Limits(pids=4, output_bytes=4096, disk_bytes=1 << 20))
+    )
     asyncio.run(sandbox.destroy(asyncio.run(sandbox.create(ok))))
     with pytest.raises(PolicyViolation) as info:
         asyncio.run(sandbox.create(SessionSpec(policy=policy(ws, limits=Limits(**{field: value})))))
@@ -271,7 +273,9 @@ def test_grep_bounds_line_length_and_output(ws: Path, backend: Backend) -> None:
         s.close()
 
 
-def test_grep_skips_hard_links_and_never_reads_outside(session: T0Session, ws: Path, tmp_path: Path) -> None:
+def test_grep_skips_hard_links_and_never_reads_outside(
+    session: T0Session, ws: Path, tmp_path: Path
+) -> None:
     os.link(tmp_path / "outside.txt", ws / "hard.txt")
     (ws / "soft.txt").symlink_to("../outside.txt")
     result = session.grep("outside")

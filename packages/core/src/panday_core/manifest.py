@@ -108,7 +108,7 @@ def _check_unique(field: str, values: tuple[str, ...]) -> None:
         seen.add(value)
 
 
-class Capabilities(_Model, kw_only=True):
+class Capabilities(_Model, frozen=True, kw_only=True):
     """What the plugin asks to be granted. Absent means nothing."""
 
     fs: Annotated[
@@ -135,7 +135,7 @@ class Capabilities(_Model, kw_only=True):
         _check_unique("secrets", self.secrets)
 
 
-class PluginManifest(_Model, kw_only=True):
+class PluginManifest(_Model, frozen=True, kw_only=True):
     """A plugin's ``plugin.toml``."""
 
     name: Annotated[str, _doc("The plugin's name.")]
@@ -242,7 +242,8 @@ class PluginManifest(_Model, kw_only=True):
         refused = {r.field: r.reason for r in refusals}
         net_granted = caps.net if _enforced(tier.for_field("net.allow")) else ()
         lines = [
-            f"Plugin {self.name} {self.version}" + (f": {self.description}" if self.description else ""),
+            f"Plugin {self.name} {self.version}"
+            + (f": {self.description}" if self.description else ""),
             f"Tier: {tier.tier}",
             _files_line(caps.fs, tier, refused),
             _net_line(caps.net, net_granted, placeholder, tier),
@@ -254,7 +255,9 @@ class PluginManifest(_Model, kw_only=True):
             ("MCP servers", self.mcp_servers),
         ):
             if names:
-                lines.append(f"{label}: {', '.join(names)} (they run with the grants above, no more)")
+                lines.append(
+                    f"{label}: {', '.join(names)} (they run with the grants above, no more)"
+                )
         if refusals:
             why = "; ".join(f"{r.field}: {r.reason}" for r in refusals)
             lines.append(f"Verdict: cannot run on {tier.tier}: {why}")
@@ -341,7 +344,9 @@ def _net_line(
     )
 
 
-def _secrets_line(secrets: tuple[str, ...], tier: TierCapabilities, refused: Mapping[str, str]) -> str:
+def _secrets_line(
+    secrets: tuple[str, ...], tier: TierCapabilities, refused: Mapping[str, str]
+) -> str:
     if not secrets:
         return "Secrets: none; nothing from your environment is passed in"
     names = ", ".join(secrets)
@@ -349,7 +354,8 @@ def _secrets_line(secrets: tuple[str, ...], tier: TierCapabilities, refused: Map
     if "env" in refused:
         return f"Secrets: requested {names}; cannot be passed on {tier.tier}: {refused['env']}"
     if entry is not None and entry.support is Support.NOT_APPLICABLE:
-        return f"Secrets: requested {names}; not passed: {entry.note or 'not applicable'} on {tier.tier}"
+        why = entry.note or "not applicable"
+        return f"Secrets: requested {names}; not passed: {why} on {tier.tier}"
     return (
         f"Secrets: the values of {names} from your environment are passed in (values not "
         f"shown); nothing else from your environment is{_how(entry)}"

@@ -50,7 +50,7 @@ import posixpath
 import secrets
 import stat
 import sys
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal, Self
 
 from panday_core.errors import PathRefused, PolicyError
 
@@ -103,7 +103,7 @@ class _Openat2:
         import ctypes  # noqa: PLC0415 - see class docstring
 
         class OpenHow(ctypes.Structure):
-            _fields_ = (  # noqa: RUF012 - ctypes reads this class attribute
+            _fields_ = (
                 ("flags", ctypes.c_uint64),
                 ("mode", ctypes.c_uint64),
                 ("resolve", ctypes.c_uint64),
@@ -228,7 +228,7 @@ def _canonical_root(field: str, path: str) -> str:
     """The root as the kernel names it. Roots come from the policy's author (trusted), so
     following their symbolic links here is intended; the user's paths never get this."""
     real = os.path.realpath(path)
-    if not os.path.isdir(real):
+    if not os.path.isdir(real):  # noqa: PTH112 - this module works in os terms (dir_fd calls)
         raise PolicyError(field, f"{path!r} does not exist or is not a directory")
     return real
 
@@ -282,7 +282,7 @@ class PathResolver:
                 os.close(root.fd)
                 root.fd = -1
 
-    def __enter__(self) -> PathResolver:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -315,12 +315,18 @@ class PathResolver:
             absolute = "/" + posixpath.normpath(user_path).lstrip("/")
         else:
             absolute = posixpath.normpath(posixpath.join(self.workspace.path, user_path))
-        for prefix, root in self._aliases:
-            if absolute == prefix or absolute.startswith(prefix.rstrip("/") + "/"):
-                parts = tuple(p for p in absolute[len(prefix) :].split("/") if p)
-                break
-        else:
+        match = next(
+            (
+                (prefix, root)
+                for prefix, root in self._aliases
+                if absolute == prefix or absolute.startswith(prefix.rstrip("/") + "/")
+            ),
+            None,
+        )
+        if match is None:
             raise PathRefused(user_path, "is outside the workspace and the staged paths")
+        prefix, root = match
+        parts = tuple(p for p in absolute[len(prefix) :].split("/") if p)
         for part in parts:
             if len(os.fsencode(part)) > MAX_NAME_BYTES:
                 raise PathRefused(user_path, f"has a component longer than {MAX_NAME_BYTES} bytes")
@@ -378,7 +384,7 @@ class PathResolver:
     def lstat(self, resolved: Resolved) -> os.stat_result:
         """Metadata of the name itself (a link is not followed)."""
         if not resolved.parts:
-            return os.stat(resolved.root.fd)
+            return os.stat(resolved.root.fd)  # noqa: PTH116 - fstat of a descriptor
         fd, name = self.open_parent(resolved)
         try:
             return os.stat(name, dir_fd=fd, follow_symlinks=False)
@@ -396,7 +402,7 @@ class PathResolver:
             os.close(fd)
 
 
-def _translate(exc: OSError, resolved: Resolved) -> OSError:
+def _translate(exc: OSError, resolved: Resolved) -> OSError | PathRefused:
     """Security refusals become `PathRefused`; ordinary errors keep their type and name the
     user's path."""
     if exc.errno == errno.EXDEV:
@@ -409,7 +415,7 @@ def _translate(exc: OSError, resolved: Resolved) -> OSError:
 # ------------------------------------------------------------------------------ the walk
 
 
-def _walk_open(resolved: Resolved, flags: int, mode: int) -> int:
+def _walk_open(resolved: Resolved, flags: int, mode: int) -> int:  # noqa: C901, PLR0912 - one state machine over a component stack; split up, its invariants would scatter
     """`open` for hosts without openat2: see the module docstring for why this is safe."""
     follow_final = not flags & _NOFOLLOW
     stack = [os.dup(resolved.root.fd)]
@@ -542,7 +548,9 @@ def replace_file(
             if stat.S_ISDIR(st.st_mode):
                 raise IsADirectoryError(errno.EISDIR, "is a directory", resolved.user_path)
             perm = stat.S_IMODE(st.st_mode)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600, dir_fd=dirfd)
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600, dir_fd=dirfd
+        )
         try:
             view = memoryview(data)
             while view:
@@ -569,6 +577,10 @@ class TreeEntry:
     """A name met while walking a directory tree (links are reported, never followed)."""
 
     __slots__ = ("dir_fd", "kind", "name", "rel")
+    rel: str
+    name: str
+    kind: EntryKind
+    dir_fd: int
 
     def __init__(self, rel: str, name: str, kind: EntryKind, dir_fd: int) -> None:
         self.rel = rel
@@ -605,7 +617,7 @@ def walk_tree(resolver: PathResolver, top: Resolved, *, max_depth: int = 64) -> 
 
 def _walk_dir(fd: int, prefix: str, depth: int) -> Iterator[TreeEntry]:
     with os.scandir(fd) as it:
-        entries = sorted((e.name, _kind(e)) for e in it)
+        entries: list[tuple[str, EntryKind]] = sorted((e.name, _kind(e)) for e in it)
     for name, kind in entries:
         yield TreeEntry(prefix + name, name, kind, fd)
         if kind == "dir" and depth > 0:

@@ -78,7 +78,9 @@ def declared_capabilities(backend: Backend | None = None) -> TierCapabilities:
             support=s,
         ),
         Guarantee(name="no network", mechanism="T0 opens no socket", support=s),
-        Guarantee(name="paths stay beneath the workspace and staged roots", mechanism=resolver, support=s),
+        Guarantee(
+            name="paths stay beneath the workspace and staged roots", mechanism=resolver, support=s
+        ),
         Guarantee(
             name="hard links to files elsewhere are not read",
             mechanism="content reads refuse st_nlink > 1; writes replace the name, not the inode",

@@ -99,7 +99,9 @@ class T0Sandbox:
                     digest = _sha256(fd, st.st_size)
             finally:
                 os.close(fd)
-            entries.append(FileEntry(path=item.rel, size=st.st_size, mode=st.st_mode & 0o7777, sha256=digest))
+            entries.append(
+                FileEntry(path=item.rel, size=st.st_size, mode=st.st_mode & 0o7777, sha256=digest)
+            )
         return Snapshot(session_id=handle.id, entries=tuple(entries), truncated=truncated)
 
     async def destroy(self, handle: SandboxHandle) -> None:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from types import ModuleType
 
 
-class InvalidArgument(SandboxError, ValueError):
+class InvalidArgument(SandboxError, ValueError):  # noqa: N818 - the project's error vocabulary
     """A tool argument is malformed (a bad pattern, a negative count); `argument` names it."""
 
     def __init__(self, argument: str, reason: str) -> None:
@@ -124,4 +124,3 @@ def glob_regex(pattern: str) -> tuple[Regex, int | None]:
     except re2.error:
         raise InvalidArgument("pattern", f"{pattern!r} is not a valid glob") from None
     return compiled, depth
-

@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from panday_core.capabilities import require_enforceable
+from panday_core.capabilities import field_value, require_enforceable
 from panday_core.errors import LimitExceeded, PathRefused, PolicyError
 from panday_core.paths import (
     EntryKind as Kind,  # runtime import: msgspec reads the field annotations
 )
 from panday_core.paths import (
     PathResolver,
-    Resolved,
     check_readable,
     open_regular_for_read,
     read_bytes,
@@ -127,9 +126,14 @@ def _kind_of(mode: int) -> Kind:
 
 
 def _count(argument: str, value: int, ceiling: int) -> int:
-    if isinstance(value, bool) or value < 1:  # pyright: ignore[reportUnnecessaryIsInstance] - callers from untyped JSON
+    if isinstance(value, bool) or value < 1:  # bool is an int; callers may come from JSON
         raise InvalidArgument(argument, f"{value!r} must be a positive integer")
     return min(value, ceiling)
+
+
+def _limit(policy: SandboxPolicy, name: str) -> int | None:
+    value = field_value(policy, f"limits.{name}")
+    return value if isinstance(value, int) else None
 
 
 class T0Session:
@@ -157,8 +161,8 @@ class T0Session:
             writable=policy.fs.access == "rw",
             backend=backend,
         )
-        self.output_cap: int = policy.limits.output_bytes or DEFAULT_OUTPUT_BYTES
-        self.disk_budget: int | None = policy.limits.disk_bytes
+        self.output_cap: int = _limit(policy, "output_bytes") or DEFAULT_OUTPUT_BYTES
+        self.disk_budget: int | None = _limit(policy, "disk_bytes")
         self.bytes_written = 0
 
     @property
@@ -172,7 +176,7 @@ class T0Session:
 
     def read(self, path: str, *, offset: int = 0, length: int | None = None) -> ReadResult:
         """Bytes ``[offset, offset + length)`` of a file, at most `limits.output_bytes`."""
-        if isinstance(offset, bool) or offset < 0:  # pyright: ignore[reportUnnecessaryIsInstance] - untyped callers
+        if isinstance(offset, bool) or offset < 0:
             raise InvalidArgument("offset", f"{offset!r} must be 0 or more")
         want = self.output_cap if length is None else _count("length", length, self.output_cap)
         resolved = self.resolver.resolve(path)
@@ -276,7 +280,7 @@ class T0Session:
 
     # ------------------------------------------------------------------ grep
 
-    def grep(  # noqa: C901 - one loop over files and matches; split, it would be harder to follow
+    def grep(
         self,
         pattern: str,
         path: str = ".",
