@@ -28,33 +28,59 @@ _NAMES = ["a", "b", "c", "d"]
 _SEGMENT = st.sampled_from([*_NAMES, ".", ".."])
 _REL = st.lists(st.sampled_from(_NAMES), min_size=1, max_size=3).map("/".join)
 # Link targets: inside, climbing out, absolute outside, magic links, self-references.
+_SPECIAL = st.sampled_from(
+    [
+        "@UP/outside/secret",  # climbs exactly out of the workspace, whatever the depth
+        "@UP/outside/sub",
+        "@UP/outside",
+        "@UP/../outside/secret",
+        "@OUT",
+        "@OUT/secret",
+        "@OUT/sub",
+        "/proc/self/root",
+        "/proc/self/cwd",
+        "../../../../../../../../proc/self/root/@OUT/secret",
+        ".",
+    ]
+)
 _TARGET = st.one_of(
+    _SPECIAL,
+    _SPECIAL,
     _REL,
     st.lists(_SEGMENT, min_size=1, max_size=6).map("/".join),
-    st.sampled_from(
-        [
-            "@OUT",
-            "@OUT/secret",
-            "@OUT/sub",
-            "../outside/secret",
-            "/proc/self/root",
-            "/proc/self/cwd",
-            "../../../../../../../../proc/self/root/@OUT/secret",
-            ".",
-        ]
-    ),
 )
-_ENTRY = st.tuples(st.sampled_from(["file", "dir", "symlink", "hardlink"]), _REL, _TARGET)
+_ENTRY = st.tuples(
+    st.sampled_from(["file", "dir", "symlink", "symlink", "hardlink"]), _REL, _TARGET
+)
 _PATH = st.one_of(
     st.lists(_SEGMENT, min_size=1, max_size=6).map("/".join),
     st.sampled_from(["@OUT/secret", "@WS/../outside/secret", "/proc/self/root/@OUT/secret"]),
 )
-_OP = st.tuples(st.sampled_from(["read", "write", "list", "glob", "grep", "stat"]), _PATH)
+_SUFFIX = st.sampled_from(["", "", "/secret", "/deep", "/sub/deep", "/..", "/../outside/secret"])
+# An op names a random path, or (more often) one of the tree's own entries plus a suffix:
+# the entries are where the links are, so that is where an escape would be.
+_OP = st.tuples(
+    st.sampled_from(["read", "write", "list", "glob", "grep", "stat"]),
+    _PATH,
+    st.integers(min_value=0, max_value=11),
+    _SUFFIX,
+    st.integers(min_value=0, max_value=3),
+)
 
 
 def _build(ws: Path, outside: Path, entries: list[tuple[str, str, str]]) -> None:
-    for kind, rel, target in entries:
+    real_ws = os.path.realpath(ws)
+    for kind, rel, raw_target in entries:
         path = ws / rel
+        up = "/".join([".."] * rel.count("/")) or "."
+        target = raw_target.replace("@UP", up).replace("@OUT", str(outside))
+        # The builder itself uses ordinary (following) calls: never build through a link the
+        # tree already holds, or the *test* would write outside.
+        parent = os.path.realpath(path.parent)
+        if parent != real_ws and not parent.startswith(real_ws + "/"):
+            continue
+        if path.is_symlink():
+            continue
         with contextlib.suppress(OSError):
             path.parent.mkdir(parents=True, exist_ok=True)
             if kind == "file":
@@ -62,7 +88,7 @@ def _build(ws: Path, outside: Path, entries: list[tuple[str, str, str]]) -> None
             elif kind == "dir":
                 path.mkdir()
             elif kind == "symlink":
-                path.symlink_to(target.replace("@OUT", str(outside)))
+                path.symlink_to(target)
             else:
                 os.link(outside / "secret", path)
 
@@ -97,7 +123,9 @@ def _run(session: T0Session, op: str, path: str) -> str:
     backend=st.sampled_from(BACKENDS),
 )
 def test_random_trees_never_leak_or_touch_outside(
-    entries: list[tuple[str, str, str]], ops: list[tuple[str, str]], backend: Backend
+    entries: list[tuple[str, str, str]],
+    ops: list[tuple[str, str, int, str, int]],
+    backend: Backend,
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
@@ -106,12 +134,20 @@ def test_random_trees_never_leak_or_touch_outside(
         (outside / "sub").mkdir(parents=True)
         (outside / "secret").write_text(MARK + "\n")
         (outside / "sub" / "deep").write_text(MARK + "\n")
-        _build(ws, outside, entries)
-        before = _state(outside)
-        policy = SandboxPolicy(fs=FsPolicy(workspace=str(ws)))
-        session = T0Session(policy, backend=backend)
+        # /proc/self/cwd links must land in the watched area, not in the repository.
+        cwd = os.getcwd()  # noqa: PTH109 - restored below
+        os.chdir(outside)
         try:
-            for op, raw in ops:
+            _build(ws, outside, entries)
+            before = _state(outside)
+            session = T0Session(SandboxPolicy(fs=FsPolicy(workspace=str(ws))), backend=backend)
+        except BaseException:
+            os.chdir(cwd)
+            raise
+        try:
+            for op, raw, index, suffix, pick in ops:
+                if entries and pick:
+                    raw = entries[index % len(entries)][1] + suffix  # noqa: PLW2901 - chosen path
                 path = raw.replace("@OUT", str(outside)).replace("@WS", str(ws))
                 try:
                     out = _run(session, op, path)
@@ -120,4 +156,5 @@ def test_random_trees_never_leak_or_touch_outside(
                 assert MARK not in out, (op, path, out)
         finally:
             session.close()
+            os.chdir(cwd)
         assert _state(outside) == before
