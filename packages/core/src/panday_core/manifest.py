@@ -45,7 +45,10 @@ from panday_core.policy import (
     _Model,  # pyright: ignore[reportPrivateUsage] - frozen, unknown keys refused, like the policy
     _normalized_hosts,  # pyright: ignore[reportPrivateUsage] - the policy's host rules, shared
     _parse_path,  # pyright: ignore[reportPrivateUsage] - see _dotted
+    document_text,
+    parse_toml,
     policy_error_from,
+    read_document,
 )
 
 if TYPE_CHECKING:
@@ -420,29 +423,13 @@ def manifest_from_dict(doc: Mapping[str, object]) -> PluginManifest:
 
 
 def manifest_from_toml(text: str) -> PluginManifest:
-    import tomllib  # noqa: PLC0415 - start-up cost; only manifest commands need it
-
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise PolicyError("", f"invalid TOML: {exc}") from None
-    return manifest_from_dict(doc)
+    return manifest_from_dict(parse_toml(text))
 
 
 def load_manifest(path: str) -> PluginManifest:
     """Load a ``plugin.toml`` (at most 1 MiB of UTF-8 TOML)."""
-    try:
-        with open(path, "rb") as fh:  # noqa: PTH123 - pathlib costs start-up time here
-            raw = fh.read(MIB + 1)
-    except OSError as exc:
-        raise PolicyError("", f"cannot read manifest {path!r}: {exc.strerror}") from None
-    if len(raw) > MIB:
-        raise PolicyError("", f"manifest {path!r} is larger than 1 MiB")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise PolicyError("", f"manifest {path!r} is not UTF-8 text") from None
-    return manifest_from_toml(text)
+    raw = read_document(path, what="manifest", limit=MIB)
+    return manifest_from_toml(document_text(raw, what="manifest", path=path))
 
 
 def manifest_to_dict(manifest: PluginManifest) -> dict[str, object]:
