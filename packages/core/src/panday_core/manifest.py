@@ -279,6 +279,13 @@ class PluginManifest(_Model, frozen=True, kw_only=True):
         )
 
 
+MANIFEST_MODELS: tuple[tuple[str, type[msgspec.Struct]], ...] = (
+    ("", PluginManifest),
+    ("capabilities.", Capabilities),
+)
+"""Every manifest model with its dotted prefix, for the dead-control lint (`nox -s fields`)."""
+
+
 class ConsentSummary(msgspec.Struct, frozen=True, kw_only=True):
     """What a person is asked to approve: the grants this tier will really give."""
 

@@ -148,20 +148,29 @@ class NetPolicy(_Model, frozen=True, kw_only=True):
             raise FieldError("ports", "is empty; list at least one port, or leave the key out")
 
 
-def _limit(name: str) -> Any:  # builds an Annotated type for msgspec at import time
+def _limit_meta(name: str) -> msgspec.Meta:
     low, high, unit = LIMIT_RANGES[name]
-    return Annotated[int, msgspec.Meta(ge=low, le=high, description=f"Ceiling on {unit}.")]
+    return msgspec.Meta(ge=low, le=high, description=f"Ceiling on {unit}.")
+
+
+# Spelled out one by one (not built in a loop) so type checkers see plain `int`.
+CpuMs = Annotated[int, _limit_meta("cpu_ms")]
+MemBytes = Annotated[int, _limit_meta("mem_bytes")]
+Pids = Annotated[int, _limit_meta("pids")]
+DiskBytes = Annotated[int, _limit_meta("disk_bytes")]
+WallClockMs = Annotated[int, _limit_meta("wall_clock_ms")]
+OutputBytes = Annotated[int, _limit_meta("output_bytes")]
 
 
 class Limits(_Model, frozen=True, kw_only=True):
     """Resource ceilings. Absent (None) means no ceiling was requested for that resource."""
 
-    cpu_ms: _limit("cpu_ms") | None = None  # pyright: ignore[reportInvalidTypeForm] - Annotated built at import
-    mem_bytes: _limit("mem_bytes") | None = None  # pyright: ignore[reportInvalidTypeForm] - as above
-    pids: _limit("pids") | None = None  # pyright: ignore[reportInvalidTypeForm] - as above
-    disk_bytes: _limit("disk_bytes") | None = None  # pyright: ignore[reportInvalidTypeForm] - as above
-    wall_clock_ms: _limit("wall_clock_ms") | None = None  # pyright: ignore[reportInvalidTypeForm] - as above
-    output_bytes: _limit("output_bytes") | None = None  # pyright: ignore[reportInvalidTypeForm] - as above
+    cpu_ms: CpuMs | None = None
+    mem_bytes: MemBytes | None = None
+    pids: Pids | None = None
+    disk_bytes: DiskBytes | None = None
+    wall_clock_ms: WallClockMs | None = None
+    output_bytes: OutputBytes | None = None
 
     def __post_init__(self) -> None:
         for name, (low, high, unit) in LIMIT_RANGES.items():

@@ -51,7 +51,12 @@ def declared_capabilities(backend: Backend | None = None) -> TierCapabilities:
             f"{_NO_PROCESS} and cannot cap its memory (each tool bounds its own buffers, "
             "which is not a ceiling)",
         ),
-        row("limits.pids", s, "T0 starts no process or thread, so it adds none"),
+        row(
+            "limits.pids",
+            na,
+            "none",
+            "T0 starts no process or thread, so any pid ceiling is already met",
+        ),
         row(
             "limits.disk_bytes",
             s,

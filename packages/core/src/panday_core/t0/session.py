@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from panday_core.capabilities import field_value, require_enforceable
+from panday_core.capabilities import require_enforceable
 from panday_core.errors import LimitExceeded, PathRefused, PolicyError
 from panday_core.paths import (
     EntryKind as Kind,  # runtime import: msgspec reads the field annotations
@@ -131,11 +131,6 @@ def _count(argument: str, value: int, ceiling: int) -> int:
     return min(value, ceiling)
 
 
-def _limit(policy: SandboxPolicy, name: str) -> int | None:
-    value = field_value(policy, f"limits.{name}")
-    return value if isinstance(value, int) else None
-
-
 class T0Session:
     """One T0 session over a policy's workspace and staged paths.
 
@@ -161,8 +156,9 @@ class T0Session:
             writable=policy.fs.access == "rw",
             backend=backend,
         )
-        self.output_cap: int = _limit(policy, "output_bytes") or DEFAULT_OUTPUT_BYTES
-        self.disk_budget: int | None = _limit(policy, "disk_bytes")
+        limits = policy.limits
+        self.output_cap: int = limits.output_bytes or DEFAULT_OUTPUT_BYTES
+        self.disk_budget: int | None = limits.disk_bytes
         self.bytes_written = 0
 
     @property
