@@ -1,16 +1,11 @@
-"""Tests for the gate tools in tools/ (scripts, not a package: put them on sys.path)."""
+"""Shared fixtures for the tests of the gate tools (pytest's `pythonpath` puts tools/ on
+sys.path, so the tests import the scripts by module name)."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
-
-TOOLS = Path(__file__).resolve().parent.parent
-if str(TOOLS) not in sys.path:
-    sys.path.insert(0, str(TOOLS))
 
 
 GateMain = Callable[[list[str] | None], int]
