@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 import pytest
 
-
 GateMain = Callable[[list[str] | None], int]
 RunGate = Callable[[GateMain, list[str]], tuple[int, str]]
 
