@@ -160,13 +160,27 @@ def generate(where: Path, *, check: bool = True) -> dict[str, tuple[str, int]]:
             env_dir = _runtime_env(target, platform, where)
             raw = _raw_sbom(target, env_dir, where / f"{target.name}-{platform}.raw.json")
             text = finish(raw, target, platform, ours)
-            components: list[object] = json.loads(text).get("components", [])
-            result[target.file_name(platform)] = (text, len(components))
+            names = component_names(text)
+            if target.kind == "application":  # the workspace: all our packages must be in it
+                require_members(target.file_name(platform), names, ours)
+            result[target.file_name(platform)] = (text, len(names))
     if not result:
         raise GateError("no SBOM was generated")
     if check:
         validate({name: text for name, (text, _) in result.items()})
     return result
+
+
+def component_names(text: str) -> set[str]:
+    components: list[dict[str, str]] = json.loads(text).get("components", [])
+    return {canonical(c["name"]) for c in components}
+
+
+def require_members(file_name: str, names: set[str], ours: set[str]) -> None:
+    """The workspace SBOM lists every workspace package: an empty or partial one is broken."""
+    missing = sorted(ours - names)
+    if missing:
+        raise GateError(f"{file_name} lacks workspace packages: {', '.join(missing)}")
 
 
 def require_same(first: dict[str, tuple[str, int]], second: dict[str, tuple[str, int]]) -> None:

@@ -83,3 +83,11 @@ def test_a_changed_second_run_is_reported() -> None:
         sbom.require_same(first, {"a.cdx.json": ("x", 1), "b.cdx.json": ("y2", 1)})
     with pytest.raises(GateError, match=r"b\.cdx\.json"):
         sbom.require_same(first, {"a.cdx.json": ("x", 1)})
+
+
+def test_workspace_sbom_without_our_packages_fails() -> None:
+    sbom.require_members("w.cdx.json", {"panday", "panday-core", "msgspec"}, OURS)  # control
+    with pytest.raises(GateError, match="lacks workspace packages: panday-core"):
+        sbom.require_members("w.cdx.json", {"panday", "msgspec"}, OURS)
+    with pytest.raises(GateError, match="lacks workspace packages"):
+        sbom.require_members("w.cdx.json", set(), OURS)
