@@ -150,9 +150,10 @@ def tests(session: nox.Session) -> None:
     if totals["tests"] == 0:
         session.error("pytest collected no tests: a gate that runs nothing fails")
     passed = totals["tests"] - totals["skipped"] - totals["failures"] - totals["errors"]
+    skipped = f"{totals['skipped']} skipped" + (" (reasons above)" if totals["skipped"] else "")
     print(
-        f"tests: {passed} passed, {totals['skipped']} skipped (reasons above), "
-        f"{totals['tests']} collected from {len(dirs)} test directories on {sys.platform}"
+        f"tests: {passed} passed, {skipped}, {totals['tests']} collected from {len(dirs)} "
+        f"test directories on {sys.platform}"
     )
 
 
