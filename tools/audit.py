@@ -292,11 +292,13 @@ def main(argv: list[str] | None = None) -> int:
 def _collect(requirement_files: list[Path]) -> tuple[list[Pin], list[str], str]:
     """(pins to audit, workspace packages left out, where the pins came from)."""
     if requirement_files:
-        pins = [
-            pin
-            for path in requirement_files
-            for pin in parse_requirements(path.read_text(encoding="utf-8"), str(path))
-        ]
+        pins: list[Pin] = []
+        for path in requirement_files:
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise GateError(f"cannot read {path}: {exc.strerror or exc}") from exc
+            pins.extend(parse_requirements(text, str(path)))
         return pins, [], ", ".join(str(p) for p in requirement_files)
     pins, excluded = locked_pins()
     members = {canonical(m) for m in excluded}

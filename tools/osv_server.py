@@ -20,6 +20,7 @@ import argparse
 import ipaddress
 import json
 import re
+import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -336,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             threading.Event().wait()
     except GateError as exc:
-        print(f"osv_server: {exc}")
+        print(f"osv_server: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 0
