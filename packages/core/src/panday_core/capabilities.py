@@ -141,10 +141,15 @@ def check_policy(policy: SandboxPolicy, caps: TierCapabilities) -> tuple[Refusal
         value = _shown(field_value(policy, field))
         if entry is None:
             refusals.append(
-                Refusal(field=field, reason=f"{value}: tier {caps.tier} declares no enforcement for this field")
+                Refusal(
+                    field=field,
+                    reason=f"{value}: tier {caps.tier} declares no enforcement for this field",
+                )
             )
         elif entry.support is Support.NOT_ENFORCED:
-            refusals.append(Refusal(field=field, reason=f"{value}: {entry.note or entry.mechanism}"))
+            refusals.append(
+                Refusal(field=field, reason=f"{value}: {entry.note or entry.mechanism}")
+            )
     return tuple(refusals)
 
 

@@ -75,7 +75,9 @@ def _check_env_name(field: str, name: str) -> None:
     ok = bool(name) and not name[0].isdigit() and name.isascii()
     ok = ok and all(c.isalnum() or c == "_" for c in name)
     if not ok:
-        raise FieldError(field, f"{name!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        raise FieldError(
+            field, f"{name!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
+        )
 
 
 def _normalized_hosts(field: str, values: tuple[str, ...]) -> tuple[str, ...]:
@@ -199,7 +201,9 @@ class SandboxPolicy(_Model, kw_only=True):
 
     def with_workspace(self, workspace: str) -> SandboxPolicy:
         """A copy whose `fs.workspace` is set (the SDK fills in the current directory)."""
-        return msgspec.structs.replace(self, fs=msgspec.structs.replace(self.fs, workspace=workspace))
+        return msgspec.structs.replace(
+            self, fs=msgspec.structs.replace(self.fs, workspace=workspace)
+        )
 
 
 # ------------------------------------------------------------------------------ loading

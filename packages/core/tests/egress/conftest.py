@@ -13,14 +13,16 @@ import contextlib
 import ipaddress
 import socket
 import threading
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import pytest
+
 from panday_core.egress import AuditEvent, EgressProxy, ProxyLimits, StaticResolver
 from panday_core.policy import NetPolicy
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Iterable, Iterator
+    from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+    from ssl import SSLContext
 
 IO_TIMEOUT = 10.0
 T = TypeVar("T")
@@ -52,7 +54,7 @@ class Upstream(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # pyright: ignore[reportAttributeAccessIssue] - stream transport
+        self.transport = cast("asyncio.Transport", transport)
         self.server.connections += 1
         self.server.peers.append(transport.get_extra_info("peername"))
 
@@ -87,16 +89,11 @@ class UpstreamServer:
         self.server: asyncio.Server | None = None
         self.port = 0
 
-    async def start(self, host: str, port: int = 0, ssl: object = None) -> None:
+    async def start(self, host: str, port: int = 0, tls: SSLContext | None = None) -> None:
         loop = asyncio.get_running_loop()
-        self.server = await loop.create_server(
-            lambda: Upstream(self),
-            host,
-            port,
-            backlog=4096,
-            ssl=ssl,  # pyright: ignore[reportArgumentType] - an SSLContext or None
-        )
-        self.port = int(self.server.sockets[0].getsockname()[1])
+        server = await loop.create_server(lambda: Upstream(self), host, port, backlog=4096, ssl=tls)
+        self.server = server
+        self.port = int(server.sockets[0].getsockname()[1])
 
     async def close(self) -> None:
         if self.server is not None:
@@ -111,7 +108,9 @@ class LoopbackOnly:
     def __init__(self) -> None:
         self.attempts: list[tuple[str, int]] = []
 
-    async def __call__(self, factory: Callable[[], asyncio.BaseProtocol], host: str, port: int) -> object:
+    async def __call__(
+        self, factory: Callable[[], asyncio.BaseProtocol], host: str, port: int
+    ) -> object:
         self.attempts.append((host, port))
         if not ipaddress.ip_address(host).is_loopback:
             raise ConnectionRefusedError(f"test connector: {host} is not loopback; not connecting")
@@ -174,7 +173,7 @@ def parse_response(raw: bytes) -> tuple[int, dict[str, str], bytes]:
     if not lines or not lines[0].startswith("HTTP/1."):
         return 0, {}, raw
     status = int(lines[0].split(" ")[1])
-    headers = {}
+    headers: dict[str, str] = {}
     for line in lines[1:]:
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
@@ -182,7 +181,7 @@ def parse_response(raw: bytes) -> tuple[int, dict[str, str], bytes]:
 
 
 def http_via_proxy(
-    handle: ProxyHandle, url: str, *, auth: bytes | None | bool = True, extra: bytes = b""
+    handle: ProxyHandle, url: str, *, auth: bytes | bool | None = True, extra: bytes = b""
 ) -> tuple[int, dict[str, str], bytes]:
     """A plain-HTTP request in absolute form through the proxy; returns the response."""
     auth_line = b""
@@ -206,7 +205,7 @@ def http_via_proxy(
 
 
 def connect_via_proxy(
-    handle: ProxyHandle, authority: str, *, auth: bytes | None | bool = True
+    handle: ProxyHandle, authority: str, *, auth: bytes | bool | None = True
 ) -> tuple[int, dict[str, str], socket.socket | None, bytes]:
     """An HTTP CONNECT; returns (status, headers, the tunnel socket if 200, body)."""
     auth_line = b""
@@ -259,7 +258,7 @@ def recv_exact(sock: socket.socket, n: int) -> bytes:
 
 
 def socks_via_proxy(
-    handle: ProxyHandle, host: str, port: int, *, creds: tuple[str, str] | None | bool = True
+    handle: ProxyHandle, host: str, port: int, *, creds: tuple[str, str] | bool | None = True
 ) -> tuple[int | None, socket.socket | None]:
     """A SOCKS5 CONNECT; returns (reply code or None if refused earlier, tunnel socket)."""
     sock = open_conn(handle.host, handle.port)
@@ -269,7 +268,7 @@ def socks_via_proxy(
         sock.close()
         assert answer in (b"\x05\xff", b""), answer
         return None, None
-    user, password = handle.creds if creds is True else creds  # pyright: ignore[reportGeneralTypeIssues] - narrowed above
+    user, password = handle.creds if isinstance(creds, bool) else creds
     sock.sendall(b"\x05\x01\x02")
     assert recv_exact(sock, 2) == b"\x05\x02"
     sock.sendall(
@@ -298,7 +297,7 @@ def http_in_tunnel(sock: socket.socket, host: str) -> tuple[int, dict[str, str],
         return parse_response(recv_all(sock))
 
 
-def expect(condition: bool, message: str) -> None:  # noqa: FBT001 - a check
+def expect(condition: bool, message: str) -> None:
     """A positive control: when it does not hold, the test is inconclusive and FAILS."""
     if not condition:
         pytest.fail(f"inconclusive: control failed: {message}")
@@ -332,10 +331,10 @@ class Env:
         *,
         echo: bool = False,
         port: int = 0,
-        ssl: object = None,
+        tls: SSLContext | None = None,
     ) -> UpstreamServer:
         server = UpstreamServer(name, echo=echo)
-        self.lt.call(server.start(host, port, ssl))
+        self.lt.call(server.start(host, port, tls))
         self.servers.append(server)
         return server
 
@@ -345,13 +344,13 @@ class Env:
         allow: Iterable[str] = (),
         deny: Iterable[str] = (),
         ports: Iterable[int] = (80, 443),
-        table: dict[str, object] | None = None,
+        table: Mapping[str, Iterable[str] | Callable[[], Iterable[str]]] | None = None,
         limits: ProxyLimits | None = None,
         listen: str = "127.0.0.1",
         audit_jsonl: str | None = None,
     ) -> ProxyHandle:
         events: list[AuditEvent] = []
-        resolver = StaticResolver(table or {})  # pyright: ignore[reportArgumentType] - test tables
+        resolver = StaticResolver(table)
         connector = LoopbackOnly()
         net = NetPolicy(allow=tuple(allow), deny=tuple(deny), ports=tuple(ports))
         proxy = EgressProxy(

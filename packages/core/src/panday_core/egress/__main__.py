@@ -15,9 +15,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--policy", help="policy file (.toml or .json) whose [net] section applies")
     parser.add_argument("--allow", action="append", default=[], help="host pattern (repeatable)")
     parser.add_argument("--deny", action="append", default=[], help="host pattern (repeatable)")
-    parser.add_argument(
-        "--port", action="append", type=int, default=[], help="destination port (repeatable)"
-    )
+    parser.add_argument("--port", action="append", type=int, default=[], help="destination port")
     parser.add_argument("--listen-host", default="127.0.0.1")
     parser.add_argument("--listen-port", type=int, default=0)
     parser.add_argument("--session-id")
@@ -27,9 +25,14 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="NAME=IP",
-        help="answer NAME with IP instead of asking DNS (repeatable; then only listed names resolve)",
+        help="answer NAME with IP instead of asking DNS (then only listed names resolve)",
     )
     return parser.parse_args(argv)
+
+
+def _fail(message: str, code: int = 2) -> int:
+    sys.stderr.write(f"error: {message}\n")
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,20 +46,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.policy:
             net = load_policy(args.policy).net
         else:
-            net = NetPolicy(
-                allow=tuple(args.allow), deny=tuple(args.deny), ports=tuple(args.port) or (80, 443)
-            )
-    except (PolicyError, FieldError) as exc:
-        print(
-            f"error: net.{exc}" if isinstance(exc, FieldError) else f"error: {exc}", file=sys.stderr
-        )
-        return 2
+            ports = tuple(args.port) or (80, 443)
+            net = NetPolicy(allow=tuple(args.allow), deny=tuple(args.deny), ports=ports)
+    except PolicyError as exc:
+        return _fail(str(exc))
+    except FieldError as exc:
+        return _fail(f"net.{exc}")
     table: dict[str, list[str]] = {}
     for item in args.resolve:
         name, eq, addr = str(item).partition("=")
         if not eq or not name or not addr:
-            print(f"error: --resolve {item!r}: expected NAME=IP", file=sys.stderr)  # noqa: T201 - CLI output
-            return 2
+            return _fail(f"--resolve {item!r}: expected NAME=IP")
         table.setdefault(name.lower(), []).append(addr)
     resolver = StaticResolver(table) if table else None
     try:
@@ -69,8 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             resolver=resolver,
         )
     except OSError as exc:
-        print(f"error: cannot start the egress proxy: {exc.strerror or exc}", file=sys.stderr)  # noqa: T201 - CLI output
-        return 1
+        return _fail(f"cannot start the egress proxy: {exc.strerror or exc}", 1)
 
 
 if __name__ == "__main__":

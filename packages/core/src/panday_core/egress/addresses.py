@@ -49,7 +49,7 @@ def _embedded_v4(addr: ipaddress.IPv6Address) -> tuple[str, ipaddress.IPv4Addres
     return None
 
 
-def address_refusal(addr: IPAddress) -> str | None:  # noqa: PLR0911 - one return per named class
+def address_refusal(addr: IPAddress) -> str | None:  # noqa: C901, PLR0911, PLR0912 - one branch per named class
     """Why the proxy must not connect to `addr` (a resolved address), or None if it may."""
     if isinstance(addr, ipaddress.IPv6Address):
         if addr.scope_id:
@@ -73,10 +73,10 @@ def address_refusal(addr: IPAddress) -> str | None:  # noqa: PLR0911 - one retur
         return f"{addr} is a multicast address"
     if isinstance(addr, ipaddress.IPv4Address) and addr in _CGNAT:
         return f"{addr} is in the shared (CGNAT) address space"
-    if addr.is_private:
-        return f"{addr} is a private address"
     if addr.is_reserved or (isinstance(addr, ipaddress.IPv4Address) and addr in _IETF_PROTOCOL):
         return f"{addr} is a reserved address"
+    if addr.is_private:
+        return f"{addr} is a private address"
     if not addr.is_global:
         return f"{addr} is not a globally routable address"
     return None

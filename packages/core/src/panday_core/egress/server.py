@@ -27,7 +27,7 @@ import hmac
 import logging
 import secrets
 import time
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Self, TypeAlias, cast
 
 import msgspec
 
@@ -50,7 +50,9 @@ if TYPE_CHECKING:
     from panday_core.egress.addresses import IPAddress
     from panday_core.policy import NetPolicy
 
-    Connector: TypeAlias = Callable[[Callable[[], asyncio.BaseProtocol], str, int], Awaitable[object]]
+    Connector: TypeAlias = Callable[
+        [Callable[[], asyncio.BaseProtocol], str, int], Awaitable[object]
+    ]
     """Opens a connection to (IP literal, port) with the given protocol factory."""
 
 _log = logging.getLogger("panday_core.egress")
@@ -125,10 +127,10 @@ class _End(asyncio.BufferedProtocol):
         self.peer: _End | None = None
         self.buf: bytearray | None = None
         self.lent: bytearray | None = None
-        self.eof = False
-        self.lost = False
-        self.count = 0
-        self.last = time.monotonic()
+        self.eof: bool = False
+        self.lost: bool = False
+        self.count: int = 0
+        self.last: float = time.monotonic()
 
     def get_buffer(self, sizehint: int) -> bytearray:  # noqa: ARG002 - fixed-size buffers
         buf = self.buf
@@ -193,7 +195,7 @@ class _Upstream(_End):
         self.client = client
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # pyright: ignore[reportAttributeAccessIssue] - a stream transport
+        self.transport = cast("asyncio.Transport", transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -229,13 +231,13 @@ class _Client(_End):
 
     # ------------------------------------------------------------------ life cycle
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # pyright: ignore[reportAttributeAccessIssue] - a stream transport
+        self.transport = cast("asyncio.Transport", transport)
         proxy = self.proxy
         proxy.clients.add(self)
         if len(proxy.clients) > proxy.limits.max_connections:
             self.reason = f"connection limit ({proxy.limits.max_connections}) reached"
             self.state = _DONE
-            transport.abort()
+            self.transport.abort()
             return
         self.timer = proxy.loop.call_later(proxy.limits.head_timeout, self._head_expired)
 
@@ -324,7 +326,7 @@ class _Client(_End):
             return  # reading is paused while establishing; anything racing in waits in head
         try:
             self._advance()
-        except Exception:  # a bug must cost this connection, never the proxy
+        except Exception:  # noqa: BLE001 - a bug must cost this connection, never the proxy
             _log.exception("egress proxy: internal error while reading a request")
             self.refuse("refused", "internal error while reading the request", http=400)
 
@@ -379,7 +381,7 @@ class _Client(_End):
                 self.refuse("refused", f"malformed request: {exc.reason}", socks=code)
                 return
 
-    def _socks_step(self) -> bool:
+    def _socks_step(self) -> bool:  # noqa: PLR0911 - one return per handshake outcome
         transport = self.transport
         assert transport is not None  # noqa: S101 - set in connection_made
         if self.socks_stage == _SOCKS_GREETING:
@@ -461,7 +463,7 @@ class _Client(_End):
             if exc.address is not None:
                 self.address = exc.address
             self.refuse(exc.verdict, exc.reason, http=exc.http, socks=exc.socks)
-        except Exception:  # a bug must cost this connection, never the proxy
+        except Exception:  # noqa: BLE001 - a bug must cost this connection, never the proxy
             _log.exception("egress proxy: internal error while connecting")
             self.refuse(
                 "failed", "internal error while connecting", http=502, socks=socks5.GENERAL_FAILURE
@@ -493,7 +495,7 @@ class _Client(_End):
             try:
                 async with asyncio.timeout(remaining):
                     # The host is the checked address itself: nothing resolves the name again.
-                    await proxy.connector(lambda: made, str(addr), port)
+                    await proxy.connector(lambda: made, str(addr), port)  # noqa: B023 - awaited in this iteration
                 up = made
                 break
             except TimeoutError:
@@ -561,8 +563,10 @@ async def _create_connection(
 
 def _bound(transport: asyncio.Transport) -> tuple[str, int] | None:
     name = transport.get_extra_info("sockname")
-    if isinstance(name, tuple) and len(name) >= 2:  # noqa: PLR2004 - (host, port, ...)
-        return str(name[0]), int(name[1])  # pyright: ignore[reportUnknownArgumentType] - sockname
+    if isinstance(name, tuple):
+        parts = cast("tuple[object, ...]", name)
+        if len(parts) >= 2 and isinstance(parts[1], int):  # noqa: PLR2004 - (host, port, ...)
+            return str(parts[0]), parts[1]
     return None
 
 
@@ -696,7 +700,7 @@ class EgressProxy:
         if self._jsonl is not None:
             self._jsonl.close()
 
-    async def __aenter__(self) -> EgressProxy:
+    async def __aenter__(self) -> Self:
         if not self._servers:
             await self.start()
         return self
@@ -711,15 +715,25 @@ class EgressProxy:
         task.add_done_callback(self._tasks.discard)
 
     def emit(self, event: AuditEvent) -> None:
-        for sink in (self._audit, self._jsonl):
+        for sink in (self._jsonl, self._audit):  # the durable log first
             if sink is None:
                 continue
             try:
                 sink(event)
-            except Exception:  # an audit consumer's bug must not take the proxy down
+            except Exception:  # noqa: BLE001 - an audit consumer's bug must not take the proxy down
                 _log.exception("egress proxy: audit sink failed")
 
     # ------------------------------------------------------------------ resolving
+    async def _resolve(self, host: str, port: int, budget: float) -> Sequence[str]:
+        try:
+            async with asyncio.timeout(max(budget, 0.0)):
+                return await self.resolver.resolve(host, port)
+        except TimeoutError:
+            reason = f"resolving {host} timed out"
+            raise _Refused("failed", reason, 504, socks5.TTL_EXPIRED) from None
+        except ResolveError as exc:
+            raise _Refused("failed", str(exc), 502, socks5.HOST_UNREACHABLE) from None
+
     async def checked_addresses(self, host: str, port: int, deadline: float) -> Sequence[IPAddress]:
         """The addresses `host` may be reached at, every one checked; raises `_Refused`.
 
@@ -737,15 +751,7 @@ class EgressProxy:
         cached = self._answers.get(host)
         if cached is not None and cached[0] > now:
             return cached[1]
-        try:
-            async with asyncio.timeout(max(deadline - now, 0.0)):
-                answer = await self.resolver.resolve(host, port)
-        except TimeoutError:
-            raise _Refused(
-                "failed", f"resolving {host} timed out", 504, socks5.TTL_EXPIRED
-            ) from None
-        except ResolveError as exc:
-            raise _Refused("failed", str(exc), 502, socks5.HOST_UNREACHABLE) from None
+        answer = await self._resolve(host, port, deadline - now)
         addresses: list[IPAddress] = []
         for text in answer:
             addr = parse_address(str(text))

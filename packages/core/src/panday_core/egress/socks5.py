@@ -93,18 +93,10 @@ def parse_request(buf: bytes | bytearray) -> tuple[int, str, int] | None:
     if buf[2] != 0:
         raise SocksRefusal(GENERAL_FAILURE, "reserved byte is not zero")
     atyp = buf[3]
-    if atyp == ATYP_IPV4:
-        start, end = 4, 8
-    elif atyp == ATYP_IPV6:
-        start, end = 4, 20
-    elif atyp == ATYP_DOMAIN:
-        start, end = 5, 5 + buf[4]
-        if buf[4] == 0:
-            raise SocksRefusal(GENERAL_FAILURE, "empty domain name")
-    else:
-        raise SocksRefusal(ADDRESS_TYPE_NOT_SUPPORTED, f"address type {atyp} is not supported")
-    if len(buf) < end + 2:
+    span = _address_span(buf)
+    if span is None:
         return None
+    start, end = span
     raw = bytes(buf[start:end])
     if atyp == ATYP_DOMAIN:
         try:
@@ -117,6 +109,22 @@ def parse_request(buf: bytes | bytearray) -> tuple[int, str, int] | None:
     if port == 0:
         raise SocksRefusal(GENERAL_FAILURE, "port 0")
     return end + 2, host, port
+
+
+def _address_span(buf: bytes | bytearray) -> tuple[int, int] | None:
+    """Where the address of a request starts and ends; None until the port has arrived."""
+    atyp = buf[3]
+    if atyp == ATYP_IPV4:
+        start, end = 4, 8
+    elif atyp == ATYP_IPV6:
+        start, end = 4, 20
+    elif atyp == ATYP_DOMAIN:
+        if buf[4] == 0:
+            raise SocksRefusal(GENERAL_FAILURE, "empty domain name")
+        start, end = 5, 5 + buf[4]
+    else:
+        raise SocksRefusal(ADDRESS_TYPE_NOT_SUPPORTED, f"address type {atyp} is not supported")
+    return None if len(buf) < end + 2 else (start, end)
 
 
 def reply(code: int, bound: tuple[str, int] | None = None) -> bytes:

@@ -1,0 +1,209 @@
+"""Malformed input, fuzzed: it never forwards anything and never takes the proxy down.
+
+Every example goes over a real socket to a running proxy whose allowlist covers a canary
+upstream. Inputs are random bytes and mutations of a valid, authenticated request (so the
+fuzzer gets past the credentials check and reaches the parser's deeper paths). The oracle
+is the proxy's own strict parser plus the credentials check: whenever they reject an
+input, the canary must see no connection. After all examples a valid request must still
+pass, showing that the proxy survived.
+
+Default: a few hundred examples per protocol. ``PANDAY_FUZZ=nightly`` selects the nightly
+profile: 10,000 examples per protocol.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import TYPE_CHECKING
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from panday_core.egress import ProxyLimits, socks5
+from panday_core.egress.http_head import HttpRefusal, head_end, parse_head
+
+if TYPE_CHECKING:
+    from conftest import Env, ProxyHandle, UpstreamServer
+
+NIGHTLY = os.environ.get("PANDAY_FUZZ") == "nightly"
+EXAMPLES = 10_000 if NIGHTLY else 300
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+ALLOWED = "allowed.test"
+LIMITS = ProxyLimits(head_timeout=2.0, connect_timeout=2.0, idle_timeout=5.0, max_head_bytes=4096)
+
+# A mutation: (operation, position as a fraction of the input, bytes).
+_OPS = st.tuples(
+    st.sampled_from(["truncate", "insert", "delete", "replace", "duplicate"]),
+    st.floats(0.0, 1.0),
+    st.binary(min_size=0, max_size=16)
+    | st.sampled_from(
+        [b"\r\n", b"\n", b"\r", b"\x00", b" ", b":", b"\r\n\r\n", b"\x05", b"\xff", b"[", b"@"]
+    ),
+)
+MUTATIONS = st.lists(_OPS, min_size=1, max_size=4)
+
+
+def mutate(data: bytes, ops: list[tuple[str, float, bytes]]) -> bytes:
+    for op, where, blob in ops:
+        i = int(where * len(data))
+        if op == "truncate":
+            data = data[:i]
+        elif op == "insert":
+            data = data[:i] + blob + data[i:]
+        elif op == "delete":
+            data = data[:i] + data[i + max(len(blob), 1) :]
+        elif op == "replace":
+            data = data[:i] + blob + data[i + len(blob) :]
+        else:
+            data = data[:i] + data[i : i + len(blob) + 8] + data[i:]
+    return data
+
+
+def _send(handle: ProxyHandle, data: bytes) -> bytes:
+    sock = socket.create_connection((handle.host, handle.port), timeout=10)
+    sock.settimeout(10)
+    with sock:
+        try:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        out = b""
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except (ConnectionResetError, TimeoutError):
+                break
+            if not chunk:
+                break
+            out += chunk
+        return out
+
+
+def http_accepts(handle: ProxyHandle, data: bytes) -> bool:
+    """Would the proxy's own parser and credentials check let this request through?"""
+    if not data or data[0] == socks5.VERSION:
+        return socks_accepts(handle, data)
+    try:
+        end = head_end(data, max_head=LIMITS.max_head_bytes, max_line=LIMITS.max_request_line)
+        if end is None:
+            return False
+        req = parse_head(data[:end], max_headers=LIMITS.max_headers)
+    except HttpRefusal:
+        return False
+    return handle.proxy.check_credentials(req.credentials)[0]
+
+
+def socks_accepts(handle: ProxyHandle, data: bytes) -> bool:
+    try:
+        greeting = socks5.parse_greeting(data)
+        if greeting is None or socks5.METHOD_USERPASS not in greeting[1]:
+            return False
+        data = data[greeting[0] :]
+        auth = socks5.parse_userpass(data)
+        if auth is None or not handle.proxy.check_credentials((auth[1], auth[2]))[0]:
+            return False
+        return socks5.parse_request(data[auth[0] :]) is not None
+    except socks5.SocksRefusal:
+        return False
+
+
+def _valid_http(handle: ProxyHandle, port: int) -> bytes:
+    return (
+        f"GET http://{ALLOWED}:{port}/path?q=1 HTTP/1.1\r\nHost: {ALLOWED}\r\n".encode()
+        + b"Proxy-Authorization: " + handle.basic()
+        + b"\r\nAccept: */*\r\nContent-Length: 0\r\n\r\n"
+    )  # fmt: skip
+
+
+def _valid_socks(handle: ProxyHandle, port: int) -> bytes:
+    user, password = handle.creds
+    host = ALLOWED.encode()
+    return (
+        b"\x05\x02\x00\x02"
+        + bytes((1, len(user))) + user.encode() + bytes((len(password),)) + password.encode()
+        + bytes((5, 1, 0, 3, len(host))) + host + port.to_bytes(2, "big")
+    )  # fmt: skip
+
+
+def _check(handle: ProxyHandle, canary: UpstreamServer, data: bytes) -> None:
+    before = canary.connections
+    answer = _send(handle, data)
+    if not http_accepts(handle, data):
+        assert canary.connections == before, (data, answer)
+        assert b"hello from canary" not in answer
+
+
+def _liveness(env: Env, handle: ProxyHandle, port: int) -> None:
+    status, _, body = env.parse_response(_send(handle, _valid_http(handle, port)))
+    assert (status, body) == (200, b"hello from canary\n")
+
+
+def _setup(env: Env) -> tuple[ProxyHandle, UpstreamServer]:
+    canary = env.upstream("canary")
+    handle = env.proxy(
+        allow=[ALLOWED, "127.0.0.1"],
+        ports=[canary.port],
+        table={ALLOWED: ["127.0.0.1"]},
+        limits=LIMITS,
+    )
+    # Positive control: the unmutated requests are forwarded.
+    _liveness(env, handle, canary.port)
+    before = canary.connections
+    answer = _send(handle, _valid_socks(handle, canary.port) + b"GET / HTTP/1.1\r\n\r\n")
+    env.expect(
+        canary.connections == before + 1 and b"hello from canary" in answer,
+        "valid SOCKS5 request forwarded",
+    )
+    return handle, canary
+
+
+@pytest.mark.timeout(3600 if NIGHTLY else 120)
+def test_fuzzed_http_never_forwards_and_never_kills_the_proxy(env: Env) -> None:
+    handle, canary = _setup(env)
+
+    @FUZZ
+    @given(
+        st.one_of(
+            st.binary(max_size=1024).map(lambda b: ("raw", b, [])),
+            MUTATIONS.map(lambda m: ("mut", b"", m)),
+        )
+    )
+    def run(case: tuple[str, bytes, list[tuple[str, float, bytes]]]) -> None:
+        kind, raw, ops = case
+        data = raw if kind == "raw" else mutate(_valid_http(handle, canary.port), ops)
+        if data[:1] == b"\x05":
+            data = b"G" + data[1:]  # this test is about the HTTP parser
+        _check(handle, canary, data)
+
+    run()
+    _liveness(env, handle, canary.port)
+
+
+@pytest.mark.timeout(3600 if NIGHTLY else 120)
+def test_fuzzed_socks5_never_forwards_and_never_kills_the_proxy(env: Env) -> None:
+    handle, canary = _setup(env)
+
+    @FUZZ
+    @given(
+        st.one_of(
+            st.binary(max_size=600).map(lambda b: ("raw", b, [])),
+            MUTATIONS.map(lambda m: ("mut", b"", m)),
+        )
+    )
+    def run(case: tuple[str, bytes, list[tuple[str, float, bytes]]]) -> None:
+        kind, raw, ops = case
+        data = b"\x05" + raw if kind == "raw" else mutate(_valid_socks(handle, canary.port), ops)
+        if data and data[0] != socks5.VERSION:
+            data = b"\x05" + data
+        _check(handle, canary, data)
+
+    run()
+    _liveness(env, handle, canary.port)
