@@ -25,11 +25,13 @@ import base64
 import json
 import os
 import platform
+import queue
 import resource
 import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import cast
@@ -86,8 +88,10 @@ class _Upstream(asyncio.Protocol):
         pass
 
     def resume_writing(self) -> None:
+        # Not re-entrantly: closing from inside resume_writing makes Python 3.11 report the
+        # connection lost twice.
         if self.remaining:
-            self._pump()
+            asyncio.get_running_loop().call_soon(self._pump)
 
 
 async def _serve_upstream() -> None:
@@ -113,22 +117,23 @@ class Proxy:
         for port in ports:
             argv += ["--port", str(port)]
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None  # noqa: S101 - piped
-        url = ""
-        for _ in range(20):
-            line = self.proc.stdout.readline()
-            if line.startswith("export HTTP_PROXY="):
-                url = line.split("=", 1)[1].strip()
-                break
-        if not url:
-            raise SystemExit("egress bench: the proxy did not start")
+        found: queue.Queue[str] = queue.Queue()
+        # Audit lines keep coming on the proxy's stdout: drain them so the pipe never blocks.
+        threading.Thread(target=self._drain, args=(found,), daemon=True).start()
+        try:
+            url = found.get(timeout=30)
+        except queue.Empty:
+            raise SystemExit("egress bench: the proxy did not start") from None
         creds, _, where = url.removeprefix("http://").rpartition("@")
         host, _, port = where.rpartition(":")
         self.addr = (host, int(port))
         self.auth = base64.b64encode(creds.encode())
-        # Audit lines go to the proxy's stdout; drain them so the pipe never blocks it.
-        self.proc.stdout.close()
-        self.proc.stdout = None
+
+    def _drain(self, found: queue.Queue[str]) -> None:
+        assert self.proc.stdout is not None  # noqa: S101 - piped
+        for line in self.proc.stdout:
+            if line.startswith("export HTTP_PROXY="):
+                found.put(line.split("=", 1)[1].strip())
 
     def rss_mb(self) -> float:
         with open(f"/proc/{self.proc.pid}/status") as fh:  # noqa: PTH123 - Linux only
@@ -146,11 +151,11 @@ class Proxy:
             + b"\r\n\r\n"
         )
         head = b""
-        while not head.endswith(b"\r\n\r\n"):
-            byte = sock.recv(1)
-            if not byte:
+        while not head.endswith(b"\r\n\r\n"):  # nothing follows the answer until we send
+            data = sock.recv(4096)
+            if not data:
                 raise SystemExit(f"egress bench: tunnel refused: {head!r}")
-            head += byte
+            head += data
         if not head.startswith(b"HTTP/1.1 200"):
             raise SystemExit(f"egress bench: tunnel refused: {head!r}")
         return sock
@@ -291,6 +296,7 @@ def memory(proxy: Proxy, port: int, tunnels: int) -> tuple[dict[str, object], bo
         rss = proxy.rss_mb()
         for writer in writers:
             writer.close()
+        await asyncio.gather(*(w.wait_closed() for w in writers), return_exceptions=True)
         return rss, opened, errors
 
     rss, opened, errors = asyncio.run(hold())

@@ -84,6 +84,8 @@ class ProxyLimits(msgspec.Struct, frozen=True, kw_only=True):
     backlog: int = 4096
     chunk_bytes: int = 256 * 1024
     """Size of the relay's read buffers."""
+    write_buffer_bytes: int = 0
+    """Bytes a transport may hold unsent before the other side stops reading."""
     pooled_buffers: int = 64
     """Free read buffers kept for reuse; beyond this they are released."""
 
@@ -126,7 +128,7 @@ class _End(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.peer: _End | None = None
         self.buf: bytearray | None = None
-        self.lent: bytearray | None = None
+        self.lent: list[bytearray] = []
         self.eof: bool = False
         self.lost: bool = False
         self.count: int = 0
@@ -150,7 +152,7 @@ class _End(asyncio.BufferedProtocol):
         self.buf = None
         if out.get_write_buffer_size():
             # The peer transport may hold a view of `buf` until it drains; see module doc.
-            self.lent = buf
+            self.lent.append(buf)
         else:
             self.proxy.pool.put(buf)
 
@@ -166,9 +168,11 @@ class _End(asyncio.BufferedProtocol):
         peer = self.peer
         if peer is None:
             return
-        if peer.lent is not None:
-            self.proxy.pool.put(peer.lent)
-            peer.lent = None
+        if peer.lent:
+            pool = self.proxy.pool
+            for buf in peer.lent:
+                pool.put(buf)
+            peer.lent.clear()
         if peer.transport is not None and not peer.eof:
             peer.transport.resume_reading()
 
@@ -186,7 +190,7 @@ class _End(asyncio.BufferedProtocol):
         if self.buf is not None:
             self.proxy.pool.put(self.buf)
             self.buf = None
-        self.lent = None  # possibly still referenced by a closing transport: never reused
+        self.lent = []  # possibly still referenced by a closing transport: never reused
 
 
 class _Upstream(_End):
@@ -305,8 +309,9 @@ class _Client(_End):
         quiet = time.monotonic() - max(self.last, up.last)
         if quiet >= idle:
             self.reason += f"; closed after {idle:g} s without traffic"
-            self.transport.abort()
-            if up.transport is not None:
+            if not self.lost:
+                self.transport.abort()
+            if up.transport is not None and not up.lost:
                 up.transport.abort()
             return
         self.timer = self.proxy.loop.call_later(idle - quiet, self._idle_check)
@@ -546,8 +551,9 @@ class _Client(_End):
             self.count += len(leftover)
             upstream.write(leftover)
         # Zero limits: pause/resume mark "holding data" / "fully drained" exactly.
-        client.set_write_buffer_limits(high=0)
-        upstream.set_write_buffer_limits(high=0)
+        high = self.proxy.limits.write_buffer_bytes
+        client.set_write_buffer_limits(high=high, low=0)
+        upstream.set_write_buffer_limits(high=high, low=0)
         self.state = _RELAY
         self.last = up.last = time.monotonic()
         self.timer = self.proxy.loop.call_later(self.proxy.limits.idle_timeout, self._idle_check)
@@ -686,7 +692,8 @@ class EgressProxy:
             server.close()
         for client in list(self.clients):
             for end in (client, client.up):
-                if end is not None and end.transport is not None:
+                # Never touch a transport that is gone: Python 3.11 would report its loss twice.
+                if end is not None and end.transport is not None and not end.lost:
                     end.transport.abort()
         for task in list(self._tasks):
             task.cancel()
