@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -48,6 +48,63 @@ _OPS = st.tuples(
     ),
 )
 MUTATIONS = st.lists(_OPS, min_size=1, max_size=4)
+
+
+def _mostly(valid: object, *others: object) -> st.SearchStrategy[object]:
+    """Half the time the valid choice, otherwise one of the others: structured inputs then
+    stay close enough to valid to reach the deeper checks, one defect at a time."""
+    return st.one_of(st.just(valid), st.sampled_from(others))
+
+
+# Structured SOCKS5 handshakes: valid messages with one field defective (or several), so
+# the fuzzer also tries skipped steps, e.g. a greeting without username/password followed
+# straight by a request. Auth "follow" sends credentials only if the greeting offered them.
+_SOCKS_VALID: dict[str, object] = {
+    "greeting": (2,),
+    "auth": "follow",
+    "cmd": 1,
+    "atyp": 3,
+    "host": b"allowed.test",
+    "port": "canary",
+    "tail": True,
+}
+_SOCKS_BAD: dict[str, tuple[object, ...]] = {
+    "greeting": ((0,), (0, 1), (1, 3), (), (0x80, 0xFF), (2, 0), (0, 2, 2)),
+    "auth": ("none", "wrong", "empty", "valid"),
+    "cmd": (2, 3, 0),
+    "atyp": (1, 4, 5),
+    "host": (b"other.test", b"", b"*.test", b"\x7f\x00\x00\x01", b"\xff"),
+    "port": (0, 80),
+    "tail": (False,),
+}  # fmt: skip
+SOCKS_STRUCTURED = st.one_of(
+    *(
+        st.sampled_from(bad).map(lambda v, k=key: {**_SOCKS_VALID, k: v})
+        for key, bad in _SOCKS_BAD.items()
+    ),
+    st.fixed_dictionaries({k: _mostly(_SOCKS_VALID[k], *bad) for k, bad in _SOCKS_BAD.items()}),
+)
+
+# Structured HTTP heads: request line and headers drawn from valid and invalid variants.
+HTTP_STRUCTURED = st.tuples(
+    _mostly("GET", "CONNECT", "POST", "G T", ""),
+    _mostly("absolute", "authority", "origin", "https", "userinfo", "v6"),
+    _mostly("HTTP/1.1", "HTTP/1.0", "HTTP/2", "http/1.1"),
+    _mostly("valid", "none", "wrong", "twice", "garbage"),
+    st.lists(
+        st.sampled_from([
+            "Content-Length: 5", "Content-Length: 1", "Transfer-Encoding: chunked",
+            "Transfer-Encoding: gzip", " folded", "Bad Name: x", "X: \x00", "Connection: close",
+            "Proxy-Connection: keep-alive", "Host: evil.test",
+        ]),
+        max_size=3,
+    ),
+)  # fmt: skip
+_NO_OPS_MOSTLY = st.one_of(st.just([]), st.lists(st.tuples(
+    st.sampled_from(["truncate", "insert", "delete", "replace", "duplicate"]),
+    st.floats(0.0, 1.0),
+    st.binary(max_size=8),
+), max_size=2))  # fmt: skip
 
 
 def mutate(data: bytes, ops: list[tuple[str, float, bytes]]) -> bytes:
@@ -133,6 +190,55 @@ def _valid_socks(handle: ProxyHandle, port: int) -> bytes:
     )  # fmt: skip
 
 
+def _structured_socks(handle: ProxyHandle, port: int, case: dict[str, object]) -> bytes:
+    greeting, host, cmd, atyp = case["greeting"], case["host"], case["cmd"], case["atyp"]
+    assert isinstance(greeting, tuple)
+    assert isinstance(host, bytes)
+    assert isinstance(cmd, int)
+    assert isinstance(atyp, int)
+    methods = cast("tuple[int, ...]", greeting)
+    user, password = handle.creds
+    creds = {"valid": (user, password), "wrong": (user, "x" * len(password)), "empty": ("", "")}
+    auth = case["auth"]
+    if auth == "follow":
+        auth = "valid" if 2 in methods else "none"
+    out = bytes((5, len(methods), *methods))
+    if isinstance(auth, str) and auth in creds:
+        u, pw = creds[auth]
+        out += bytes((1, len(u))) + u.encode() + bytes((len(pw),)) + pw.encode()
+    the_port = port if case["port"] == "canary" else int(str(case["port"]))
+    addr = bytes((len(host),)) + host if atyp == 3 else host
+    out += bytes((5, cmd, 0, atyp)) + addr + the_port.to_bytes(2, "big")
+    return out + (b"GET / HTTP/1.1\r\n\r\n" if case["tail"] else b"")
+
+
+def _structured_http(handle: ProxyHandle, port: int, case: tuple[object, ...]) -> bytes:
+    method, form, version, auth, headers = case
+    assert isinstance(form, str)
+    assert isinstance(auth, str)
+    assert isinstance(headers, list)
+    target = {
+        "absolute": f"http://{ALLOWED}:{port}/x",
+        "authority": f"{ALLOWED}:{port}",
+        "origin": "/x",
+        "https": f"https://{ALLOWED}:{port}/",
+        "userinfo": f"http://u@{ALLOWED}:{port}/",
+        "v6": f"http://[::1]:{port}/",
+    }[form]
+    user, password = handle.creds
+    lines = [f"{method} {target} {version}"]
+    good = "Proxy-Authorization: " + handle.basic().decode()
+    lines += {
+        "valid": [good],
+        "none": [],
+        "wrong": ["Proxy-Authorization: " + handle.basic((user, "y" * len(password))).decode()],
+        "twice": [good, good],
+        "garbage": ["Proxy-Authorization: Basic !!"],
+    }[auth]
+    lines += headers
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
 def _check(handle: ProxyHandle, canary: UpstreamServer, data: bytes) -> None:
     before = canary.connections
     answer = _send(handle, data)
@@ -174,11 +280,14 @@ def test_fuzzed_http_never_forwards_and_never_kills_the_proxy(env: Env) -> None:
         st.one_of(
             st.binary(max_size=1024).map(lambda b: ("raw", b, [])),
             MUTATIONS.map(lambda m: ("mut", b"", m)),
+            st.tuples(HTTP_STRUCTURED, _NO_OPS_MOSTLY).map(
+                lambda t: ("structured", _structured_http(handle, canary.port, t[0]), t[1])
+            ),
         )
     )
     def run(case: tuple[str, bytes, list[tuple[str, float, bytes]]]) -> None:
         kind, raw, ops = case
-        data = raw if kind == "raw" else mutate(_valid_http(handle, canary.port), ops)
+        data = raw if kind == "raw" else mutate(raw or _valid_http(handle, canary.port), ops)
         if data[:1] == b"\x05":
             data = b"G" + data[1:]  # this test is about the HTTP parser
         _check(handle, canary, data)
@@ -196,11 +305,17 @@ def test_fuzzed_socks5_never_forwards_and_never_kills_the_proxy(env: Env) -> Non
         st.one_of(
             st.binary(max_size=600).map(lambda b: ("raw", b, [])),
             MUTATIONS.map(lambda m: ("mut", b"", m)),
+            st.tuples(SOCKS_STRUCTURED, _NO_OPS_MOSTLY).map(
+                lambda t: ("structured", _structured_socks(handle, canary.port, t[0]), t[1])
+            ),
         )
     )
     def run(case: tuple[str, bytes, list[tuple[str, float, bytes]]]) -> None:
         kind, raw, ops = case
-        data = b"\x05" + raw if kind == "raw" else mutate(_valid_socks(handle, canary.port), ops)
+        if kind == "raw":
+            data = b"\x05" + raw
+        else:
+            data = mutate(raw or _valid_socks(handle, canary.port), ops)
         if data and data[0] != socks5.VERSION:
             data = b"\x05" + data
         _check(handle, canary, data)
