@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,8 +25,14 @@ from panday_core.egress import ProxyLimits, socks5
 from panday_core.egress.http_head import HttpRefusal, head_end, parse_head
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from conftest import Env, ProxyHandle, UpstreamServer
 
+    Make = Callable[[ProxyHandle, int], bytes]
+    """Builds one input for a running proxy (the credentials are only known then)."""
+
+C = TypeVar("C")
 NIGHTLY = os.environ.get("PANDAY_FUZZ") == "nightly"
 EXAMPLES = 10_000 if NIGHTLY else 300
 FUZZ = settings(
@@ -271,54 +277,59 @@ def _setup(env: Env) -> tuple[ProxyHandle, UpstreamServer]:
     return handle, canary
 
 
-@pytest.mark.timeout(3600 if NIGHTLY else 120)
-def test_fuzzed_http_never_forwards_and_never_kills_the_proxy(env: Env) -> None:
+def _raw(raw: bytes) -> Make:
+    def make(_handle: ProxyHandle, _port: int) -> bytes:
+        return raw
+
+    return make
+
+
+def _mutated(build: Make, ops: list[tuple[str, float, bytes]]) -> Make:
+    def make(handle: ProxyHandle, port: int) -> bytes:
+        return mutate(build(handle, port), ops)
+
+    return make
+
+
+def _structured(build: Callable[[ProxyHandle, int, C], bytes], case: C) -> Make:
+    def make(handle: ProxyHandle, port: int) -> bytes:
+        return build(handle, port, case)
+
+    return make
+
+
+def _fuzz(
+    env: Env, *, valid: Make, structured: st.SearchStrategy[Make], raw_size: int, socks: bool
+) -> None:
     handle, canary = _setup(env)
+    inputs = st.one_of(
+        st.binary(max_size=raw_size).map(_raw),
+        MUTATIONS.map(lambda ops: _mutated(valid, ops)),
+        st.tuples(structured, _NO_OPS_MOSTLY).map(lambda t: _mutated(t[0], t[1])),
+    )
 
     @FUZZ
-    @given(
-        st.one_of(
-            st.binary(max_size=1024).map(lambda b: ("raw", b, [])),
-            MUTATIONS.map(lambda m: ("mut", b"", m)),
-            st.tuples(HTTP_STRUCTURED, _NO_OPS_MOSTLY).map(
-                lambda t: ("structured", _structured_http(handle, canary.port, t[0]), t[1])
-            ),
-        )
-    )
-    def run(case: tuple[str, bytes, list[tuple[str, float, bytes]]]) -> None:
-        kind, raw, ops = case
-        data = raw if kind == "raw" else mutate(raw or _valid_http(handle, canary.port), ops)
-        if data[:1] == b"\x05":
-            data = b"G" + data[1:]  # this test is about the HTTP parser
+    @given(inputs)
+    def run(make: Make) -> None:
+        data = make(handle, canary.port)
+        # Each test is about one parser: keep the first byte on its side of the switch.
+        if socks and data[:1] != b"\x05":
+            data = b"\x05" + data
+        elif not socks and data[:1] == b"\x05":
+            data = b"G" + data[1:]
         _check(handle, canary, data)
 
     run()
     _liveness(env, handle, canary.port)
+
+
+@pytest.mark.timeout(3600 if NIGHTLY else 120)
+def test_fuzzed_http_never_forwards_and_never_kills_the_proxy(env: Env) -> None:
+    structured = HTTP_STRUCTURED.map(lambda c: _structured(_structured_http, c))
+    _fuzz(env, valid=_valid_http, structured=structured, raw_size=1024, socks=False)
 
 
 @pytest.mark.timeout(3600 if NIGHTLY else 120)
 def test_fuzzed_socks5_never_forwards_and_never_kills_the_proxy(env: Env) -> None:
-    handle, canary = _setup(env)
-
-    @FUZZ
-    @given(
-        st.one_of(
-            st.binary(max_size=600).map(lambda b: ("raw", b, [])),
-            MUTATIONS.map(lambda m: ("mut", b"", m)),
-            st.tuples(SOCKS_STRUCTURED, _NO_OPS_MOSTLY).map(
-                lambda t: ("structured", _structured_socks(handle, canary.port, t[0]), t[1])
-            ),
-        )
-    )
-    def run(case: tuple[str, bytes, list[tuple[str, float, bytes]]]) -> None:
-        kind, raw, ops = case
-        if kind == "raw":
-            data = b"\x05" + raw
-        else:
-            data = mutate(raw or _valid_socks(handle, canary.port), ops)
-        if data and data[0] != socks5.VERSION:
-            data = b"\x05" + data
-        _check(handle, canary, data)
-
-    run()
-    _liveness(env, handle, canary.port)
+    structured = SOCKS_STRUCTURED.map(lambda c: _structured(_structured_socks, c))
+    _fuzz(env, valid=_valid_socks, structured=structured, raw_size=600, socks=True)

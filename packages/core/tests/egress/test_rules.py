@@ -265,3 +265,30 @@ def test_socks5_greeting_refusals() -> None:
             socks5.parse_greeting(data)
     with pytest.raises(socks5.SocksRefusal):
         socks5.parse_userpass(b"\x02\x01u\x01p")
+
+
+def test_importing_panday_core_does_not_load_the_proxy() -> None:
+    """The CLI's start-up path must not pay for asyncio and the proxy."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    code = (
+        "import sys, panday_core, panday_core.policy, panday_core.capabilities; "
+        "print(sorted(m for m in sys.modules "
+        "if m == 'asyncio' or m.startswith('panday_core.egress')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_proxy_environment_names_every_convention() -> None:
+    from panday_core.egress.standalone import proxy_environment  # noqa: PLC0415
+
+    env = proxy_environment("http://u:t@127.0.0.1:1", "socks5h://u:t@127.0.0.1:1")
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        assert env[name] == env[name.lower()]
+    assert env["ALL_PROXY"].startswith("socks5h://")
+    assert env["NO_PROXY"] == "localhost,127.0.0.1,::1"
+    assert env["npm_config_https_proxy"] == env["HTTPS_PROXY"]

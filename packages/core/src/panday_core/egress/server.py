@@ -535,6 +535,7 @@ class _Client(_End):
         assert client is not None  # noqa: S101 - set in connection_made
         assert upstream is not None  # noqa: S101 - set by create_connection
         if self.lost:
+            self.reason = "the client went away while the proxy was connecting"
             upstream.close()
             return
         self.verdict, self.reason = "allowed", reason

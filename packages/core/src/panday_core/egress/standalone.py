@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, TextIO, TypedDict, Unpack
 
 from panday_core.egress.audit import AuditEvent, encode_event
 from panday_core.egress.server import EgressProxy, ProxyLimits
@@ -31,23 +31,32 @@ def proxy_environment(http_url: str, socks_url: str) -> dict[str, str]:
     ):
         env[name] = value
         env[name.lower()] = value
+    # npm reads its own configuration variables before the conventional ones.
+    env["npm_config_proxy"] = http_url
+    env["npm_config_https_proxy"] = http_url
     return env
 
 
+class ServeOptions(TypedDict, total=False):
+    """Keyword options of `serve` and `run_proxy` (all optional)."""
+
+    listen_host: str
+    """Where to listen; 127.0.0.1 by default."""
+    listen_port: int
+    """0 (the default) picks a free port."""
+    session_id: str | None
+    audit_jsonl: str | None
+    resolver: Resolver | None
+    limits: ProxyLimits | None
+    out: TextIO | None
+    """Where the URLs and audit events are printed; stdout by default."""
+
+
 async def serve(
-    net: NetPolicy,
-    *,
-    listen_host: str = "127.0.0.1",
-    listen_port: int = 0,
-    session_id: str | None = None,
-    audit_jsonl: str | None = None,
-    resolver: Resolver | None = None,
-    limits: ProxyLimits | None = None,
-    out: TextIO | None = None,
-    stop: asyncio.Event | None = None,
+    net: NetPolicy, *, stop: asyncio.Event | None = None, **options: Unpack[ServeOptions]
 ) -> None:
     """Run the proxy until `stop` is set (or SIGINT/SIGTERM), printing URLs and events."""
-    stream = out if out is not None else sys.stdout
+    stream = options.get("out") or sys.stdout
 
     def show(event: AuditEvent) -> None:
         stream.write(encode_event(event).decode("utf-8"))
@@ -64,14 +73,14 @@ async def serve(
             pass
     proxy = EgressProxy(
         net,
-        session_id=session_id,
-        resolver=resolver,
+        session_id=options.get("session_id"),
+        resolver=options.get("resolver"),
         audit=show,
-        audit_jsonl=audit_jsonl,
-        limits=limits,
+        audit_jsonl=options.get("audit_jsonl"),
+        limits=options.get("limits"),
     )
     try:
-        await proxy.start(listen_host, listen_port)
+        await proxy.start(options.get("listen_host", "127.0.0.1"), options.get("listen_port", 0))
         rules = proxy.rules
         stream.write(
             f"# panday egress proxy, session {proxy.session_id}: allow {list(rules.allow)}, "
@@ -88,30 +97,11 @@ async def serve(
             loop.remove_signal_handler(sig)
 
 
-def run_proxy(
-    net: NetPolicy,
-    *,
-    listen_host: str = "127.0.0.1",
-    listen_port: int = 0,
-    session_id: str | None = None,
-    audit_jsonl: str | None = None,
-    resolver: Resolver | None = None,
-    out: TextIO | None = None,
-) -> int:
+def run_proxy(net: NetPolicy, **options: Unpack[ServeOptions]) -> int:
     """Blocking entry point for ``panday proxy``: returns the exit code (0 on a signal).
 
     Raises `OSError` when it cannot listen (address in use) or open the audit file; the
     CLI turns that into one line and a non-zero exit.
     """
-    asyncio.run(
-        serve(
-            net,
-            listen_host=listen_host,
-            listen_port=listen_port,
-            session_id=session_id,
-            audit_jsonl=audit_jsonl,
-            resolver=resolver,
-            out=out,
-        )
-    )
+    asyncio.run(serve(net, **options))
     return 0
