@@ -11,15 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import cast
 
 import msgspec
 
 from panday_core.errors import PolicyViolation
 from panday_core.policy import FsPolicy, Limits, NetPolicy, SandboxPolicy
-
-if TYPE_CHECKING:
-    from panday_core.types import SandboxTier
+from panday_core.types import SandboxTier
 
 
 class Support(StrEnum):
@@ -123,10 +121,11 @@ def is_requested(policy: SandboxPolicy, field: str) -> bool:
 
 def _shown(value: object) -> str:
     if isinstance(value, tuple):
-        return repr(list(value))  # pyright: ignore[reportUnknownArgumentType] - policy tuples
+        items: tuple[object, ...] = value  # pyright: ignore[reportUnknownVariableType] - policy tuples
+        return repr(list(items))
     if isinstance(value, Mapping):
         # env values may be secrets: only the names are ever shown.
-        names = sorted(str(k) for k in value)  # pyright: ignore[reportUnknownVariableType] - env mapping
+        names = sorted(str(k) for k in cast("Mapping[object, object]", value))
         return "[" + ", ".join(repr(n) for n in names) + "]"
     return repr(value)
 

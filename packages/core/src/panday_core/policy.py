@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast  # noqa: TID251 - Any types the raw TOML/JSON boundary
 
 import msgspec
 
@@ -94,7 +94,7 @@ class _Model(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     """Shared configuration: immutable, unknown keys refused, keyword-only."""
 
 
-class FsPolicy(_Model, kw_only=True):
+class FsPolicy(_Model, frozen=True, kw_only=True):
     """Filesystem scope: one workspace, read-only staged inputs, nothing else."""
 
     workspace: Annotated[
@@ -119,7 +119,7 @@ class FsPolicy(_Model, kw_only=True):
             _check_abs_path(f"staged_ro[{i}]", path)
 
 
-class NetPolicy(_Model, kw_only=True):
+class NetPolicy(_Model, frozen=True, kw_only=True):
     """Network egress. Empty `allow` means no network at all."""
 
     allow: Annotated[
@@ -148,20 +148,29 @@ class NetPolicy(_Model, kw_only=True):
             raise FieldError("ports", "is empty; list at least one port, or leave the key out")
 
 
-def _limit(name: str) -> Any:  # noqa: ANN401 - builds an Annotated type for msgspec
+def _limit_meta(name: str) -> msgspec.Meta:
     low, high, unit = LIMIT_RANGES[name]
-    return Annotated[int, msgspec.Meta(ge=low, le=high, description=f"Ceiling on {unit}.")]
+    return msgspec.Meta(ge=low, le=high, description=f"Ceiling on {unit}.")
 
 
-class Limits(_Model, kw_only=True):
+# Spelled out one by one (not built in a loop) so type checkers see plain `int`.
+CpuMs = Annotated[int, _limit_meta("cpu_ms")]
+MemBytes = Annotated[int, _limit_meta("mem_bytes")]
+Pids = Annotated[int, _limit_meta("pids")]
+DiskBytes = Annotated[int, _limit_meta("disk_bytes")]
+WallClockMs = Annotated[int, _limit_meta("wall_clock_ms")]
+OutputBytes = Annotated[int, _limit_meta("output_bytes")]
+
+
+class Limits(_Model, frozen=True, kw_only=True):
     """Resource ceilings. Absent (None) means no ceiling was requested for that resource."""
 
-    cpu_ms: _limit("cpu_ms") | None = None  # pyright: ignore[reportInvalidTypeForm] - Annotated built at import
-    mem_bytes: _limit("mem_bytes") | None = None  # pyright: ignore[reportInvalidTypeForm] - as above
-    pids: _limit("pids") | None = None  # pyright: ignore[reportInvalidTypeForm] - as above
-    disk_bytes: _limit("disk_bytes") | None = None  # pyright: ignore[reportInvalidTypeForm] - as above
-    wall_clock_ms: _limit("wall_clock_ms") | None = None  # pyright: ignore[reportInvalidTypeForm] - as above
-    output_bytes: _limit("output_bytes") | None = None  # pyright: ignore[reportInvalidTypeForm] - as above
+    cpu_ms: CpuMs | None = None
+    mem_bytes: MemBytes | None = None
+    pids: Pids | None = None
+    disk_bytes: DiskBytes | None = None
+    wall_clock_ms: WallClockMs | None = None
+    output_bytes: OutputBytes | None = None
 
     def __post_init__(self) -> None:
         for name, (low, high, unit) in LIMIT_RANGES.items():
@@ -174,7 +183,7 @@ class Limits(_Model, kw_only=True):
                 raise FieldError(name, f"{value} is out of range {low}..{high} ({unit})")
 
 
-class SandboxPolicy(_Model, kw_only=True):
+class SandboxPolicy(_Model, frozen=True, kw_only=True):
     """One uniform policy, enforced by the chosen tier or refused at `create`."""
 
     version: Annotated[Literal[1], _doc("Policy format version; only 1 exists.")] = POLICY_VERSION
@@ -248,15 +257,22 @@ def _dotted(keys: list[str | int]) -> str:
 
 
 def _value_at(doc: object, keys: list[str | int]) -> tuple[bool, object]:
+    """The raw value at `keys` in the parsed document, to show it in an error."""
     node = doc
     for key in keys:
-        if isinstance(key, int) and isinstance(node, list | tuple) and key < len(node):
-            node = node[key]  # pyright: ignore[reportUnknownVariableType] - raw document
-        elif isinstance(key, str) and isinstance(node, dict) and key in node:
-            node = node[key]  # pyright: ignore[reportUnknownVariableType] - raw document
+        if isinstance(key, int) and isinstance(node, list | tuple):
+            items = cast("list[object] | tuple[object, ...]", node)
+            if key >= len(items):
+                return False, None
+            node = items[key]
+        elif isinstance(key, str) and isinstance(node, dict):
+            table = cast("dict[str, object]", node)
+            if key not in table:
+                return False, None
+            node = table[key]
         else:
             return False, None
-    return True, node  # pyright: ignore[reportUnknownVariableType] - raw document
+    return True, node
 
 
 _CHOICES = {"fs.access": "'rw' or 'ro'", "version": "1"}
@@ -348,42 +364,54 @@ def policy_from_json(text: str | bytes) -> SandboxPolicy:
     return policy_from_dict(doc)  # pyright: ignore[reportUnknownArgumentType] - raw document
 
 
-def policy_from_toml(text: str) -> SandboxPolicy:
-    """Parse and validate a TOML policy document."""
+def parse_toml(text: str) -> dict[str, Any]:
+    """A TOML document as builtins, or `PolicyError` (shared by policies and manifests)."""
     import tomllib  # noqa: PLC0415 - tomllib costs start-up time; only policy files need it
 
     try:
-        doc = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError("", f"invalid TOML: {exc}") from None
-    return policy_from_dict(doc)
+
+
+def read_document(path: str, *, what: str, limit: int) -> bytes:
+    """At most `limit` bytes of a document file, or `PolicyError` saying why not."""
+    try:
+        with open(path, "rb") as fh:  # noqa: PTH123 - pathlib costs start-up time here
+            raw = fh.read(limit + 1)
+    except OSError as exc:
+        raise PolicyError("", f"cannot read {what} {path!r}: {exc.strerror}") from None
+    if len(raw) > limit:
+        raise PolicyError("", f"{what} {path!r} is larger than {limit // MIB} MiB")
+    return raw
+
+
+def document_text(raw: bytes, *, what: str, path: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PolicyError("", f"{what} {path!r} is not UTF-8 text") from None
+
+
+def policy_from_toml(text: str) -> SandboxPolicy:
+    """Parse and validate a TOML policy document."""
+    return policy_from_dict(parse_toml(text))
 
 
 def load_policy(path: str) -> SandboxPolicy:
     """Load a policy file: ``.json`` as JSON, anything else as TOML."""
-    try:
-        with open(path, "rb") as fh:  # noqa: PTH123 - pathlib costs start-up time here
-            raw = fh.read(4 * MIB + 1)
-    except OSError as exc:
-        raise PolicyError("", f"cannot read policy file {path!r}: {exc.strerror}") from None
-    if len(raw) > 4 * MIB:
-        raise PolicyError("", f"policy file {path!r} is larger than 4 MiB")
+    raw = read_document(path, what="policy file", limit=4 * MIB)
     if path.endswith(".json"):
         return policy_from_json(raw)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise PolicyError("", f"policy file {path!r} is not UTF-8 text") from None
-    return policy_from_toml(text)
+    return policy_from_toml(document_text(raw, what="policy file", path=path))
 
 
 def policy_to_dict(policy: SandboxPolicy) -> dict[str, Any]:
     """Plain builtins (for JSON output and round trips)."""
-    result: dict[str, Any] = msgspec.to_builtins(policy, enc_hook=_enc_hook)
-    return result
+    return cast("dict[str, Any]", msgspec.to_builtins(policy, enc_hook=_enc_hook))
 
 
 def _enc_hook(obj: object) -> object:
     if isinstance(obj, types.MappingProxyType):
-        return dict(obj)  # pyright: ignore[reportUnknownArgumentType] - env mapping
+        return dict(cast("Mapping[str, str]", obj))
     raise NotImplementedError(type(obj).__name__)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from panday import exitcodes
 
@@ -23,7 +23,7 @@ class _UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     """argparse that raises instead of printing usage and exiting with 2."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride] - argparse's NoReturn is honoured by raising
+    def error(self, message: str) -> NoReturn:
         raise _UsageError(message)
 
 
@@ -42,10 +42,9 @@ def _build_parser() -> _Parser:
 
 
 def _policy_check(file: str, *, as_json: bool) -> int:
+    from panday import tiers  # noqa: PLC0415
     from panday_core.capabilities import check_policy  # noqa: PLC0415 - lazy, see module doc
     from panday_core.policy import load_policy  # noqa: PLC0415
-
-    from panday import tiers  # noqa: PLC0415
 
     policy = load_policy(file)
     if policy.fs.workspace is None:
@@ -88,15 +87,15 @@ def _policy_check(file: str, *, as_json: bool) -> int:
             print(f"  {row['tier']}{mark}: not enforceable")
             if not row["available"]:
                 print(f"    unavailable: {row['unavailable_reason']}")
-            refused: list[dict[str, str]] = row["refused"]  # type: ignore[assignment]  # pyright: ignore[reportAssignmentType] - built above
+            refused: list[dict[str, str]] = row["refused"]  # pyright: ignore[reportAssignmentType] - built above
             for item in refused:
                 print(f"    refused {item['field']}: {item['reason']}")
     return exitcodes.OK if verdict else exitcodes.FAILED
 
 
 def _policy_schema() -> int:
-    from panday_core.schema import json_schema, render  # noqa: PLC0415
     from panday_core.policy import SandboxPolicy  # noqa: PLC0415
+    from panday_core.schema import json_schema, render  # noqa: PLC0415
 
     sys.stdout.write(render(json_schema(SandboxPolicy, "policy")))
     return exitcodes.OK
@@ -131,14 +130,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if isinstance(exc, PolicyError):
             print(f"panday: invalid policy: {exc}", file=sys.stderr)
-            return exitcodes.NO_INPUT if not exc.field and "cannot read" in exc.reason else exitcodes.INVALID_POLICY
+            return (
+                exitcodes.NO_INPUT
+                if not exc.field and "cannot read" in exc.reason
+                else exitcodes.INVALID_POLICY
+            )
         if isinstance(exc, PolicyViolation):
             print(f"panday: refused: {exc}", file=sys.stderr)
             return exitcodes.POLICY_REFUSED
         if isinstance(exc, TierUnavailable):
             print(f"panday: {exc}", file=sys.stderr)
             return exitcodes.TIER_UNAVAILABLE
-        print(f"panday: internal error: {type(exc).__name__}: {exc} (run with --debug for a traceback)", file=sys.stderr)
+        name = type(exc).__name__
+        print(f"panday: internal error: {name}: {exc} (--debug shows a traceback)", file=sys.stderr)
         return exitcodes.INTERNAL
 
 

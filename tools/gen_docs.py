@@ -1,0 +1,223 @@
+"""Render the generated parts of docs/ from code: the policy field reference and every
+tier's enforcement and guarantee tables.
+
+Markdown files carry marker pairs::
+
+    <!-- generated:NAME -->
+    ...replaced by this tool...
+    <!-- /generated:NAME -->
+
+NAME is ``policy-fields``, ``policy-enforcement``, ``fields:<tier>`` or
+``guarantees:<tier>``. ``--check`` (the `docs` gate) fails when a committed file differs
+from what the code says; ``--write`` updates the files. Prose around the markers is the
+author's; the tables are never typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+import msgspec
+
+from panday import tiers
+from panday_core.capabilities import Support, TierCapabilities, policy_fields
+from panday_core.policy import FsPolicy, Limits, NetPolicy, SandboxPolicy
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+FIX = "uv run python tools/gen_docs.py --write"
+
+_SUPPORT_WORD = {
+    Support.STRICT: "strict",
+    Support.PARTIAL: "partial",
+    Support.NOT_ENFORCED: "refused",
+    Support.NOT_APPLICABLE: "n/a",
+}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _field_schema() -> dict[str, dict[str, object]]:
+    """Dotted field -> its JSON Schema fragment (type, default, description)."""
+    schema = msgspec.json.schema(SandboxPolicy)
+    defs = cast("dict[str, dict[str, object]]", schema["$defs"])
+    out: dict[str, dict[str, object]] = {}
+    sections: dict[str, type[msgspec.Struct]] = {"fs": FsPolicy, "net": NetPolicy, "limits": Limits}
+    top = cast("dict[str, dict[str, object]]", defs["SandboxPolicy"]["properties"])
+    for name, prop in top.items():
+        model = sections.get(name)
+        if model is None:
+            out[name] = prop
+            continue
+        props = cast("dict[str, dict[str, object]]", defs[model.__name__]["properties"])
+        for sub, sub_prop in props.items():
+            out[f"{name}.{sub}"] = sub_prop
+    return out
+
+
+def _type_of(prop: dict[str, object]) -> str:
+    if "enum" in prop:
+        return " or ".join(repr(v) for v in cast("list[object]", prop["enum"]))
+    if "anyOf" in prop:
+        parts = [
+            p for p in cast("list[dict[str, object]]", prop["anyOf"]) if p.get("type") != "null"
+        ]
+        return _type_of(parts[0]) + " (optional)" if parts else "null"
+    kind = prop.get("type")
+    if kind == "array":
+        items = cast("dict[str, object]", prop.get("items", {}))
+        return f"list of {_type_of(items)}"
+    if kind == "object":
+        return "table of string"
+    if kind == "integer":
+        low, high = prop.get("minimum"), prop.get("maximum")
+        return f"integer {low}..{high}" if low is not None else "integer"
+    return str(kind)
+
+
+def render_policy_fields() -> str:
+    props = _field_schema()
+    lines = ["| field | type | default | meaning |", "|---|---|---|---|"]
+    for field in policy_fields():
+        prop = props.get(field, {})
+        default = msgspec.json.encode(prop.get("default")).decode() if "default" in prop else "{}"
+        meaning = str(prop.get("description", ""))
+        for option in cast("list[dict[str, object]]", prop.get("anyOf", [])):
+            meaning = meaning or str(option.get("description", ""))
+        lines.append(f"| `{field}` | {_cell(_type_of(prop))} | `{default}` | {_cell(meaning)} |")
+    return "\n".join(lines)
+
+
+def _declared() -> list[TierCapabilities]:
+    return [tiers.declared(tier) for tier in tiers.ALL_TIERS]
+
+
+def render_policy_enforcement() -> str:
+    caps = _declared()
+    header = "| field | " + " | ".join(str(c.tier) for c in caps) + " |"
+    lines = [header, "|---|" + "---|" * len(caps)]
+    for field in policy_fields():
+        if field == "version":
+            lines.append(
+                f"| `{field}` | " + " | ".join(["(format; nothing to enforce)"] * len(caps)) + " |"
+            )
+            continue
+        cells: list[str] = []
+        for cap in caps:
+            entry = cap.for_field(field)
+            cells.append("refused (undeclared)" if entry is None else _SUPPORT_WORD[entry.support])
+        lines.append(f"| `{field}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def render_tier_fields(tier: str) -> str:
+    cap = tiers.declared(tier)
+    lines = ["| field | support | mechanism | note |", "|---|---|---|---|"]
+    for field in policy_fields():
+        entry = cap.for_field(field)
+        if entry is None:
+            lines.append(f"| `{field}` | refused | (undeclared: silence is not permission) | |")
+            continue
+        word = _SUPPORT_WORD[entry.support]
+        lines.append(f"| `{field}` | {word} | {_cell(entry.mechanism)} | {_cell(entry.note)} |")
+    return "\n".join(lines)
+
+
+def render_tier_guarantees(tier: str) -> str:
+    cap = tiers.declared(tier)
+    lines = ["| guarantee | mechanism | support | note |", "|---|---|---|---|"]
+    lines.extend(
+        f"| {_cell(g.name)} | {_cell(g.mechanism)} | {_SUPPORT_WORD[g.support]} | {_cell(g.note)} |"
+        for g in cap.guarantees
+    )
+    if not cap.guarantees:
+        lines.append("| (none declared yet) | | | |")
+    return "\n".join(lines)
+
+
+def renderer(name: str) -> Callable[[], str]:
+    if name == "policy-fields":
+        return render_policy_fields
+    if name == "policy-enforcement":
+        return render_policy_enforcement
+    kind, _, tier = name.partition(":")
+    if tier in tiers.ALL_TIERS and kind == "fields":
+        return lambda: render_tier_fields(tier)
+    if tier in tiers.ALL_TIERS and kind == "guarantees":
+        return lambda: render_tier_guarantees(tier)
+    msg = f"unknown generated block {name!r}"
+    raise KeyError(msg)
+
+
+def regenerate(text: str) -> tuple[str, list[str]]:
+    """Return `text` with every generated block re-rendered, and the block names."""
+    out: list[str] = []
+    names: list[str] = []
+    rest = text
+    while (start := rest.find("<!-- generated:")) != -1:
+        head_end = rest.index("-->", start) + len("-->")
+        name = rest[start + len("<!-- generated:") : head_end - len("-->")].strip()
+        closer = f"<!-- /generated:{name} -->"
+        end = rest.index(closer, head_end)
+        out.append(rest[:head_end])
+        out.append("\n" + renderer(name)() + "\n")
+        out.append(closer)
+        names.append(name)
+        rest = rest[end + len(closer) :]
+    out.append(rest)
+    return "".join(out), names
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--check", action="store_true", help="fail when docs differ from code")
+    mode.add_argument("--write", action="store_true", help="rewrite the generated blocks")
+    args = parser.parse_args(argv)
+    drifted: list[str] = []
+    blocks = 0
+    for path in sorted(DOCS.rglob("*.md")):
+        text = path.read_text(encoding="utf-8")
+        new, names = regenerate(text)
+        blocks += len(names)
+        if new == text:
+            continue
+        rel = str(path.relative_to(REPO))
+        if args.write:
+            path.write_text(new, encoding="utf-8")
+            print(f"updated {rel}")
+        else:
+            drifted.append(rel)
+            sys.stdout.writelines(
+                difflib.unified_diff(
+                    text.splitlines(keepends=True),
+                    new.splitlines(keepends=True),
+                    rel,
+                    rel + " (from code)",
+                )
+            )
+    if blocks == 0:
+        print("docs: no generated blocks found; the gate would check nothing", file=sys.stderr)
+        return 1
+    if drifted:
+        print(
+            f"docs: {len(drifted)} file(s) differ from the code: {', '.join(drifted)}",
+            file=sys.stderr,
+        )
+        print(f"docs: fix with: {FIX}", file=sys.stderr)
+        return 1
+    print(f"docs: {blocks} generated blocks checked, all match the code")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
