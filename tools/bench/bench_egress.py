@@ -1,6 +1,6 @@
 """Egress proxy benchmark: the proxy side by side with direct loopback TCP, in one run.
 
-    uv run python tools/bench/egress.py [--quick] [--results benchmarks/results.json]
+    uv run python tools/bench/bench_egress.py [--quick] [--results PATH]
 
 Three processes, so that no measurement shares an event loop with what it measures: this
 script (the client), an upstream server (this script with ``--serve-upstream``) and the
@@ -40,6 +40,8 @@ MIB = 1024 * 1024
 BUDGET_THROUGHPUT = 0.7
 BUDGET_P50_MS = 1.0
 BUDGET_RSS_MB = 100.0
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_RESULTS = ROOT / "benchmarks" / "results.json"
 SMALL = 1024
 
 # --------------------------------------------------------------------------- upstream
@@ -320,7 +322,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="Egress proxy benchmark (see the module doc).")
     parser.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
-    parser.add_argument("--results", default="benchmarks/results.json")
+    parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
     args = parser.parse_args()
     if args.serve_upstream:
         asyncio.run(_serve_upstream())
@@ -357,7 +359,7 @@ def main() -> int:
         "memory": mem,
         "budgets_met": checks,
     }
-    path = Path(args.results)
+    path: Path = args.results
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = cast("dict[str, object]", json.loads(path.read_text())) if path.exists() else {}
     doc["egress"] = result
