@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -11,6 +12,8 @@ import sys
 import threading
 import time
 from typing import TYPE_CHECKING
+
+import pytest
 
 from panday_core.egress import ProxyLimits
 
@@ -153,7 +156,17 @@ def test_connections_beyond_the_limit_are_closed_on_accept(env: Env) -> None:
             sock.close()
 
 
+def _enough_descriptors(needed: int) -> None:
+    """Client, proxy and upstream share this process: about four descriptors per tunnel."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < needed:
+        if hard != resource.RLIM_INFINITY and hard < needed:
+            pytest.fail(f"RLIMIT_NOFILE hard limit {hard} < {needed}: raise it to run this test")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
 def test_a_thousand_concurrent_tunnels_with_no_errors(env: Env) -> None:
+    _enough_descriptors(4096 + 512)
     echo = env.upstream("echo", echo=True)
     handle = env.proxy(allow=["127.0.0.1"], ports=[echo.port])
     head = (
