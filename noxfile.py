@@ -204,3 +204,21 @@ def actions(session: nox.Session) -> None:
 def build(session: nox.Session) -> None:
     """sdists and wheels for every package; metadata checked; wheels run from outside the tree."""
     _tool(session, "artifacts.py")
+
+
+@nox.session(venv_backend="none", tags=["static"])
+def docs(session: nox.Session) -> None:
+    """The generated tables in docs/ (fields, enforcement, guarantees) match the code."""
+    _tool(session, "gen_docs.py", "--check")
+
+
+@nox.session(venv_backend="none", tags=["static"])
+def fields(session: nox.Session) -> None:
+    """Every policy and manifest field is read, refused or n/a (with a reason) on every tier."""
+    _tool(session, "fields_lint.py")
+
+
+@nox.session(venv_backend="none", tags=["static"])
+def falsify(session: nox.Session) -> None:
+    """Every registered guard mutation turns its named tests red (tools/mutations.toml)."""
+    _tool(session, "falsify.py", *session.posargs)
