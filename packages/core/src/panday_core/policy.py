@@ -94,7 +94,7 @@ class _Model(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     """Shared configuration: immutable, unknown keys refused, keyword-only."""
 
 
-class FsPolicy(_Model, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class FsPolicy(_Model, frozen=True, kw_only=True):
     """Filesystem scope: one workspace, read-only staged inputs, nothing else."""
 
     workspace: Annotated[
@@ -119,7 +119,7 @@ class FsPolicy(_Model, frozen=True, forbid_unknown_fields=True, kw_only=True):
             _check_abs_path(f"staged_ro[{i}]", path)
 
 
-class NetPolicy(_Model, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class NetPolicy(_Model, frozen=True, kw_only=True):
     """Network egress. Empty `allow` means no network at all."""
 
     allow: Annotated[
@@ -153,7 +153,7 @@ def _limit(name: str) -> Any:  # builds an Annotated type for msgspec at import 
     return Annotated[int, msgspec.Meta(ge=low, le=high, description=f"Ceiling on {unit}.")]
 
 
-class Limits(_Model, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class Limits(_Model, frozen=True, kw_only=True):
     """Resource ceilings. Absent (None) means no ceiling was requested for that resource."""
 
     cpu_ms: _limit("cpu_ms") | None = None  # pyright: ignore[reportInvalidTypeForm] - Annotated built at import
@@ -174,7 +174,7 @@ class Limits(_Model, frozen=True, forbid_unknown_fields=True, kw_only=True):
                 raise FieldError(name, f"{value} is out of range {low}..{high} ({unit})")
 
 
-class SandboxPolicy(_Model, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class SandboxPolicy(_Model, frozen=True, kw_only=True):
     """One uniform policy, enforced by the chosen tier or refused at `create`."""
 
     version: Annotated[Literal[1], _doc("Policy format version; only 1 exists.")] = POLICY_VERSION

@@ -36,14 +36,14 @@ class _Value(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Immutable value type."""
 
 
-class SessionSpec(_Value, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class SessionSpec(_Value, frozen=True, kw_only=True):
     """What `create` needs: the policy (with `fs.workspace` set) and an optional id."""
 
     policy: SandboxPolicy
     session_id: str | None = None
 
 
-class SandboxHandle(_Value, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class SandboxHandle(_Value, frozen=True, kw_only=True):
     """An open session. Opaque to callers apart from its id and tier."""
 
     id: str
@@ -51,7 +51,7 @@ class SandboxHandle(_Value, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     workspace: str
 
 
-class ExecSpec(_Value, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class ExecSpec(_Value, frozen=True, kw_only=True):
     """One command to run in a session. `argv` is passed as a list; never through a shell."""
 
     argv: tuple[str, ...]
@@ -78,14 +78,14 @@ class ExecSpec(_Value, frozen=True, forbid_unknown_fields=True, kw_only=True):
             raise ValueError(f"timeout_ms: {self.timeout_ms} must be positive")
 
 
-class OutputChunk(_Value, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class OutputChunk(_Value, frozen=True, kw_only=True):
     """A piece of a command's output, in the order it was read."""
 
     stream: Literal["stdout", "stderr"]
     data: bytes
 
 
-class LimitBreach(_Value, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class LimitBreach(_Value, frozen=True, kw_only=True):
     """A ceiling the command crossed, reported with the exit rather than only as a code."""
 
     kind: LimitKind
@@ -95,7 +95,7 @@ class LimitBreach(_Value, frozen=True, forbid_unknown_fields=True, kw_only=True)
         return LimitExceeded(self.kind.value, self.detail)
 
 
-class ExecExit(_Value, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class ExecExit(_Value, frozen=True, kw_only=True):
     """The last event of a command: how it ended."""
 
     exit_code: int | None
@@ -110,7 +110,7 @@ class ExecExit(_Value, frozen=True, forbid_unknown_fields=True, kw_only=True):
 ExecEvent = OutputChunk | ExecExit
 
 
-class ExecResult(_Value, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class ExecResult(_Value, frozen=True, kw_only=True):
     """A finished command with its (bounded) output."""
 
     stdout: bytes
@@ -132,7 +132,7 @@ class ExecResult(_Value, frozen=True, forbid_unknown_fields=True, kw_only=True):
             raise self.breach.error()
 
 
-class FileEntry(_Value, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class FileEntry(_Value, frozen=True, kw_only=True):
     """One file in a workspace snapshot."""
 
     path: str
@@ -141,7 +141,7 @@ class FileEntry(_Value, frozen=True, forbid_unknown_fields=True, kw_only=True):
     sha256: str
 
 
-class Snapshot(_Value, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class Snapshot(_Value, frozen=True, kw_only=True):
     """A content listing of the workspace at one moment (paths relative to the workspace)."""
 
     session_id: str

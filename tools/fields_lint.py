@@ -1,0 +1,256 @@
+"""Dead-control lint: every policy and manifest field has a reader on every tier.
+
+A field that no enforcement code reads is a lie told at the consent prompt. For each tier
+and each policy field this proves, by static analysis of the source (AST), one of:
+
+* the tier's enforcement code reads the field (``policy.limits.mem_bytes``,
+  ``limits.mem_bytes``, ``net.allow``, ``policy.env``, or ``getattr(x, "mem_bytes")``), or
+* the tier's capability data refuses it (``NOT_ENFORCED``, with a reason), or
+* the capability data declares it not applicable there, with a reason.
+
+A field declared ``STRICT``/``PARTIAL`` whose reader cannot be found fails, and so does a
+field the tier says nothing about. Enforcement code is the tier's package plus the
+``panday_core`` modules it imports, minus the model and data modules (which read fields
+only to validate or describe them). Manifest fields must be read by the manifest's
+``to_policy`` or ``consent_summary`` (what is enforced or displayed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from panday_core.capabilities import Support, TierCapabilities, policy_fields
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+CORE = REPO / "packages/core/src/panday_core"
+
+# Model and data modules: they touch fields to validate, describe or display them, which
+# is not enforcement.
+NOT_ENFORCEMENT = frozenset(
+    {"policy", "capabilities", "types", "errors", "schema", "domains", "protocol", "manifest"}
+)
+SECTIONS = frozenset({"fs", "net", "limits"})
+MANIFEST_READERS = frozenset({"to_policy", "consent_summary"})
+
+
+@dataclass
+class TierSource:
+    tier: str
+    caps: TierCapabilities
+    roots: list[Path]
+    """Files or directories holding the tier's own enforcement code."""
+
+
+@dataclass
+class Verdict:
+    tier: str
+    read: list[str] = field(default_factory=list[str])
+    refused: list[str] = field(default_factory=list[str])
+    not_applicable: list[str] = field(default_factory=list[str])
+    problems: list[str] = field(default_factory=list[str])
+
+
+def _py_files(roots: Iterable[Path]) -> list[Path]:
+    files: list[Path] = []
+    for root in roots:
+        if root.is_file():
+            files.append(root)
+        elif root.is_dir():
+            files.extend(sorted(p for p in root.rglob("*.py") if p.name != "capabilities.py"))
+    return files
+
+
+def _core_imports(tree: ast.AST) -> set[str]:
+    """panday_core submodules a module imports (``from panday_core.x import y``)."""
+    mods: set[str] = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.startswith("panday_core.")
+        ):
+            mods.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            mods.update(
+                a.name.split(".")[1] for a in node.names if a.name.startswith("panday_core.")
+            )
+    return mods
+
+
+def enforcement_files(roots: Sequence[Path], core: Path = CORE) -> list[Path]:
+    """The tier's files plus the core modules they import (transitively), minus model ones."""
+    files = _py_files(roots)
+    seen = {p.resolve() for p in files}
+    queue = list(files)
+    while queue:
+        tree = ast.parse(queue.pop().read_text(encoding="utf-8"))
+        for mod in _core_imports(tree) - NOT_ENFORCEMENT:
+            for candidate in (core / f"{mod}.py", core / mod):
+                for path in _py_files([candidate]):
+                    if path.resolve() not in seen:
+                        seen.add(path.resolve())
+                        files.append(path)
+                        queue.append(path)
+    return files
+
+
+def _terminal_name(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def fields_read(tree: ast.AST) -> set[str]:
+    """Dotted policy fields this AST reads."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            base = _terminal_name(node.value)
+            if base in SECTIONS:
+                found.add(f"{base}.{node.attr}")
+            elif base is not None and base.endswith("policy"):
+                found.add(node.attr)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr"
+            and len(node.args) >= 2  # noqa: PLR2004 - getattr(obj, name)
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            base = _terminal_name(node.args[0])
+            if base in SECTIONS:
+                found.add(f"{base}.{node.args[1].value}")
+    return found
+
+
+def check_tier(source: TierSource, fields: Sequence[str]) -> Verdict:
+    verdict = Verdict(source.tier)
+    readers: dict[str, list[str]] = {}
+    for path in enforcement_files(source.roots):
+        for name in fields_read(ast.parse(path.read_text(encoding="utf-8"))):
+            readers.setdefault(name, []).append(path.name)
+    for name in fields:
+        if name == "version":
+            continue  # the document format: read by the loader, nothing to enforce
+        entry = source.caps.for_field(name)
+        if entry is None:
+            verdict.problems.append(
+                f"{source.tier}: {name}: the tier's capability data says nothing about it"
+            )
+        elif entry.support in {Support.STRICT, Support.PARTIAL}:
+            if name in readers:
+                verdict.read.append(name)
+            else:
+                what = f"declared {entry.support} but no enforcement code reads it"
+                verdict.problems.append(f"{source.tier}: {name}: {what}")
+        elif not entry.note.strip():
+            verdict.problems.append(
+                f"{source.tier}: {name}: declared {entry.support} without a reason"
+            )
+        elif entry.support is Support.NOT_ENFORCED:
+            verdict.refused.append(name)
+        else:
+            verdict.not_applicable.append(name)
+    return verdict
+
+
+def check_manifest(manifest_file: Path, fields: Sequence[str]) -> tuple[int, list[str]]:
+    """Manifest fields read inside `to_policy`/`consent_summary` (or what they call here)."""
+    tree = ast.parse(manifest_file.read_text(encoding="utf-8"))
+    functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    todo = [functions[n] for n in MANIFEST_READERS if n in functions]
+    if not todo:
+        return 0, [f"manifest: {manifest_file.name} defines neither to_policy nor consent_summary"]
+    reached: set[str] = set()
+    attrs: set[str] = set()
+    while todo:
+        fn = todo.pop()
+        if fn.name in reached:
+            continue
+        reached.add(fn.name)
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+                attrs.add(node.attr)
+                if node.attr in functions:
+                    todo.append(functions[node.attr])
+            elif isinstance(node, ast.Name) and node.id in functions:
+                todo.append(functions[node.id])
+    problems = [
+        f"manifest: {f}: neither to_policy nor consent_summary reads it"
+        for f in fields
+        if f.rsplit(".", 1)[-1] not in attrs
+    ]
+    return len(fields), problems
+
+
+def manifest_fields() -> tuple[Path, list[str]] | None:
+    try:
+        manifest = importlib.import_module("panday_core.manifest")
+    except ModuleNotFoundError:
+        return None
+    names: list[str] = []
+    models: list[tuple[str, type]] = list(getattr(manifest, "MANIFEST_MODELS", ()))
+    for prefix, model in models:
+        names.extend(f"{prefix}{n}" for n in getattr(model, "__struct_fields__", ()))
+    file = getattr(manifest, "__file__", None)
+    return (Path(file), names) if file else None
+
+
+def real_tiers() -> list[TierSource]:
+    from panday import tiers  # noqa: PLC0415 - tools import packages, never the reverse
+
+    roots = {
+        "t0": [CORE / "t0", CORE / "t0.py"],
+        "t2-linux": [REPO / "packages/tier_linux/src/panday_tier_linux"],
+        "t2-macos": [REPO / "packages/tier_macos/src/panday_tier_macos"],
+    }
+    return [TierSource(t, tiers.declared(t), roots[t]) for t in tiers.ALL_TIERS]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="every policy/manifest field has a reader")
+    parser.parse_args(argv)
+    fields = policy_fields()
+    problems: list[str] = []
+    checked = 0
+    for source in real_tiers():
+        verdict = check_tier(source, fields)
+        problems.extend(verdict.problems)
+        total = len(verdict.read) + len(verdict.refused) + len(verdict.not_applicable)
+        checked += total
+        print(
+            f"fields: {source.tier}: {total} fields checked: {len(verdict.read)} read by "
+            f"enforcement code, {len(verdict.refused)} refused, {len(verdict.not_applicable)} n/a"
+        )
+    manifest = manifest_fields()
+    if manifest is not None:
+        count, manifest_problems = check_manifest(*manifest)
+        problems.extend(manifest_problems)
+        checked += count
+        print(f"fields: manifest: {count} fields checked against to_policy/consent_summary")
+    if checked == 0:
+        print("fields: nothing was checked; refusing to pass", file=sys.stderr)
+        return 1
+    for problem in problems:
+        print(f"fields: FAIL {problem}", file=sys.stderr)
+    if problems:
+        print(f"fields: {len(problems)} field(s) without a reader or a reason", file=sys.stderr)
+        return 1
+    print(f"fields: OK ({checked} field/tier pairs)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

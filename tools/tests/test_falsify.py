@@ -1,0 +1,79 @@
+"""The falsify gate tells killed, survived and stale mutations apart."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+import falsify
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+GUARD = "def allowed(host):\n    return host == 'ok.example'\n"
+TEST = """from guard import allowed
+
+def test_refuses_other_hosts():
+    assert not allowed('evil.example')
+"""
+WEAK_TEST = (
+    "from guard import allowed\n\ndef test_accepts_ok():\n    assert allowed('ok.example')\n"
+)
+
+
+def tiny_tree(root: Path, test_source: str) -> Path:
+    (root / "packages/g/src").mkdir(parents=True)
+    (root / "packages/g/tests").mkdir(parents=True)
+    (root / "packages/g/src/guard.py").write_text(GUARD)
+    (root / "packages/g/tests/test_guard.py").write_text(test_source)
+    (root / "pyproject.toml").write_text(
+        "[tool.pytest.ini_options]\naddopts = ['--import-mode=importlib']\n"
+    )
+    return root
+
+
+def mutation(tests: tuple[str, ...], find: str = "return host == 'ok.example'") -> falsify.Mutation:
+    return falsify.Mutation(
+        name="guard inverted",
+        file="packages/g/src/guard.py",
+        find=find,
+        replace="return True",
+        tests=tests,
+    )
+
+
+def test_a_guarding_test_kills_the_mutation(tmp_path: Path) -> None:
+    base = tiny_tree(tmp_path / "t", TEST)
+    outcome = falsify.run_one(mutation(("packages/g/tests/test_guard.py",)), base)
+    assert outcome.status == "killed", outcome.detail
+
+
+def test_a_test_that_cannot_fail_lets_it_survive(tmp_path: Path) -> None:
+    base = tiny_tree(tmp_path / "t", WEAK_TEST)
+    outcome = falsify.run_one(mutation(("packages/g/tests/test_guard.py",)), base)
+    assert outcome.status == "survived", outcome.detail
+
+
+def test_a_moved_snippet_is_stale_not_skipped(tmp_path: Path) -> None:
+    base = tiny_tree(tmp_path / "t", TEST)
+    outcome = falsify.run_one(
+        mutation(("packages/g/tests/test_guard.py",), find="no such code"), base
+    )
+    assert outcome.status == "stale"
+
+
+def test_the_registry_loads_and_every_entry_names_tests() -> None:
+    mutations = falsify.load_registry()
+    assert mutations
+    assert all(m.tests for m in mutations)
+    assert len({m.name for m in mutations}) == len(mutations)
+
+
+def test_registry_rejects_unknown_keys(tmp_path: Path) -> None:
+    path = tmp_path / "r.toml"
+    path.write_text(
+        '[[mutation]]\nname="x"\nfile="f"\nfind="a"\nreplace="b"\ntests=["t"]\ntypo=1\n'
+    )
+    with pytest.raises(ValueError, match="unknown keys"):
+        falsify.load_registry(path)

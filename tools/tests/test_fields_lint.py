@@ -1,0 +1,99 @@
+"""The dead-control lint fails on a field nobody reads and passes when every field is
+read, refused with a reason, or not applicable with a reason."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import fields_lint
+from panday_core.capabilities import FieldSupport, Support, TierCapabilities
+from panday_core.types import SandboxTier
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+FIELDS = ("fs.workspace", "limits.mem_bytes", "limits.pids", "net.allow", "env")
+LIMITS_ONLY = """
+def f(policy):
+    return policy.fs.workspace, policy.limits.mem_bytes, getattr(policy.limits, "pids")
+"""
+
+
+def caps(**support: Support) -> TierCapabilities:
+    entries = tuple(
+        FieldSupport(
+            field=f,
+            support=support.get(f.replace(".", "__"), Support.STRICT),
+            mechanism="m",
+            note="why",
+        )
+        for f in FIELDS
+    )
+    return TierCapabilities(tier=SandboxTier.T2_LINUX, fields=entries)
+
+
+def tier_dir(tmp_path: Path, source: str) -> Path:
+    root = tmp_path / "tier"
+    root.mkdir()
+    (root / "jail.py").write_text(source)
+    return root
+
+
+READS_ALL = """
+def build(policy):
+    ws = policy.fs.workspace
+    limits = policy.limits
+    return [ws, limits.mem_bytes, getattr(limits, "pids"), policy.env, policy.net.allow]
+"""
+
+
+def test_every_field_read_passes(tmp_path: Path) -> None:
+    source = fields_lint.TierSource("t2-linux", caps(), [tier_dir(tmp_path, READS_ALL)])
+    verdict = fields_lint.check_tier(source, FIELDS)
+    assert verdict.problems == []
+    assert sorted(verdict.read) == sorted(FIELDS)
+
+
+def test_an_unread_field_fails_naming_field_and_tier(tmp_path: Path) -> None:
+    source = fields_lint.TierSource(
+        "t2-linux", caps(), [tier_dir(tmp_path, READS_ALL.replace("limits.mem_bytes, ", ""))]
+    )
+    verdict = fields_lint.check_tier(source, FIELDS)
+    assert verdict.problems == [
+        "t2-linux: limits.mem_bytes: declared strict but no enforcement code reads it"
+    ]
+
+
+def test_refused_or_not_applicable_fields_need_no_reader_but_need_a_reason(tmp_path: Path) -> None:
+    source = fields_lint.TierSource(
+        "t2-linux",
+        caps(net__allow=Support.NOT_ENFORCED, env=Support.NOT_APPLICABLE),
+        [tier_dir(tmp_path, LIMITS_ONLY)],
+    )
+    verdict = fields_lint.check_tier(source, FIELDS)
+    assert verdict.problems == []
+    assert verdict.refused == ["net.allow"]
+    assert verdict.not_applicable == ["env"]
+
+
+def test_an_undeclared_field_fails(tmp_path: Path) -> None:
+    partial = TierCapabilities(tier=SandboxTier.T2_LINUX, fields=caps().fields[:1])
+    source = fields_lint.TierSource("t2-linux", partial, [tier_dir(tmp_path, READS_ALL)])
+    verdict = fields_lint.check_tier(source, FIELDS)
+    assert any(
+        "limits.pids: the tier's capability data says nothing" in p for p in verdict.problems
+    )
+
+
+def test_a_manifest_field_nobody_displays_fails(tmp_path: Path) -> None:
+    manifest = tmp_path / "manifest.py"
+    manifest.write_text(
+        "def consent_summary(m):\n    return m.name\n\n"
+        "def to_policy(m):\n    return _net(m)\n\n"
+        "def _net(m):\n    return m.net\n"
+    )
+    count, problems = fields_lint.check_manifest(
+        manifest, ["name", "capabilities.net", "description"]
+    )
+    assert count == 3
+    assert problems == ["manifest: description: neither to_policy nor consent_summary reads it"]
