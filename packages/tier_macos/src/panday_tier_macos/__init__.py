@@ -16,15 +16,18 @@ from panday_tier_macos.capabilities import (
 
 if TYPE_CHECKING:
     from panday_tier_macos.profile import ProxyEndpoint, SeatbeltProfile
+    from panday_tier_macos.sandbox import T2MacosSandbox
 
 _LAZY = {
     "ProxyEndpoint": "panday_tier_macos.profile",
     "SeatbeltProfile": "panday_tier_macos.profile",
+    "T2MacosSandbox": "panday_tier_macos.sandbox",
 }
 
 __all__ = [
     "ProxyEndpoint",
     "SeatbeltProfile",
+    "T2MacosSandbox",
     "declared_capabilities",
     "host_capabilities",
     "unavailable_reason",
