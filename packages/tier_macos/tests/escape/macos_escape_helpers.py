@@ -62,6 +62,25 @@ def outside(code: str, *args: str, env: dict[str, str] | None = None) -> str:
     return verdict(done)
 
 
+def control(code: str, *args: str, want: str) -> None:
+    """The positive control: without the sandbox, the probe must give `want`."""
+    got = outside(code, *args)
+    if got != want:
+        inconclusive(f"{want} expected without the sandbox", got)
+
+
+def guarded(setup: str, action: str, success: str | None) -> str:
+    """A probe program: `setup`, then `action`, then print `success` (None: the action prints
+    its own verdict); a refusal prints DENIED and any other OS error prints ERROR and errno."""
+    body = "\n".join("    " + line for line in action.strip().splitlines())
+    done = f"\n    print({success!r})" if success is not None else ""
+    return (
+        f"{setup.strip()}\ntry:\n{body}{done}\n"
+        "except PermissionError:\n    print('DENIED')\n"
+        "except OSError as e:\n    print('ERROR', e.errno, e.strerror)\n"
+    )
+
+
 class Jail:
     """Sessions of the real T2 macOS tier, driven synchronously for the tests."""
 
@@ -114,15 +133,13 @@ SECRETS = (
 )
 
 
-class Listener:
-    """A loopback TCP (or unix) server that accepts and counts connections, in a thread."""
+class _Server:
+    """A loopback server answering in a thread until `close`."""
 
-    def __init__(self, family: socket.AddressFamily, address: str | tuple[str, int]) -> None:
-        self.sock = socket.socket(family, socket.SOCK_STREAM)
-        self.sock.bind(address)
-        self.sock.listen(16)
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
         self.sock.settimeout(0.2)
-        self.accepted = 0
+        self.count: int = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
@@ -133,16 +150,52 @@ class Listener:
 
     def _serve(self) -> None:
         while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.accepted += 1
             with contextlib.suppress(OSError):
-                conn.sendall(b"hello\n")
-            conn.close()
+                self.answer()
+
+    def answer(self) -> None:
+        raise NotImplementedError
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
         self.sock.close()
+
+
+class Listener(_Server):
+    """A TCP (or unix) server that accepts and counts connections."""
+
+    def __init__(self, family: socket.AddressFamily, address: str | tuple[str, int]) -> None:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.bind(address)
+        sock.listen(16)
+        super().__init__(sock)
+
+    @property
+    def accepted(self) -> int:
+        return self.count
+
+    def answer(self) -> None:
+        conn, _ = self.sock.accept()
+        self.count += 1
+        with contextlib.suppress(OSError):
+            conn.sendall(b"hello\n")
+        conn.close()
+
+
+class UdpEcho(_Server):
+    """A UDP server that echoes each datagram (stands in for a DNS server)."""
+
+    def __init__(self) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.bind(("127.0.0.1", 0))
+        super().__init__(sock)
+
+    @property
+    def received(self) -> int:
+        return self.count
+
+    def answer(self) -> None:
+        data, peer = self.sock.recvfrom(512)
+        self.count += 1
+        self.sock.sendto(data, peer)

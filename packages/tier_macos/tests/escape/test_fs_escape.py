@@ -10,50 +10,13 @@ import os
 from pathlib import Path
 
 import pytest
-from macos_escape_helpers import SECRETS, Jail, inconclusive, outside
+from macos_escape_helpers import SECRETS, Jail, control, guarded, inconclusive
 
 from panday_core.errors import PolicyViolation
 
-READ = """
-import sys
-try:
-    with open(sys.argv[1], 'rb') as f:
-        f.read()
-    print('READ')
-except PermissionError:
-    print('DENIED')
-except OSError as e:
-    print('ERROR', e.errno, e.strerror)
-"""
-
-WRITE = """
-import sys
-try:
-    with open(sys.argv[1], 'ab') as f:
-        f.write(b'x')
-    print('WROTE')
-except PermissionError:
-    print('DENIED')
-except OSError as e:
-    print('ERROR', e.errno, e.strerror)
-"""
-
-OP = """
-import os, sys
-try:
-    exec(sys.argv[1])
-    print('OK')
-except PermissionError:
-    print('DENIED')
-except OSError as e:
-    print('ERROR', e.errno, e.strerror)
-"""
-
-
-def _control(code: str, *args: str, want: str) -> None:
-    got = outside(code, *args)
-    if got != want:
-        inconclusive(f"{want} expected without the sandbox", got)
+READ = guarded("import sys", "with open(sys.argv[1], 'rb') as f:\n    f.read()", "READ")
+WRITE = guarded("import sys", "with open(sys.argv[1], 'ab') as f:\n    f.write(b'x')", "WROTE")
+OP = guarded("import os, sys", "exec(sys.argv[1])", "OK")
 
 
 @pytest.mark.parametrize("secret", SECRETS)
@@ -61,7 +24,7 @@ def test_a_secret_in_home_cannot_be_read(
     jail: Jail, workspace: Path, fake_home: Path, secret: str
 ) -> None:
     target = str(fake_home / secret)
-    _control(READ, target, want="READ")
+    control(READ, target, want="READ")
     handle = jail.create(workspace)
     if jail.py(handle, READ, str(fake_home / "notes.txt")) != "READ":
         inconclusive("an ordinary file in the same home is readable inside the sandbox")
@@ -72,7 +35,7 @@ def test_a_workspace_that_contains_home_still_cannot_read_its_secrets(
     jail: Jail, fake_home: Path
 ) -> None:
     secret = str(fake_home / ".ssh/id_ed25519")
-    _control(READ, secret, want="READ")
+    control(READ, secret, want="READ")
     handle = jail.create(fake_home)
     if jail.py(handle, WRITE, str(fake_home / "new.txt")) != "WROTE":
         inconclusive("the workspace itself is writable")
@@ -96,7 +59,7 @@ def test_a_symlink_in_the_workspace_does_not_lead_to_a_secret(
     (workspace / "plain.txt").write_text("fine\n", encoding="utf-8")
     (workspace / "ok").symlink_to(workspace / "plain.txt")
     (workspace / "key").symlink_to(fake_home / ".ssh/id_ed25519")
-    _control(READ, str(workspace / "key"), want="READ")
+    control(READ, str(workspace / "key"), want="READ")
     handle = jail.create(workspace)
     if jail.py(handle, READ, str(workspace / "ok")) != "READ":
         inconclusive("a symlink to a workspace file is readable inside")
@@ -108,7 +71,7 @@ def test_writes_outside_the_workspace_are_denied(
 ) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    _control(WRITE, str(elsewhere / "control.txt"), want="WROTE")
+    control(WRITE, str(elsewhere / "control.txt"), want="WROTE")
     handle = jail.create(workspace)
     if jail.py(handle, WRITE, str(workspace / "inside.txt")) != "WROTE":
         inconclusive("the workspace is writable inside")
@@ -123,7 +86,7 @@ def test_a_symlink_in_the_workspace_does_not_lead_writes_out(
     target.write_text("original\n", encoding="utf-8")
     (workspace / "out").symlink_to(target)
     (workspace / "in").symlink_to(workspace / "mine.txt")
-    _control(WRITE, str(workspace / "out"), want="WROTE")
+    control(WRITE, str(workspace / "out"), want="WROTE")
     target.write_text("original\n", encoding="utf-8")
     handle = jail.create(workspace)
     if jail.py(handle, WRITE, str(workspace / "in")) != "WROTE":
@@ -161,7 +124,7 @@ def test_an_outside_file_cannot_be_hard_linked_into_the_workspace(
     source.write_text("outside\n", encoding="utf-8")
     control_dir = tmp_path / "control"
     control_dir.mkdir()
-    _control(OP, f"os.link({str(source)!r}, {str(control_dir / 'l')!r})", want="OK")
+    control(OP, f"os.link({str(source)!r}, {str(control_dir / 'l')!r})", want="OK")
     handle = jail.create(workspace)
     (workspace / "own.txt").write_text("own\n", encoding="utf-8")
     link = str(workspace / "linked")
@@ -175,7 +138,7 @@ def test_an_outside_file_cannot_be_moved_into_the_workspace(
 ) -> None:
     for name in ("control.txt", "victim.txt"):
         (tmp_path / name).write_text("outside\n", encoding="utf-8")
-    _control(
+    control(
         OP, f"os.rename({str(tmp_path / 'control.txt')!r}, {str(tmp_path / 'moved')!r})", want="OK"
     )
     handle = jail.create(workspace)
@@ -208,7 +171,7 @@ def test_private_var_db_cannot_be_read(jail: Jail, workspace: Path) -> None:
     target = _readable_file_under_var_db()
     if target is None:
         inconclusive("no readable file under /private/var/db to probe with")
-    _control(READ, target, want="READ")
+    control(READ, target, want="READ")
     handle = jail.create(workspace)
     assert jail.py(handle, READ, target) == "DENIED"
 
@@ -217,7 +180,7 @@ def test_the_temp_dir_is_private_and_shared_tmp_is_not_writable(
     jail: Jail, workspace: Path
 ) -> None:
     shared = Path(f"/private/tmp/panday-escape-{os.getpid()}-{os.urandom(4).hex()}")
-    _control(WRITE, str(shared), want="WROTE")
+    control(WRITE, str(shared), want="WROTE")
     shared.unlink()
     handle = jail.create(workspace)
     code = (

@@ -9,69 +9,48 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 from typing import TYPE_CHECKING
 
 import pytest
-from macos_escape_helpers import PROBE_TIMEOUT_S, Jail, Listener, inconclusive, outside
+from macos_escape_helpers import (
+    PROBE_TIMEOUT_S,
+    Jail,
+    Listener,
+    UdpEcho,
+    control,
+    guarded,
+    inconclusive,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-CONNECT = """
-import socket, sys
-family = socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET
-s = socket.socket(family, socket.SOCK_STREAM)
-s.settimeout(10)
-try:
-    s.connect((sys.argv[1], int(sys.argv[2])))
-    print('CONNECTED')
-except PermissionError:
-    print('DENIED')
-except OSError as e:
-    print('ERROR', e.errno, e.strerror)
-"""
-
-UDP = """
-import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.settimeout(5)
-try:
-    s.sendto(b'panday-probe', ('127.0.0.1', int(sys.argv[1])))
-    data, _ = s.recvfrom(512)
-    print('ANSWERED' if data == b'panday-probe' else 'WRONG')
-except PermissionError:
-    print('DENIED')
-except OSError as e:
-    print('ERROR', e.errno, e.strerror)
-"""
-
-BIND = """
-import socket
-s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-try:
-    s.bind(('127.0.0.1', 0))
-    s.listen(1)
-    print('BOUND')
-except PermissionError:
-    print('DENIED')
-except OSError as e:
-    print('ERROR', e.errno, e.strerror)
-"""
-
-UNIX = """
-import socket, sys
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.settimeout(10)
-try:
-    s.connect(sys.argv[1])
-    print('CONNECTED')
-except PermissionError:
-    print('DENIED')
-except OSError as e:
-    print('ERROR', e.errno, e.strerror)
-"""
+CONNECT = guarded(
+    "import socket, sys\n"
+    "family = socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET\n"
+    "s = socket.socket(family, socket.SOCK_STREAM)\n"
+    "s.settimeout(10)",
+    "s.connect((sys.argv[1], int(sys.argv[2])))",
+    "CONNECTED",
+)
+UDP = guarded(
+    "import socket, sys\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.settimeout(5)",
+    "s.sendto(b'panday-probe', ('127.0.0.1', int(sys.argv[1])))\n"
+    "data, _ = s.recvfrom(512)\n"
+    "print('ANSWERED' if data == b'panday-probe' else 'WRONG')",
+    None,
+)
+BIND = guarded(
+    "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_STREAM)",
+    "s.bind(('127.0.0.1', 0))\ns.listen(1)",
+    "BOUND",
+)
+UNIX = guarded(
+    "import socket, sys\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\ns.settimeout(10)",
+    "s.connect(sys.argv[1])",
+    "CONNECTED",
+)
 
 MACH = """
 import ctypes, sys
@@ -84,37 +63,6 @@ print('FOUND' if kr == 0 else f'DENIED {kr}')
 """
 
 
-class UdpEcho:
-    """A loopback UDP server that echoes each datagram (stands in for a DNS server)."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.received = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    @property
-    def port(self) -> int:
-        return int(self.sock.getsockname()[1])
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data, peer = self.sock.recvfrom(512)
-            except OSError:
-                continue
-            self.received += 1
-            self.sock.sendto(data, peer)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self.sock.close()
-
-
 @pytest.fixture
 def udp_echo() -> Iterator[UdpEcho]:
     srv = UdpEcho()
@@ -124,16 +72,10 @@ def udp_echo() -> Iterator[UdpEcho]:
         srv.close()
 
 
-def _control(code: str, *args: str, want: str) -> None:
-    got = outside(code, *args)
-    if got != want:
-        inconclusive(f"{want} expected without the sandbox", got)
-
-
 def test_a_loopback_listener_cannot_be_reached(
     jail: Jail, workspace: Path, tcp_listener: Listener
 ) -> None:
-    _control(CONNECT, "127.0.0.1", str(tcp_listener.port), want="CONNECTED")
+    control(CONNECT, "127.0.0.1", str(tcp_listener.port), want="CONNECTED")
     before = tcp_listener.accepted
     handle = jail.create(workspace)
     assert jail.py(handle, CONNECT, "127.0.0.1", str(tcp_listener.port)) == "DENIED"
@@ -146,7 +88,7 @@ def test_an_ipv6_loopback_listener_cannot_be_reached(jail: Jail, workspace: Path
     except OSError as exc:
         inconclusive("cannot listen on ::1 on this host", exc)
     try:
-        _control(CONNECT, "::1", str(srv.port), want="CONNECTED")
+        control(CONNECT, "::1", str(srv.port), want="CONNECTED")
         handle = jail.create(workspace)
         assert jail.py(handle, CONNECT, "::1", str(srv.port)) == "DENIED"
     finally:
@@ -156,7 +98,7 @@ def test_an_ipv6_loopback_listener_cannot_be_reached(jail: Jail, workspace: Path
 def test_a_dns_query_to_a_loopback_server_is_not_sent(
     jail: Jail, workspace: Path, udp_echo: UdpEcho
 ) -> None:
-    _control(UDP, str(udp_echo.port), want="ANSWERED")
+    control(UDP, str(udp_echo.port), want="ANSWERED")
     before = udp_echo.received
     handle = jail.create(workspace)
     assert jail.py(handle, UDP, str(udp_echo.port)) == "DENIED"
@@ -166,7 +108,7 @@ def test_a_dns_query_to_a_loopback_server_is_not_sent(
 def test_the_system_resolver_cannot_be_reached(jail: Jail, workspace: Path) -> None:
     # libinfo's getaddrinfo talks to mDNSResponder over this socket; connecting sends nothing.
     resolver = "/private/var/run/mDNSResponder"
-    _control(UNIX, resolver, want="CONNECTED")
+    control(UNIX, resolver, want="CONNECTED")
     handle = jail.create(workspace)
     assert jail.py(handle, UNIX, resolver) == "DENIED"
     lookup = (
@@ -181,7 +123,7 @@ def test_the_system_resolver_cannot_be_reached(jail: Jail, workspace: Path) -> N
 
 
 def test_a_port_cannot_be_bound(jail: Jail, workspace: Path) -> None:
-    _control(BIND, want="BOUND")
+    control(BIND, want="BOUND")
     handle = jail.create(workspace)
     assert jail.py(handle, BIND) == "DENIED"
 
@@ -190,7 +132,7 @@ def test_a_host_unix_socket_cannot_be_reached(
     jail: Jail, workspace: Path, unix_listener: tuple[Listener, str]
 ) -> None:
     srv, path = unix_listener
-    _control(UNIX, path, want="CONNECTED")
+    control(UNIX, path, want="CONNECTED")
     before = srv.accepted
     handle = jail.create(workspace)
     assert jail.py(handle, UNIX, path) == "DENIED"
@@ -207,7 +149,7 @@ def test_a_host_unix_socket_cannot_be_reached(
 def test_a_mach_service_outside_the_list_cannot_be_looked_up(
     jail: Jail, workspace: Path, service: str
 ) -> None:
-    _control(MACH, service, want="FOUND")
+    control(MACH, service, want="FOUND")
     handle = jail.create(workspace)
     if jail.py(handle, MACH, "com.apple.system.opendirectoryd.libinfo") != "FOUND":
         inconclusive("the one allowed mach service is reachable inside")
@@ -228,7 +170,7 @@ def test_with_a_proxy_only_its_loopback_port_is_reachable(
 
     other = Listener(socket.AF_INET, ("127.0.0.1", 0))
     try:
-        _control(CONNECT, "127.0.0.1", str(other.port), want="CONNECTED")
+        control(CONNECT, "127.0.0.1", str(other.port), want="CONNECTED")
         policy = policy_from_dict({"net": {"allow": ["example.com"]}}).with_workspace(
             str(workspace)
         )

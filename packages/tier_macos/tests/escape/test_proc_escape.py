@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from macos_escape_helpers import PROBE_TIMEOUT_S, Jail, inconclusive, outside
+from macos_escape_helpers import PROBE_TIMEOUT_S, Jail, guarded, inconclusive, outside
 
 from panday_core.errors import PolicyViolation
 from panday_core.types import LimitKind
@@ -31,16 +31,7 @@ if lib.sysctl(mib, 3, buf, ctypes.byref(size), None, 0) != 0:
 print('FOUND' if sys.argv[2].encode() in buf.raw[: size.value] else 'READ')
 """
 
-SIGNAL = """
-import os, sys
-try:
-    os.kill(int(sys.argv[1]), 0)
-    print('SIGNALLED')
-except PermissionError:
-    print('DENIED')
-except OSError as e:
-    print('ERROR', e.errno, e.strerror)
-"""
+SIGNAL = guarded("import os, sys", "os.kill(int(sys.argv[1]), 0)", "SIGNALLED")
 
 PIDPATH = """
 import ctypes, sys
@@ -50,16 +41,11 @@ n = lib.proc_pidpath(int(sys.argv[1]), buf, 4096)
 print('SEEN' if n > 0 else f'DENIED {ctypes.get_errno()}')
 """
 
-SPAWN = """
-import subprocess, sys
-try:
-    subprocess.run(sys.argv[1:], capture_output=True, timeout=30, check=False)
-    print('STARTED')
-except PermissionError:
-    print('DENIED')
-except OSError as e:
-    print('ERROR', e.errno, e.strerror)
-"""
+SPAWN = guarded(
+    "import subprocess, sys",
+    "subprocess.run(sys.argv[1:], capture_output=True, timeout=30, check=False)",
+    "STARTED",
+)
 
 SLEEPER = """
 import os, sys, time
