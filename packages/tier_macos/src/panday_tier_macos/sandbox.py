@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import posixpath
 import secrets
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 
@@ -230,9 +230,6 @@ class T2MacosSandbox:
 
         session = self._session(handle)
         limits = session.policy.limits
-        # The Limits fields are built at import time (policy.py), so pyright cannot see them.
-        cap = cast("int | None", limits.output_bytes)  # pyright: ignore[reportUnknownMemberType]
-        wall = cast("int | None", limits.wall_clock_ms)  # pyright: ignore[reportUnknownMemberType]
         command = ["/bin/sh", "-c", START, "panday", session.cwd(spec.cwd), *spec.argv]
         argv = session.profile.argv(command, session.params)
         proc = spawn(argv, env=session.env, stdin=spec.stdin is not None)
@@ -242,8 +239,8 @@ class T2MacosSandbox:
                 proc,
                 Supervisor(),
                 stdin_data=spec.stdin,
-                output_cap=cap,
-                timeout_ms=stricter_limit(spec.timeout_ms, wall),
+                output_cap=limits.output_bytes,
+                timeout_ms=stricter_limit(spec.timeout_ms, limits.wall_clock_ms),
             ):
                 yield event
         finally:

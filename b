@@ -1,0 +1,1 @@
+/tmp/tmpo38go32z/outside/sub

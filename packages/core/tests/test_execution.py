@@ -1,0 +1,233 @@
+"""The shared exec machinery, on real processes (no jail): streaming, caps, stdin, clocks."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+
+from panday_core.execution import (
+    ChildProcess,
+    Supervisor,
+    acollect,
+    astream,
+    collect,
+    spawn,
+    stream,
+    truncation_marker,
+)
+from panday_core.types import ExecExit, LimitBreach, LimitKind, OutputChunk
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX process machinery")
+
+ENV = {"PATH": "/usr/bin:/bin", "LANG": "C"}
+SH = "/bin/sh"
+
+
+def run(script: str, **kw: object) -> tuple[list[OutputChunk], ExecExit]:
+    stdin_data = kw.pop("stdin_data", None)
+    assert stdin_data is None or isinstance(stdin_data, bytes)
+    proc = spawn([SH, "-c", script], env=ENV, stdin=stdin_data is not None)
+    events = list(stream(proc, Supervisor(), stdin_data=stdin_data, **kw))  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - test passes keyword options through
+    chunks = [e for e in events if isinstance(e, OutputChunk)]
+    exits = [e for e in events if isinstance(e, ExecExit)]
+    assert len(exits) == 1
+    assert events[-1] is exits[0]
+    return chunks, exits[0]
+
+
+def test_streams_stdout_and_stderr_and_the_exit_code() -> None:
+    result = collect(
+        stream(spawn([SH, "-c", "echo out; echo err >&2; exit 3"], env=ENV), Supervisor())
+    )
+    assert result.stdout == b"out\n"
+    assert result.stderr == b"err\n"
+    assert result.exit_code == 3
+    assert result.signal is None
+    assert result.breach is None
+
+
+def test_stdin_is_fed_and_closed() -> None:
+    data = os.urandom(300_000)  # larger than a pipe buffer: exercises partial writes
+    proc = spawn(["/usr/bin/env", "cat"], env=ENV, stdin=True)
+    result = collect(stream(proc, Supervisor(), stdin_data=data))
+    assert result.stdout == data
+    assert result.exit_code == 0
+
+
+def test_no_stdin_means_dev_null() -> None:
+    result = collect(stream(spawn(["/usr/bin/env", "cat"], env=ENV), Supervisor()))
+    assert result.stdout == b""
+    assert result.exit_code == 0
+
+
+def test_output_beyond_the_cap_is_discarded_with_a_marker_and_a_breach() -> None:
+    # 20 MB of output with a 4 KiB cap: the result stays small, the marker is there once.
+    chunks, exit_ = run("head -c 20000000 /dev/zero; echo tail >&2", output_cap=4096)
+    out = b"".join(c.data for c in chunks if c.stream == "stdout")
+    marker = truncation_marker("stdout", 4096)
+    assert out == b"\0" * 4096 + marker
+    assert exit_.truncated_stdout
+    assert not exit_.truncated_stderr
+    assert exit_.breach is not None
+    assert exit_.breach.kind is LimitKind.OUTPUT
+    assert exit_.exit_code == 0
+
+
+def test_without_a_cap_nothing_is_truncated() -> None:
+    chunks, exit_ = run("head -c 300000 /dev/zero")
+    assert sum(len(c.data) for c in chunks) == 300_000
+    assert exit_.breach is None
+
+
+def test_the_wall_clock_kills_the_process_group(tmp_path: Path) -> None:
+    beat = tmp_path / "beat"
+    # A background child keeps beating; the wall clock must kill it with its parent.
+    script = f"(while :; do date +%s%N > {beat}; sleep 0.05; done) & sleep 6"
+    started = time.monotonic()
+    _, exit_ = run(script, timeout_ms=300)
+    assert time.monotonic() - started < 5
+    assert exit_.breach is not None
+    assert exit_.breach.kind is LimitKind.WALL_CLOCK
+    assert exit_.signal == signal.SIGKILL
+    time.sleep(0.3)
+    last = beat.read_text()
+    time.sleep(0.4)
+    assert beat.read_text() == last, "a child outlived the wall-clock kill"
+
+
+def test_what_the_main_process_leaves_behind_is_killed_when_it_exits(tmp_path: Path) -> None:
+    beat = tmp_path / "beat"
+    script = f"(while :; do date +%s%N > {beat}; sleep 0.05; done) & sleep 0.3"
+    _, exit_ = run(script)
+    assert exit_.exit_code == 0
+    time.sleep(0.3)
+    last = beat.read_text()
+    time.sleep(0.4)
+    assert beat.read_text() == last
+
+
+def test_a_signal_death_is_reported_as_a_signal() -> None:
+    _, exit_ = run("kill -TERM $$")
+    assert exit_.exit_code is None
+    assert exit_.signal == signal.SIGTERM
+
+
+def test_sigpipe_is_default_in_the_child() -> None:
+    # Python ignores SIGPIPE; a child inheriting that would spin in `yes` forever.
+    _, exit_ = run("yes | head -n 1", timeout_ms=10_000)
+    assert exit_.breach is None
+    assert exit_.exit_code == 0
+
+
+def test_only_named_descriptors_are_inherited() -> None:
+    leaked_r, leaked_w = os.pipe()
+    # What a careless parent process might hand us: an inheritable descriptor, numbered
+    # high so it cannot be confused with the ones the child is meant to see.
+    os.dup2(leaked_r, 50, inheritable=True)
+    os.close(leaked_r)
+    leaked_r = 50
+    passed_r, passed_w = os.pipe()
+    try:
+        os.write(passed_w, b"handed-over")
+        os.close(passed_w)
+        proc = spawn(
+            [SH, "-c", "ls /proc/self/fd 2>/dev/null || ls /dev/fd; cat <&3"],
+            env=ENV,
+            pass_fds=[passed_r],
+        )
+        result = collect(stream(proc, Supervisor()))
+    finally:
+        for fd in (leaked_r, leaked_w, passed_r):
+            os.close(fd)
+    lines = result.stdout.decode().split()
+    assert lines[-1] == "handed-over"
+    fds = {int(x) for x in lines[:-1]}
+    # 0-2, the handed-over 3, and the directory `ls` itself opened to list them.
+    assert fds <= {0, 1, 2, 3, 4}
+
+
+class _Breaching(Supervisor):
+    tick_s = 0.02
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def check(self) -> LimitBreach | None:
+        self.calls += 1
+        if self.calls >= 3:
+            return LimitBreach(kind=LimitKind.CPU, detail="test ceiling")
+        return None
+
+
+def test_a_supervisor_breach_ends_the_command() -> None:
+    sup = _Breaching()
+    result = collect(stream(spawn([SH, "-c", "sleep 30"], env=ENV), sup))
+    assert result.breach is not None
+    assert result.breach.kind is LimitKind.CPU
+    assert sup.calls == 3
+
+
+def test_closing_the_stream_early_kills_and_reaps() -> None:
+    proc = spawn([SH, "-c", "echo first; exec sleep 30"], env=ENV)
+    events = stream(proc, Supervisor())
+    first = next(events)
+    assert isinstance(first, OutputChunk)
+    events.close()
+    assert proc.status is not None
+    assert proc.stdout is None
+    assert proc.stderr is None
+
+
+def test_async_face_matches_the_sync_one() -> None:
+    async def main() -> tuple[bytes, int | None]:
+        proc = spawn([SH, "-c", "cat; echo done >&2"], env=ENV, stdin=True)
+        result = await acollect(astream(proc, Supervisor(), stdin_data=b"abc"))
+        return result.stdout + result.stderr, result.exit_code
+
+    out, code = asyncio.run(main())
+    assert out == b"abcdone\n"
+    assert code == 0
+
+
+def test_async_wall_clock() -> None:
+    async def main() -> ExecExit:
+        proc = spawn([SH, "-c", "sleep 30"], env=ENV)
+        last: ExecExit | None = None
+        async for event in astream(proc, Supervisor(), timeout_ms=200):
+            if isinstance(event, ExecExit):
+                last = event
+        assert last is not None
+        return last
+
+    exit_ = asyncio.run(main())
+    assert exit_.breach is not None
+    assert exit_.breach.kind is LimitKind.WALL_CLOCK
+
+
+def test_spawn_needs_an_absolute_program() -> None:
+    with pytest.raises(ValueError, match="absolute"):
+        spawn(["sh", "-c", "true"], env=ENV)
+
+
+def test_a_missing_program_raises_and_leaks_nothing() -> None:
+    before: set[str] = set(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else set()  # noqa: PTH112, PTH208 - mirrors the module
+    with pytest.raises(OSError):  # noqa: PT011 - which errno depends on the OS
+        spawn(["/nonexistent/program"], env=ENV)
+    if before:
+        assert set(os.listdir("/proc/self/fd")) == before  # noqa: PTH208 - as above
+
+
+def test_child_process_reap_is_idempotent() -> None:
+    proc: ChildProcess = spawn([SH, "-c", "exit 0"], env=ENV)
+    collect(stream(proc, Supervisor()))
+    assert proc.reap(block=True)
+    assert proc.reap(block=False)
