@@ -167,8 +167,12 @@ class Listener(_Server):
 
     def __init__(self, family: socket.AddressFamily, address: str | tuple[str, int]) -> None:
         sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.bind(address)
-        sock.listen(16)
+        try:
+            sock.bind(address)
+            sock.listen(16)
+        except OSError:
+            sock.close()
+            raise
         super().__init__(sock)
 
     @property
