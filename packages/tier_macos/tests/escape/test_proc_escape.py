@@ -4,17 +4,24 @@ setuid programs, the wall clock and what the process group kill can and cannot r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from macos_escape_helpers import PROBE_TIMEOUT_S, Jail, guarded, inconclusive, outside
 
 from panday_core.errors import PolicyViolation
 from panday_core.types import LimitKind
+
+if TYPE_CHECKING:
+    from collections.abc import Generator
+
+    from panday_core.types import ExecResult
 
 PROCARGS = """
 import ctypes, sys
@@ -214,36 +221,41 @@ def _outside_sleeper(tmp_path: Path, *, setsid: bool) -> None:
         _kill(pid)
 
 
+@contextlib.contextmanager
+def _sleeper_inside(
+    jail: Jail, workspace: Path, doc: dict[str, object], *, setsid: bool, main_sleeps: bool
+) -> Generator[tuple[ExecResult, int], None, None]:
+    """Run the double-forking sleeper in a session; the result and the sleeper's pid."""
+    handle = jail.create(workspace, doc)
+    pidfile = workspace / "sleeper.pid"
+    flags = ("1" if setsid else "0", "1" if main_sleeps else "0")
+    result = jail.run(handle, sys.executable, "-I", "-c", SLEEPER, str(pidfile), *flags)
+    pid = _read_pid(pidfile)
+    try:
+        yield result, pid
+    finally:
+        _kill(pid)
+
+
 def test_the_wall_clock_kills_a_double_forked_sleeper(
     jail: Jail, workspace: Path, tmp_path: Path
 ) -> None:
     _outside_sleeper(tmp_path, setsid=False)
-    handle = jail.create(workspace, {"limits": {"wall_clock_ms": 3000}})
-    pidfile = workspace / "sleeper.pid"
-    result = jail.run(handle, sys.executable, "-I", "-c", SLEEPER, str(pidfile), "0", "1")
-    pid = _read_pid(pidfile)
-    try:
+    wall: dict[str, object] = {"limits": {"wall_clock_ms": 3000}}
+    with _sleeper_inside(jail, workspace, wall, setsid=False, main_sleeps=True) as (result, pid):
         assert result.breach is not None
         assert result.breach.kind is LimitKind.WALL_CLOCK
         assert result.wall_ms < 20_000
         assert _gone_within(pid, 10), "the double-forked sleeper outlived the wall clock"
-    finally:
-        _kill(pid)
 
 
 def test_a_background_process_does_not_outlive_its_command(
     jail: Jail, workspace: Path, tmp_path: Path
 ) -> None:
     _outside_sleeper(tmp_path, setsid=False)
-    handle = jail.create(workspace)
-    pidfile = workspace / "bg.pid"
-    result = jail.run(handle, sys.executable, "-I", "-c", SLEEPER, str(pidfile), "0", "0")
-    pid = _read_pid(pidfile)
-    try:
+    with _sleeper_inside(jail, workspace, {}, setsid=False, main_sleeps=False) as (result, pid):
         assert result.exit_code == 0
         assert _gone_within(pid, 10), "a background process outlived its command"
-    finally:
-        _kill(pid)
 
 
 @pytest.mark.xfail(
@@ -256,14 +268,9 @@ def test_a_sleeper_that_calls_setsid_is_killed_too(
     jail: Jail, workspace: Path, tmp_path: Path
 ) -> None:
     _outside_sleeper(tmp_path, setsid=True)
-    handle = jail.create(workspace, {"limits": {"wall_clock_ms": 3000}})
-    pidfile = workspace / "setsid.pid"
-    jail.run(handle, sys.executable, "-I", "-c", SLEEPER, str(pidfile), "1", "1")
-    pid = _read_pid(pidfile)
-    try:
+    wall: dict[str, object] = {"limits": {"wall_clock_ms": 3000}}
+    with _sleeper_inside(jail, workspace, wall, setsid=True, main_sleeps=True) as (_, pid):
         assert _gone_within(pid, 5)
-    finally:
-        _kill(pid)
 
 
 def test_a_fork_bomb_policy_is_refused_before_anything_runs(jail: Jail, workspace: Path) -> None:
