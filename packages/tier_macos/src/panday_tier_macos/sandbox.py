@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 
 from panday_core.capabilities import Refusal, require_enforceable
-from panday_core.errors import PolicyViolation, SandboxError, TierUnavailable
+from panday_core.errors import Internal, PolicyViolation, SandboxError, TierUnavailable
 from panday_core.policy import SandboxPolicy
 from panday_core.types import SandboxHandle, SandboxTier, SessionSpec
 from panday_tier_macos import capabilities
@@ -63,6 +63,8 @@ START: Final = 'ulimit -c 0; cd -- "$1" || exit 125; unset OLDPWD; shift; exec "
 then the working directory (``cd`` would leave the caller's in OLDPWD, so that goes), then
 the command. Arguments arrive as positional parameters and are never parsed by the shell.
 Exit 125 means the working directory could not be entered."""
+
+PROFILE_CHECK_TIMEOUT_S: Final = 30
 
 EMPTY_HOME: Final = "/private/var/empty"
 """Stands in for a home directory of "/": ``//.ssh`` would match nothing, and the account's
@@ -147,6 +149,36 @@ class _Session:
         return posixpath.normpath(posixpath.join(self.workspace, cwd))
 
 
+async def _check_profile_applies(session: _Session) -> None:
+    """Apply the session's profile once to /usr/bin/true before any command runs under it.
+
+    A profile this macOS cannot compile (an operation or filter it does not know) or apply
+    would otherwise surface as a strange exit status of the user's first command; here it
+    becomes an `Internal` error at `create`, with sandbox-exec's own message.
+    """
+    import asyncio  # noqa: PLC0415 - already loaded by any caller of this async method
+
+    argv = session.profile.argv(["/usr/bin/true"], session.params)
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env={"PATH": BASE_ENV["PATH"]},
+        cwd=session.workspace,
+    )
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=PROFILE_CHECK_TIMEOUT_S)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise Internal("the generated Seatbelt profile did not apply within 30 s") from None
+    if proc.returncode != 0:
+        lines = err.decode("utf-8", "replace").strip().splitlines()
+        detail = lines[-1] if lines else f"exit status {proc.returncode}"
+        raise Internal(f"the generated Seatbelt profile does not apply on this macOS: {detail}")
+
+
 class T2MacosSandbox:
     """The T2 macOS tier: Seatbelt through `/usr/bin/sandbox-exec`."""
 
@@ -207,7 +239,7 @@ class T2MacosSandbox:
             PARAM_ACCOUNT_HOME: homes[1],
             **{f"{PARAM_STAGED}{i}": path for i, path in enumerate(staged)},
         }
-        self._sessions[session_id] = _Session(
+        session = _Session(
             session_id=session_id,
             policy=policy,
             profile=profile,
@@ -216,6 +248,15 @@ class T2MacosSandbox:
             tmpdir=tmpdir,
             files=files,
         )
+        try:
+            await _check_profile_applies(session)
+        except BaseException:
+            await self._files.destroy(files)
+            import shutil  # noqa: PLC0415 - only cleanup needs it
+
+            shutil.rmtree(tmpdir, ignore_errors=True)
+            raise
+        self._sessions[session_id] = session
         return SandboxHandle(id=session_id, tier=TIER, workspace=workspace)
 
     def _session(self, handle: SandboxHandle) -> _Session:
