@@ -1,1 +1,0 @@
-/tmp/tmpo38go32z/outside/sub
