@@ -203,7 +203,12 @@ def manifest_fields() -> tuple[Path, list[str]] | None:
     names: list[str] = []
     models: list[tuple[str, type]] = list(getattr(manifest, "MANIFEST_MODELS", ()))
     for prefix, model in models:
-        names.extend(f"{prefix}{n}" for n in getattr(model, "__struct_fields__", ()))
+        nested = {p.rstrip(".") for p, _ in models if p}
+        names.extend(
+            f"{prefix}{n}"
+            for n in getattr(model, "__struct_fields__", ())
+            if f"{prefix}{n}" not in nested
+        )
     file = getattr(manifest, "__file__", None)
     return (Path(file), names) if file else None
 

@@ -3,9 +3,11 @@
 Budgets are ratios between variants measured in the same run, interleaved round by round
 (in a rotating order), never absolute times: machines differ and this one is shared.
 
-Results are merged into ``benchmarks/results.json`` under each benchmark's own name, so a
-benchmark added later adds a key rather than rewriting the file. ``docs/benchmarks.md`` is
-rendered from the whole file: one table and one chart per benchmark.
+Results are merged into ``benchmarks/results.json`` under each benchmark's own top-level
+key, so a benchmark added later adds a key rather than rewriting the file (standalone
+scripts such as ``bench_egress.py`` write their keys the same way). ``docs/benchmarks.md``
+is rendered from the whole file: a table and a chart for each benchmark measured through
+this harness (an entry with ``variants``), the figures of every other entry as a table.
 """
 
 from __future__ import annotations
@@ -135,10 +137,26 @@ def _chart(name: str, entry: Json) -> str:
     return f"benchmarks/{name}.png"
 
 
+def _leaves(prefix: str, node: object) -> list[tuple[str, object]]:
+    if isinstance(node, dict):
+        out: list[tuple[str, object]] = []
+        for key, value in sorted(cast("dict[str, object]", node).items()):
+            out += _leaves(f"{prefix}.{key}" if prefix else key, value)
+        return out
+    return [(prefix, node)]
+
+
+def _foreign(name: str, entry: Json) -> list[str]:
+    """An entry written by a standalone benchmark script: its figures, as it recorded them."""
+    lines = [f"## {name}", "", f"Recorded by `tools/bench/bench_{name}.py`.", ""]
+    lines += ["| figure | value |", "|---|---|"]
+    lines += [f"| `{key}` | {value} |" for key, value in _leaves("", entry)]
+    return [*lines, ""]
+
+
 def render() -> None:
     """Write docs/benchmarks.md (and its charts) from results.json."""
-    doc = cast("Json", json.loads(RESULTS.read_text(encoding="utf-8")))
-    benchmarks = cast("dict[str, Json]", doc["benchmarks"])
+    benchmarks = cast("dict[str, Json]", json.loads(RESULTS.read_text(encoding="utf-8")))
     lines = [
         "# Benchmarks",
         "",
@@ -150,6 +168,9 @@ def render() -> None:
     ]
     for name in sorted(benchmarks):
         entry = benchmarks[name]
+        if "variants" not in entry:
+            lines += _foreign(name, entry)
+            continue
         variants = cast("dict[str, dict[str, float]]", entry["variants"])
         labels = cast("dict[str, str]", entry.get("labels", {}))
         host = cast("Json", entry.get("host", {}))

@@ -1,33 +1,46 @@
 """Run the benchmarks, merge their results into benchmarks/results.json, render the docs.
 
-Usage: ``python tools/bench/run.py [--rounds N] [--only NAME] [--no-check]``. Exits 1 when
-a benchmark is over its budget (unless ``--no-check``), so `nox -s bench` is a gate.
+Usage: ``python tools/bench/run.py [--rounds N] [--only NAME] [--no-check]``. Runs the
+harness's own benchmarks (`BENCHMARKS`) and every standalone ``bench_<name>.py`` script in
+this directory (each records its own key and exits 1 over a budget). Exits 1 when any
+benchmark is over its budget (unless ``--no-check``), so `nox -s bench` is a gate.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import subprocess
 import sys
+from pathlib import Path
 from typing import cast
 
 import harness
 
 BENCHMARKS = ("t2_linux_startup",)
 """Modules in this directory with ``NAME`` and ``main(rounds, warmup) -> entry``."""
+SCRIPTS = {
+    p.stem.removeprefix("bench_"): p for p in sorted(Path(__file__).parent.glob("bench_*.py"))
+}
+"""Standalone benchmark scripts: name -> path."""
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="run the panday benchmarks")
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
-    parser.add_argument("--only", action="append", default=[], choices=BENCHMARKS)
+    parser.add_argument("--only", action="append", default=[], choices=[*BENCHMARKS, *SCRIPTS])
     parser.add_argument(
         "--no-check", action="store_true", help="record without failing on a budget"
     )
     args = parser.parse_args(argv)
     over: list[str] = []
-    for name in args.only or BENCHMARKS:
+    chosen = args.only or [*BENCHMARKS, *SCRIPTS]
+    for name in (n for n in chosen if n in SCRIPTS):
+        print(f"bench: {name}: running {SCRIPTS[name].name}")
+        if subprocess.run([sys.executable, str(SCRIPTS[name])], check=False).returncode != 0:
+            over.append(name)
+    for name in (n for n in chosen if n in BENCHMARKS):
         module = importlib.import_module(name)
         entry = cast("dict[str, object]", module.main(args.rounds, args.warmup))
         harness.record(name, entry)

@@ -231,3 +231,35 @@ def test_child_process_reap_is_idempotent() -> None:
     collect(stream(proc, Supervisor()))
     assert proc.reap(block=True)
     assert proc.reap(block=False)
+
+
+@pytest.mark.timeout(60)
+def test_without_a_pidfd_the_exit_is_noticed_and_the_group_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The path macOS always takes (no pidfd; no os.waitid in CPython there: a kqueue)."""
+
+    def no_pidfd(pid: int) -> int | None:
+        del pid
+        return None
+
+    monkeypatch.setattr("panday_core.execution._pidfd", no_pidfd)
+    pidfile = tmp_path / "bg.pid"
+    # The background child outlives the main process unless the group kill reaches it.
+    proc = spawn([SH, "-c", f"sleep 30 & echo $! > {pidfile}; echo main"], env=ENV)
+    assert proc.pidfd is None
+    result = collect(stream(proc, Supervisor(), timeout_ms=20_000))
+    assert result.exit_code == 0
+    assert result.stdout == b"main\n"
+    assert result.wall_ms < 10_000, "the exit was not noticed without a pidfd"
+    bg = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(bg, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(bg, signal.SIGKILL)
+        pytest.fail("the background child outlived its command")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from panday_core.capabilities import NO_EGRESS_PROXY, Support, policy_fields
-from panday_core.errors import LimitExceeded, PolicyViolation, TierUnavailable
+from panday_core.errors import LimitExceeded, PathRefused, PolicyViolation, TierUnavailable
 from panday_core.policy import FsPolicy, Limits, NetPolicy, SandboxPolicy
 from panday_core.types import ExecExit, ExecSpec, OutputChunk, SessionSpec
 from panday_tier_linux import cgroups, declared_capabilities, host_capabilities, host_report
@@ -167,24 +167,32 @@ def test_put_get_and_snapshot_stay_inside(tmp_path: Path) -> None:
     secret = tmp_path / "secret.txt"
     secret.write_text("outside")
     (ws / "link").symlink_to(secret)
+    (ws / "dirlink").symlink_to(tmp_path)
     with open_session(policy(ws)) as session:
         session.put("a/b.txt", b"hello")
         assert (ws / "a" / "b.txt").read_bytes() == b"hello"
         assert session.get("a/b.txt", max_bytes=100) == b"hello"
-        assert session.get(str(ws / "a/b.txt"), max_bytes=2) == b"he"
-        with pytest.raises(PolicyViolation):
+        assert session.get(str(ws / "a/b.txt"), max_bytes=100) == b"hello"
+        with pytest.raises(LimitExceeded):  # never a silently shortened file
+            session.get("a/b.txt", max_bytes=2)
+        with pytest.raises(PathRefused):
             session.put("../escape.txt", b"x")
-        with pytest.raises(PolicyViolation):
+        with pytest.raises(PathRefused):
             session.get(str(secret), max_bytes=100)
-        with pytest.raises(OSError):  # noqa: PT011 - ELOOP: the planted link is not followed
+        with pytest.raises(PathRefused):  # an absolute link leads outside: refused
             session.get("link", max_bytes=100)
-        (ws / "dirlink").symlink_to(tmp_path)
-        with pytest.raises(OSError):  # noqa: PT011 - as above, for a parent directory
+        with pytest.raises(PathRefused):  # as above, for a parent directory
             session.put("dirlink/secret.txt", b"overwritten")
         snap = session.snapshot()
     assert secret.read_text() == "outside"
-    paths = {e.path for e in snap.entries}
-    assert {"a/b.txt", "link", "dirlink"} <= paths
+    assert {e.path for e in snap.entries} == {"a/b.txt"}
+
+
+@linux
+def test_a_read_only_workspace_refuses_put(tmp_path: Path) -> None:
+    pol = SandboxPolicy(fs=FsPolicy(workspace=str(tmp_path), access="ro"))
+    with open_session(pol) as session, pytest.raises(PathRefused):
+        session.put("x.txt", b"x")
 
 
 @linux

@@ -1,24 +1,95 @@
-"""The macOS tier's declared capabilities (placeholder until the tier lands)."""
+"""T2 macOS capability data: every policy field is declared, and the refusals name fields."""
 
 from __future__ import annotations
 
 import sys
 
-from panday_core.capabilities import Support
+import pytest
+
+from panday_core.capabilities import (
+    Support,
+    check_policy,
+    policy_fields,
+    require_enforceable,
+)
+from panday_core.errors import PolicyViolation
+from panday_core.policy import policy_from_dict
 from panday_core.types import SandboxTier
-from panday_tier_macos import declared_capabilities, unavailable_reason
+from panday_tier_macos import declared_capabilities, host_capabilities, unavailable_reason
 
 
-def test_allowlist_is_refused_until_a_proxy_serves_this_tier() -> None:
+def test_every_policy_field_is_declared_exactly_once() -> None:
     caps = declared_capabilities()
     assert caps.tier is SandboxTier.T2_MACOS
-    entry = caps.for_field("net.allow")
-    assert entry is not None
-    assert entry.support is Support.NOT_ENFORCED
+    declared = [f.field for f in caps.fields]
+    assert sorted(declared) == sorted(policy_fields())
+    assert len(declared) == len(set(declared))
+    for entry in caps.fields:
+        assert entry.mechanism
+        if entry.support is not Support.STRICT:
+            assert entry.note, f"{entry.field}: a gap or a refusal needs its reason"
 
 
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        ({"net": {"allow": ["api.github.com"]}}, "net.allow"),
+        ({"limits": {"pids": 64}}, "limits.pids"),
+        ({"limits": {"disk_bytes": 1 << 30}}, "limits.disk_bytes"),
+        ({"limits": {"mem_bytes": 1 << 30}}, "limits.mem_bytes"),
+        ({"limits": {"cpu_ms": 1000}}, "limits.cpu_ms"),
+    ],
+)
+def test_unenforceable_fields_are_refused_by_name(doc: dict[str, object], field: str) -> None:
+    policy = policy_from_dict(doc).with_workspace("/w")
+    with pytest.raises(PolicyViolation) as info:
+        require_enforceable(policy, declared_capabilities())
+    assert info.value.field == field
+    assert field in str(info.value)
+
+
+def test_an_allowlist_is_refused_with_deny_and_ports() -> None:
+    policy = policy_from_dict(
+        {"net": {"allow": ["api.github.com"], "deny": ["x.github.com"], "ports": [443]}}
+    ).with_workspace("/w")
+    refused = [r.field for r in check_policy(policy, declared_capabilities())]
+    assert refused == ["net.allow", "net.deny", "net.ports"]
+
+
+def test_what_the_tier_enforces_is_accepted() -> None:
+    policy = policy_from_dict(
+        {
+            "fs": {"access": "ro", "staged_ro": ["/opt/data"]},
+            "limits": {"wall_clock_ms": 1000, "output_bytes": 4096},
+            "env": {"LANG": "C"},
+        }
+    ).with_workspace("/w")
+    assert check_policy(policy, declared_capabilities()) == ()
+
+
+def test_reads_are_a_partial_guarantee_and_the_table_says_why() -> None:
+    caps = declared_capabilities()
+    reads = [g for g in caps.guarantees if "cannot be read" in g.name]
+    assert len(reads) == 1
+    assert reads[0].support is Support.PARTIAL
+    assert "readable" in reads[0].note
+    workspace = caps.for_field("fs.workspace")
+    assert workspace is not None
+    assert workspace.support is Support.PARTIAL
+
+
+def test_host_table_never_grants_more_than_the_declared_one() -> None:
+    declared = {f.field: f.support for f in declared_capabilities().fields}
+    rank = [Support.NOT_ENFORCED, Support.PARTIAL, Support.STRICT]
+    for entry in host_capabilities().fields:
+        if entry.support is Support.NOT_APPLICABLE:
+            continue
+        assert rank.index(entry.support) <= rank.index(declared[entry.field])
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="checks the reason given on other OSes")
 def test_unavailable_off_macos_says_why() -> None:
     reason = unavailable_reason()
-    if sys.platform != "darwin":
-        assert reason is not None
-        assert "macOS" in reason
+    assert reason is not None
+    assert "macOS" in reason
+    assert sys.platform in reason

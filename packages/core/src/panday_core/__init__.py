@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from panday_core.errors import (
         Internal,
         LimitExceeded,
+        PathRefused,
         PolicyError,
         PolicyViolation,
         SandboxError,
@@ -72,6 +73,7 @@ _LAZY = {
     "LimitKind": "panday_core.types",
     "Limits": "panday_core.policy",
     "NetPolicy": "panday_core.policy",
+    "PathRefused": "panday_core.errors",
     "OutputChunk": "panday_core.types",
     "PolicyError": "panday_core.errors",
     "PolicyViolation": "panday_core.errors",
@@ -112,6 +114,7 @@ __all__ = [
     "Limits",
     "NetPolicy",
     "OutputChunk",
+    "PathRefused",
     "PolicyError",
     "PolicyViolation",
     "Refusal",

@@ -76,3 +76,17 @@ class TierUnavailable(SandboxError):  # noqa: N818 - the name is the project's v
 
 class Internal(SandboxError):  # noqa: N818 - the name is the project's vocabulary
     """panday itself failed (a bug or an unexpected host state); the session is unusable."""
+
+
+class PathRefused(SandboxError):  # noqa: N818 - the name is the project's vocabulary
+    """A path names something the session may not touch: outside the workspace and the
+    staged paths (through ``..``, an absolute path, a symbolic link, a hard link, a /proc
+    magic link), malformed (NUL byte, over-long), or a write to a read-only root.
+
+    `path` is the path as the caller gave it; `reason` says which rule refused it.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path!r}: {reason}")

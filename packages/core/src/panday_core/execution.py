@@ -27,13 +27,22 @@ import contextlib
 import os
 import select
 import signal
+import sys
 import time
 from typing import TYPE_CHECKING, Literal
 
 from panday_core.types import ExecExit, ExecResult, LimitBreach, LimitKind, OutputChunk
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterable, AsyncIterator, Generator, Iterable, Mapping, Sequence
+    from collections.abc import (
+        AsyncIterable,
+        AsyncIterator,
+        Callable,
+        Generator,
+        Iterable,
+        Mapping,
+        Sequence,
+    )
 
     from panday_core.types import ExecEvent
 
@@ -55,10 +64,48 @@ def truncation_marker(stream: Stream, cap: int) -> bytes:
     return f"\n[panday: {stream} exceeded {cap} bytes; the rest was discarded]\n".encode()
 
 
+class _ExitWatch:
+    """Says, without reaping it, whether a child has exited, where `os.waitid` is missing.
+
+    CPython leaves `os.waitid` out on macOS, so WNOWAIT cannot be asked for there. A kqueue
+    with EVFILT_PROC/NOTE_EXIT on the pid reports the exit and leaves the child a zombie, so
+    its pid and process group stay reserved until `ChildProcess.reap`, as with waitid.
+    """
+
+    __slots__ = ("_close", "_poll", "_seen")
+
+    def __init__(self, pid: int) -> None:
+        self._seen = False
+        self._poll: Callable[[], bool] = lambda: False
+        self._close: Callable[[], None] = lambda: None
+        if sys.platform != "linux" and sys.platform != "win32":
+            kq = select.kqueue()
+            note = select.kevent(
+                pid,
+                filter=select.KQ_FILTER_PROC,
+                flags=select.KQ_EV_ADD | select.KQ_EV_ONESHOT,
+                fflags=select.KQ_NOTE_EXIT,
+            )
+            try:
+                kq.control([note], 0, 0)
+            except ProcessLookupError:  # exited before it could be watched
+                self._seen = True
+            self._poll = lambda: bool(kq.control(None, 1, 0))
+            self._close = kq.close
+
+    def exited(self) -> bool:
+        if not self._seen:
+            self._seen = self._poll()  # the event fires once; remember it
+        return self._seen
+
+    def close(self) -> None:
+        self._close()
+
+
 class ChildProcess:
     """A spawned command: its pid, a pidfd when the OS has one, and our ends of its pipes."""
 
-    __slots__ = ("pid", "pidfd", "started", "status", "stderr", "stdin", "stdout")
+    __slots__ = ("exit_watch", "pid", "pidfd", "started", "status", "stderr", "stdin", "stdout")
 
     def __init__(
         self,
@@ -69,10 +116,12 @@ class ChildProcess:
         stdout: int,
         stderr: int,
         started: float,
+        exit_watch: _ExitWatch | None = None,
     ) -> None:
         # Each descriptor is None once closed.
         self.pid = pid
         self.pidfd = pidfd
+        self.exit_watch = exit_watch
         self.stdin: int | None = stdin
         self.stdout: int | None = stdout
         self.stderr: int | None = stderr
@@ -94,6 +143,18 @@ class ChildProcess:
         self.status = status
         return True
 
+    def exited(self) -> bool:
+        """Whether the process has exited, without reaping it (for hosts with no pidfd)."""
+        if self.status is not None:
+            return True
+        if self.exit_watch is not None:
+            return self.exit_watch.exited()
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # already reaped elsewhere
+            return True
+        return info is not None
+
     def signal_group(self, sig: int) -> None:
         """Signal the process group the child leads (it was spawned with `setsid`)."""
         if self.status is not None:
@@ -106,6 +167,9 @@ class ChildProcess:
             if fd is not None:
                 os.close(fd)
         self.stdin = self.stdout = self.stderr = self.pidfd = None
+        if self.exit_watch is not None:
+            self.exit_watch.close()
+            self.exit_watch = None
 
 
 class Supervisor:
@@ -238,8 +302,16 @@ def spawn(
     for fd in (in_w, out_r, err_r):
         if fd is not None:
             os.set_blocking(fd, False)
+    pidfd = _pidfd(pid)
+    watch = _ExitWatch(pid) if pidfd is None and not hasattr(os, "waitid") else None
     return ChildProcess(
-        pid=pid, pidfd=_pidfd(pid), stdin=in_w, stdout=out_r, stderr=err_r, started=started
+        pid=pid,
+        pidfd=pidfd,
+        stdin=in_w,
+        stdout=out_r,
+        stderr=err_r,
+        started=started,
+        exit_watch=watch,
     )
 
 
@@ -413,13 +485,8 @@ class _Pump:
     def _main_exited(self, *, poll_only: bool = False) -> None:
         # The main process is a zombie until reaped, so its pid (and process group) cannot
         # be reused yet: this is the one safe moment to kill whatever it left behind.
-        if poll_only:
-            try:
-                info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:  # already reaped elsewhere
-                info = True
-            if info is None:
-                return
+        if poll_only and not self.proc.exited():
+            return
         self.sup.kill(self.proc)
         self.proc.reap(block=True)
         self.exited_at = time.monotonic()

@@ -148,22 +148,29 @@ class NetPolicy(_Model, frozen=True, kw_only=True):
             raise FieldError("ports", "is empty; list at least one port, or leave the key out")
 
 
-def _limit(name: str) -> msgspec.Meta:
-    """The range and description of a ceiling (the field's type stays a plain ``int`` so
-    type checkers see ``int | None`` when the tiers read it)."""
+def _limit_meta(name: str) -> msgspec.Meta:
     low, high, unit = LIMIT_RANGES[name]
     return msgspec.Meta(ge=low, le=high, description=f"Ceiling on {unit}.")
+
+
+# Spelled out one by one (not built in a loop) so type checkers see plain `int`.
+CpuMs = Annotated[int, _limit_meta("cpu_ms")]
+MemBytes = Annotated[int, _limit_meta("mem_bytes")]
+Pids = Annotated[int, _limit_meta("pids")]
+DiskBytes = Annotated[int, _limit_meta("disk_bytes")]
+WallClockMs = Annotated[int, _limit_meta("wall_clock_ms")]
+OutputBytes = Annotated[int, _limit_meta("output_bytes")]
 
 
 class Limits(_Model, frozen=True, kw_only=True):
     """Resource ceilings. Absent (None) means no ceiling was requested for that resource."""
 
-    cpu_ms: Annotated[int, _limit("cpu_ms")] | None = None
-    mem_bytes: Annotated[int, _limit("mem_bytes")] | None = None
-    pids: Annotated[int, _limit("pids")] | None = None
-    disk_bytes: Annotated[int, _limit("disk_bytes")] | None = None
-    wall_clock_ms: Annotated[int, _limit("wall_clock_ms")] | None = None
-    output_bytes: Annotated[int, _limit("output_bytes")] | None = None
+    cpu_ms: CpuMs | None = None
+    mem_bytes: MemBytes | None = None
+    pids: Pids | None = None
+    disk_bytes: DiskBytes | None = None
+    wall_clock_ms: WallClockMs | None = None
+    output_bytes: OutputBytes | None = None
 
     def __post_init__(self) -> None:
         for name, (low, high, unit) in LIMIT_RANGES.items():
@@ -357,33 +364,46 @@ def policy_from_json(text: str | bytes) -> SandboxPolicy:
     return policy_from_dict(doc)  # pyright: ignore[reportUnknownArgumentType] - raw document
 
 
-def policy_from_toml(text: str) -> SandboxPolicy:
-    """Parse and validate a TOML policy document."""
+def parse_toml(text: str) -> dict[str, Any]:
+    """A TOML document as builtins, or `PolicyError` (shared by policies and manifests)."""
     import tomllib  # noqa: PLC0415 - tomllib costs start-up time; only policy files need it
 
     try:
-        doc = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError("", f"invalid TOML: {exc}") from None
-    return policy_from_dict(doc)
+
+
+def read_document(path: str, *, what: str, limit: int) -> bytes:
+    """At most `limit` bytes of a document file, or `PolicyError` saying why not."""
+    try:
+        with open(path, "rb") as fh:  # noqa: PTH123 - pathlib costs start-up time here
+            raw = fh.read(limit + 1)
+    except OSError as exc:
+        raise PolicyError("", f"cannot read {what} {path!r}: {exc.strerror}") from None
+    if len(raw) > limit:
+        raise PolicyError("", f"{what} {path!r} is larger than {limit // MIB} MiB")
+    return raw
+
+
+def document_text(raw: bytes, *, what: str, path: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PolicyError("", f"{what} {path!r} is not UTF-8 text") from None
+
+
+def policy_from_toml(text: str) -> SandboxPolicy:
+    """Parse and validate a TOML policy document."""
+    return policy_from_dict(parse_toml(text))
 
 
 def load_policy(path: str) -> SandboxPolicy:
     """Load a policy file: ``.json`` as JSON, anything else as TOML."""
-    try:
-        with open(path, "rb") as fh:  # noqa: PTH123 - pathlib costs start-up time here
-            raw = fh.read(4 * MIB + 1)
-    except OSError as exc:
-        raise PolicyError("", f"cannot read policy file {path!r}: {exc.strerror}") from None
-    if len(raw) > 4 * MIB:
-        raise PolicyError("", f"policy file {path!r} is larger than 4 MiB")
+    raw = read_document(path, what="policy file", limit=4 * MIB)
     if path.endswith(".json"):
         return policy_from_json(raw)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise PolicyError("", f"policy file {path!r} is not UTF-8 text") from None
-    return policy_from_toml(text)
+    return policy_from_toml(document_text(raw, what="policy file", path=path))
 
 
 def policy_to_dict(policy: SandboxPolicy) -> dict[str, Any]:

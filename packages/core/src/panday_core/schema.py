@@ -17,7 +17,9 @@ SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 def public_models() -> dict[str, type[msgspec.Struct]]:
     """Schema name -> model, for every model users write or read as a document."""
-    return {"policy": SandboxPolicy}
+    from panday_core.manifest import PluginManifest  # noqa: PLC0415 - keeps policy-only users lean
+
+    return {"policy": SandboxPolicy, "plugin": PluginManifest}
 
 
 def json_schema(model: type[msgspec.Struct], name: str) -> dict[str, object]:

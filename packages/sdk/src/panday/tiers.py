@@ -13,8 +13,8 @@ if TYPE_CHECKING:
 
 COMMAND_TIERS = ("t2-linux", "t2-macos")
 """Tiers that run commands, strongest first."""
-ALL_TIERS = COMMAND_TIERS
-"""Every tier the registry knows (T0 joins when it lands)."""
+ALL_TIERS = (*COMMAND_TIERS, "t0")
+"""Every tier the registry knows. T0 serves file tools in-process and never runs commands."""
 
 
 def host_command_tier() -> str | None:
@@ -36,6 +36,14 @@ def declared(tier: str) -> TierCapabilities:
         from panday_tier_macos import declared_capabilities  # noqa: PLC0415 - lazy tier import
 
         return declared_capabilities()
+    if tier == "t0":
+        from panday_core.t0.capabilities import (  # noqa: PLC0415 - lazy tier import
+            declared_capabilities,
+        )
+
+        # The table with the kernel's openat2 resolver; docs/tiers/t0.md states the
+        # fallback walk's mechanism beside it.
+        return declared_capabilities("openat2")
     raise KeyError(tier)
 
 
@@ -49,4 +57,6 @@ def unavailable_reason(tier: str) -> str | None:
         from panday_tier_macos import unavailable_reason as reason  # noqa: PLC0415 - lazy
 
         return reason()
+    if tier == "t0":
+        return None  # in-process: runs wherever Python does
     raise KeyError(tier)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Generator, Sequence
 
     from panday_core.policy import SandboxPolicy
+    from panday_core.t0.session import T0Session
     from panday_core.types import ExecEvent, ExecResult, Snapshot
     from panday_tier_linux.cgroups import ExecCgroup, SessionCgroup
     from panday_tier_linux.enforcement import Enforcement
@@ -297,6 +298,7 @@ class LinuxSession:
         self.cgroup = cgroup
         self.closed = False
         self._running: dict[int, tuple[ChildProcess, JailSupervisor]] = {}
+        self._t0: T0Session | None = None
 
     @property
     def workspace(self) -> str:
@@ -460,24 +462,36 @@ class LinuxSession:
 
     # ------------------------------------------------------------------ files
 
-    def put(self, path: str, data: bytes) -> None:
-        from panday_tier_linux import files  # noqa: PLC0415 - not on the exec path
+    def _files(self) -> T0Session:
+        """put / get / snapshot go through a T0 session over the same workspace and staged
+        directories: the core's confined path resolution (openat2 RESOLVE_BENEATH, or a
+        no-follow walk), shared by every tier, rather than a second implementation here."""
+        if self._t0 is None:
+            import msgspec  # noqa: PLC0415 - loaded with the policy already
 
-        if not self.spec.workspace_rw:
-            raise PolicyViolation(
-                str(TIER), [Refusal(field="fs.access", reason="the workspace is read-only")]
+            from panday_core.policy import SandboxPolicy  # noqa: PLC0415
+            from panday_core.t0.session import T0Session  # noqa: PLC0415 - not on the exec path
+
+            fs = msgspec.structs.replace(
+                self.policy.fs,
+                workspace=self.workspace,
+                staged_ro=tuple(p for p in self.spec.staged if os.path.isdir(p)),
             )
-        files.write_beneath(self.workspace, path, data)
+            self._t0 = T0Session(SandboxPolicy(fs=fs), session_id=self.id)
+        return self._t0
+
+    def put(self, path: str, data: bytes) -> None:
+        """Write a workspace file (atomically; never through a link; refused when ro)."""
+        self._files().write(path, data, make_parents=True)
 
     def get(self, path: str, *, max_bytes: int) -> bytes:
-        from panday_tier_linux import files  # noqa: PLC0415 - as above
-
-        return files.read_visible(self.workspace, self.spec.staged, path, max_bytes=max_bytes)
+        """A whole file of the workspace or a staged directory (`LimitExceeded` if larger)."""
+        return self._files().read_all(path, max_bytes=max_bytes)
 
     def snapshot(self) -> Snapshot:
-        from panday_tier_linux import files  # noqa: PLC0415 - as above
+        from panday_core.t0.sandbox import snapshot_of  # noqa: PLC0415 - as above
 
-        return files.snapshot(self.id, self.workspace)
+        return snapshot_of(self._files(), self.id)
 
     # ------------------------------------------------------------------ end
 
@@ -489,6 +503,9 @@ class LinuxSession:
         if self.cgroup is not None and not self.cgroup.remove():
             time.sleep(0.05)
             self.cgroup.remove()
+        if self._t0 is not None:
+            self._t0.close()
+            self._t0 = None
 
     def __enter__(self) -> Self:
         return self

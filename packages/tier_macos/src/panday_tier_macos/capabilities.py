@@ -1,32 +1,270 @@
-"""What T2 macOS enforces, as data (rendered by `doctor`, the docs and the run report)."""
+"""What T2 macOS enforces, as data (rendered by `doctor`, the docs and the run report).
+
+Two views of the same table:
+
+* `declared_capabilities()` is host-independent. The docs generator renders it on any OS, so
+  it must never probe anything.
+* `host_capabilities()` is what `create` and `doctor` use on this machine. Today it equals the
+  declared table; it is the one place where support that depends on the host (for example an
+  egress proxy that could not start) will be narrowed, never widened.
+
+`unavailable_reason()` says, in one line, why the tier cannot run here. On macOS it does not
+trust that `/usr/bin/sandbox-exec` exists: it runs it once with a profile that denies one file
+and checks that the denial holds (inside another sandbox, `sandbox-exec` exits 71 with
+"sandbox_apply: Operation not permitted", and a command there would run unconfined by us).
+"""
 
 from __future__ import annotations
 
+import functools
 import sys
 
-from panday_core.capabilities import NO_EGRESS_PROXY, FieldSupport, Support, TierCapabilities
+from panday_core.capabilities import (
+    NO_EGRESS_PROXY,
+    FieldSupport,
+    Guarantee,
+    Support,
+    TierCapabilities,
+)
 from panday_core.types import SandboxTier
+from panday_tier_macos.profile import (
+    MACH_SERVICES,
+    SANDBOX_EXEC,
+    SENSITIVE_HOME_PATHS,
+    SENSITIVE_SYSTEM_PATHS,
+    sbpl_string,
+)
 
-NOT_BUILT = "the T2 macOS jail is not built yet"
+_SEATBELT = "Seatbelt profile run by /usr/bin/sandbox-exec"
+
+_CPU = (
+    "RLIMIT_CPU is per process (every child starts with a fresh budget) and macOS only sends a "
+    "catchable SIGXCPU at the soft limit and never kills at the hard one, so nothing bounds "
+    "the command's total CPU time for an unprivileged process"
+)
+_MEM = (
+    "RLIMIT_AS and RLIMIT_DATA bound one process's virtual address space, not the memory the "
+    "command uses; every process already maps the shared cache region (hundreds of GiB of "
+    "address space), so setrlimit refuses any useful value, and per-process memory (jetsam) "
+    "limits need root or an Apple entitlement"
+)
+_PIDS = (
+    "RLIMIT_NPROC counts every process of the user on the whole machine (and none of root's), "
+    "not the command's processes; macOS gives an unprivileged process no per-tree ceiling"
+)
+_DISK = (
+    "no per-directory quota is available to an unprivileged process; RLIMIT_FSIZE bounds the "
+    "size of one file, not the bytes a command writes"
+)
+_SETSID = (
+    "a process that moves itself out of the command's process group (setsid, setpgid) is not "
+    "killed; Seatbelt has no operation for setsid"
+)
 
 
-def declared_capabilities() -> TierCapabilities:
-    """The tier's declared table. Until the jail exists, only the allowlist is declared, and
-    it is refused; every other field is undeclared and therefore refused as well."""
-    return TierCapabilities(
-        tier=SandboxTier.T2_MACOS,
-        fields=(
-            FieldSupport(
-                field="net.allow",
-                support=Support.NOT_ENFORCED,
-                mechanism="none",
-                note=NO_EGRESS_PROXY,
-            ),
+def _fields() -> tuple[FieldSupport, ...]:
+    return (
+        FieldSupport(
+            field="version",
+            support=Support.NOT_APPLICABLE,
+            mechanism="policy format",
+            note="the format version of the document; there is nothing to enforce",
+        ),
+        FieldSupport(
+            field="fs.workspace",
+            support=Support.PARTIAL,
+            mechanism=f"{_SEATBELT}: file-write* allowed only under the workspace and a private "
+            "temp dir; HOME and the working directory point at the workspace",
+            note="writes are confined; reads are not: the rest of the filesystem stays readable "
+            "except the protected paths (see the guarantees). A workspace inside a protected "
+            "path is refused",
+        ),
+        FieldSupport(
+            field="fs.access",
+            support=Support.STRICT,
+            mechanism="ro: the profile has no write rule for the workspace",
+        ),
+        FieldSupport(
+            field="fs.staged_ro",
+            support=Support.STRICT,
+            mechanism="readable at the same path (reads are broad); a deny-write rule per path, "
+            "placed after the workspace rule so it holds inside the workspace too",
+            note="a staged path inside a protected path is refused",
+        ),
+        FieldSupport(
+            field="net.allow",
+            support=Support.NOT_ENFORCED,
+            mechanism="none yet (the profile generator already pins outbound TCP to the egress "
+            "proxy's loopback port)",
+            note=NO_EGRESS_PROXY,
+        ),
+        FieldSupport(
+            field="net.deny",
+            support=Support.NOT_ENFORCED,
+            mechanism="none yet (the egress proxy applies it)",
+            note=NO_EGRESS_PROXY,
+        ),
+        FieldSupport(
+            field="net.ports",
+            support=Support.NOT_ENFORCED,
+            mechanism="none yet (the egress proxy applies it)",
+            note=NO_EGRESS_PROXY,
+        ),
+        FieldSupport(
+            field="limits.cpu_ms", support=Support.NOT_ENFORCED, mechanism="none", note=_CPU
+        ),
+        FieldSupport(
+            field="limits.mem_bytes", support=Support.NOT_ENFORCED, mechanism="none", note=_MEM
+        ),
+        FieldSupport(
+            field="limits.pids", support=Support.NOT_ENFORCED, mechanism="none", note=_PIDS
+        ),
+        FieldSupport(
+            field="limits.disk_bytes", support=Support.NOT_ENFORCED, mechanism="none", note=_DISK
+        ),
+        FieldSupport(
+            field="limits.wall_clock_ms",
+            support=Support.PARTIAL,
+            mechanism="timer in the runner; SIGKILL to the command's process group (each command "
+            "starts in a new session)",
+            note=_SETSID,
+        ),
+        FieldSupport(
+            field="limits.output_bytes",
+            support=Support.STRICT,
+            mechanism="the runner keeps at most this many bytes of stdout and of stderr each and "
+            "marks the result truncated",
+        ),
+        FieldSupport(
+            field="env",
+            support=Support.STRICT,
+            mechanism="the environment is cleared and rebuilt from PATH, HOME, LANG, TERM, TMPDIR "
+            "and these variables; sandbox-exec adds nothing",
         ),
     )
 
 
+def _guarantees() -> tuple[Guarantee, ...]:
+    homes = ", ".join(f"~/{p}" for p in SENSITIVE_HOME_PATHS)
+    system = ", ".join(SENSITIVE_SYSTEM_PATHS)
+    return (
+        Guarantee(
+            name="Writes land only in the workspace (when rw) and the session's temp dir",
+            mechanism=f"{_SEATBELT}: (deny default); file-write* allowed under those two paths; "
+            "data writes to /dev/null-style devices",
+            support=Support.STRICT,
+            note="Seatbelt checks the path used: a hard link that already exists in the "
+            "workspace and points outside it can be written through (the command cannot "
+            "create such a link itself)",
+        ),
+        Guarantee(
+            name="Secrets outside the workspace cannot be read",
+            mechanism=f"(allow file-read*), then a final deny of {system} (except the time-zone "
+            "database, the developer-tools selection link and the local user records) and, "
+            f"under both the runner's $HOME and the account's home, {homes}",
+            support=Support.PARTIAL,
+            note="a denylist, not an allowlist: everything else on the filesystem stays "
+            "readable (T2 Linux shows only the workspace, staged inputs and system files). "
+            "A deny-default read profile stops binaries before main on current macOS",
+        ),
+        Guarantee(
+            name="No network except the egress proxy",
+            mechanism="(deny network*) always; with an allowlist, one rule allows outbound TCP "
+            "to the proxy's loopback port; no bind, no inbound, no DNS (the resolver's socket "
+            "is a network operation)",
+            support=Support.STRICT,
+            note="no egress proxy is wired to this tier yet, so a non-empty net.allow is "
+            "refused and every session has no network",
+        ),
+        Guarantee(
+            name="Other processes cannot be signalled, inspected or have their environment read",
+            mechanism="signal and process-info* only within the same sandbox; sysctl "
+            "kern.procargs* denied",
+            support=Support.STRICT,
+        ),
+        Guarantee(
+            name="No privilege gain through setuid programs",
+            mechanism="(deny process-exec (file-mode #o4000))",
+            support=Support.STRICT,
+            note="matches setuid and setgid files, so ps and top (setuid on macOS) cannot run",
+        ),
+        Guarantee(
+            name="Only the user-directory mach service is reachable",
+            mechanism=f"mach-lookup allowed for {', '.join(MACH_SERVICES)} only",
+            support=Support.STRICT,
+            note="keychain, pasteboard, Launch Services (open), launchd jobs and the DNS "
+            "daemon stay unreachable",
+        ),
+        Guarantee(
+            name="The environment is rebuilt, never inherited",
+            mechanism="the runner builds it from a fixed set and the policy's env",
+            support=Support.STRICT,
+        ),
+        Guarantee(
+            name="The wall clock ends every process of the command",
+            mechanism="SIGKILL to the command's process group",
+            support=Support.PARTIAL,
+            note=_SETSID,
+        ),
+        Guarantee(
+            name="Memory, CPU, process and disk ceilings",
+            mechanism="none on this tier",
+            support=Support.NOT_ENFORCED,
+            note="a policy that asks for limits.mem_bytes, cpu_ms, pids or disk_bytes is refused "
+            "at create, by field name",
+        ),
+    )
+
+
+def declared_capabilities() -> TierCapabilities:
+    """The tier's table, independent of the host (the docs are generated from it)."""
+    return TierCapabilities(tier=SandboxTier.T2_MACOS, fields=_fields(), guarantees=_guarantees())
+
+
+def host_capabilities() -> TierCapabilities:
+    """The table as it holds on this host (`create` and `doctor` use this one)."""
+    return declared_capabilities()
+
+
+_PROBE_SECRET = b"panday-probe-secret\n"
+
+
+def _probe() -> str | None:
+    import os  # noqa: PLC0415 - only the probe needs these; keep import cost off the CLI path
+    import subprocess  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    if not os.access(SANDBOX_EXEC, os.X_OK):
+        return f"{SANDBOX_EXEC} is missing or not executable"
+    with tempfile.TemporaryDirectory(prefix="panday-probe-") as tmp:
+        secret = os.path.join(os.path.realpath(tmp), "secret")  # noqa: PTH118 - os is loaded
+        with open(secret, "wb") as fh:  # noqa: PTH123 - as above
+            fh.write(_PROBE_SECRET)
+        profile = f"(version 1)(allow default)(deny file-read* (literal {sbpl_string(secret)}))"
+        try:
+            done = subprocess.run(
+                [SANDBOX_EXEC, "-p", profile, "/bin/cat", secret],
+                capture_output=True,
+                timeout=10,
+                check=False,
+                env={"PATH": "/usr/bin:/bin"},
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"{SANDBOX_EXEC} could not be run: {exc}"
+    err = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    detail = err[-1] if err else f"exit status {done.returncode}"
+    if _PROBE_SECRET in done.stdout:
+        return f"{SANDBOX_EXEC} ran but did not enforce a deny rule"
+    if "sandbox_apply" in detail or "sandbox-exec:" in detail:
+        return f"{SANDBOX_EXEC} cannot apply a profile here (already inside a sandbox?): {detail}"
+    if done.returncode == 0 or "Operation not permitted" not in detail:
+        return f"{SANDBOX_EXEC} probe gave an unexpected result: {detail}"
+    return None
+
+
+@functools.cache
 def unavailable_reason() -> str | None:
+    """None when T2 macOS can run here; otherwise one line saying why not (probed once)."""
     if sys.platform != "darwin":
         return f"T2 macOS needs macOS; this host is {sys.platform}"
-    return NOT_BUILT
+    return _probe()

@@ -1,0 +1,82 @@
+"""Which resolved addresses the egress proxy refuses to connect to, and why.
+
+The allowlist says which *names* a command may reach; this module stops an allowlisted
+name from being turned into a door to the host or its network: a name whose DNS answer is
+loopback, private, link-local, CGNAT, multicast, unspecified, reserved or a cloud metadata
+endpoint is refused, unless that exact IP literal is itself in ``net.allow``. Addresses that
+embed an IPv4 address (IPv4-mapped, 6to4, NAT64) are judged by the address they embed, so
+``::ffff:127.0.0.1`` is as loopback as ``127.0.0.1``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# Metadata services answer on addresses that look harmless to a range check (Azure's wire
+# server is a public address), so they are listed by name as well.
+METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(
+    ipaddress.ip_address(a)
+    for a in (
+        "169.254.169.254",  # AWS, GCP, Azure, OpenStack, DigitalOcean, Oracle instance metadata
+        "169.254.169.253",  # AWS VPC DNS resolver
+        "169.254.170.2",  # AWS ECS task metadata and credentials
+        "169.254.169.123",  # AWS time sync
+        "168.63.129.16",  # Azure wire server (a public address)
+        "100.100.100.200",  # Alibaba Cloud metadata
+        "192.0.0.192",  # Oracle Cloud metadata
+        "fd00:ec2::254",  # AWS IMDS over IPv6
+        "fd00:ec2::23",  # AWS DNS over IPv6
+        "fd00:ec2::123",  # AWS time sync over IPv6
+    )
+)
+
+_CGNAT = ipaddress.ip_network("100.64.0.0/10")
+_IETF_PROTOCOL = ipaddress.ip_network("192.0.0.0/24")
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+_V4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+def _embedded_v4(addr: ipaddress.IPv6Address) -> tuple[str, ipaddress.IPv4Address] | None:
+    """The IPv4 address an IPv6 address stands for, with the name of the embedding."""
+    if addr.ipv4_mapped is not None:
+        return "IPv4-mapped", addr.ipv4_mapped
+    if addr.sixtofour is not None:
+        return "6to4", addr.sixtofour
+    if any(addr in net for net in _NAT64):
+        return "NAT64", ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+    return None
+
+
+def address_refusal(addr: IPAddress) -> str | None:  # noqa: C901, PLR0911, PLR0912 - one branch per named class
+    """Why the proxy must not connect to `addr` (a resolved address), or None if it may."""
+    if isinstance(addr, ipaddress.IPv6Address):
+        if addr.scope_id:
+            return f"{addr} carries a zone index, which only makes sense on a local link"
+        embedded = _embedded_v4(addr)
+        if embedded is not None:
+            how, v4 = embedded
+            inner = address_refusal(v4)
+            return None if inner is None else f"{addr} is {how} for {inner}"
+        if addr in _V4_COMPATIBLE and not addr.is_loopback and not addr.is_unspecified:
+            return f"{addr} is a deprecated IPv4-compatible address (reserved)"
+    if addr in METADATA_ADDRESSES:
+        return f"{addr} is a cloud metadata address"
+    if addr.is_unspecified:
+        return f"{addr} is the unspecified address"
+    if addr.is_loopback:
+        return f"{addr} is a loopback address"
+    if addr.is_link_local:
+        return f"{addr} is a link-local address"
+    if addr.is_multicast:
+        return f"{addr} is a multicast address"
+    if isinstance(addr, ipaddress.IPv4Address) and addr in _CGNAT:
+        return f"{addr} is in the shared (CGNAT) address space"
+    if addr.is_reserved or (isinstance(addr, ipaddress.IPv4Address) and addr in _IETF_PROTOCOL):
+        return f"{addr} is a reserved address"
+    if addr.is_private:
+        return f"{addr} is a private address"
+    if not addr.is_global:
+        return f"{addr} is not a globally routable address"
+    return None

@@ -1,0 +1,107 @@
+"""Run one egress proxy in the foreground: what ``panday proxy`` does.
+
+`run_proxy` blocks until SIGINT or SIGTERM. It prints the proxy URLs (with the session
+credentials) as shell ``export`` lines, then one JSON audit event per line as requests
+come and go, so a person can watch what a tool tries to reach, and a script can parse it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from typing import TYPE_CHECKING, TextIO, TypedDict, Unpack
+
+from panday_core.egress.audit import AuditEvent, encode_event
+from panday_core.egress.server import EgressProxy, ProxyLimits
+
+if TYPE_CHECKING:
+    from panday_core.egress.resolver import Resolver
+    from panday_core.policy import NetPolicy
+
+
+def proxy_environment(http_url: str, socks_url: str) -> dict[str, str]:
+    """The variables that make common tools (curl, pip, git, npm) use the proxy."""
+    env: dict[str, str] = {}
+    for name, value in (
+        ("HTTP_PROXY", http_url),
+        ("HTTPS_PROXY", http_url),
+        ("ALL_PROXY", socks_url),
+        ("NO_PROXY", "localhost,127.0.0.1,::1"),
+    ):
+        env[name] = value
+        env[name.lower()] = value
+    # npm reads its own configuration variables before the conventional ones.
+    env["npm_config_proxy"] = http_url
+    env["npm_config_https_proxy"] = http_url
+    return env
+
+
+class ServeOptions(TypedDict, total=False):
+    """Keyword options of `serve` and `run_proxy` (all optional)."""
+
+    listen_host: str
+    """Where to listen; 127.0.0.1 by default."""
+    listen_port: int
+    """0 (the default) picks a free port."""
+    session_id: str | None
+    audit_jsonl: str | None
+    resolver: Resolver | None
+    limits: ProxyLimits | None
+    out: TextIO | None
+    """Where the URLs and audit events are printed; stdout by default."""
+
+
+async def serve(
+    net: NetPolicy, *, stop: asyncio.Event | None = None, **options: Unpack[ServeOptions]
+) -> None:
+    """Run the proxy until `stop` is set (or SIGINT/SIGTERM), printing URLs and events."""
+    stream = options.get("out") or sys.stdout
+
+    def show(event: AuditEvent) -> None:
+        stream.write(encode_event(event).decode("utf-8"))
+        stream.flush()
+
+    done = stop if stop is not None else asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[int] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, done.set)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
+            pass
+    proxy = EgressProxy(
+        net,
+        session_id=options.get("session_id"),
+        resolver=options.get("resolver"),
+        audit=show,
+        audit_jsonl=options.get("audit_jsonl"),
+        limits=options.get("limits"),
+    )
+    try:
+        await proxy.start(options.get("listen_host", "127.0.0.1"), options.get("listen_port", 0))
+        rules = proxy.rules
+        stream.write(
+            f"# panday egress proxy, session {proxy.session_id}: allow {list(rules.allow)}, "
+            f"deny {list(rules.deny)}, ports {sorted(rules.ports)}\n"
+        )
+        env = proxy_environment(proxy.url(), proxy.url(scheme="socks5h"))
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+            stream.write(f"export {name}={env[name]}\n")
+        stream.flush()
+        await done.wait()
+    finally:
+        await proxy.close()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+def run_proxy(net: NetPolicy, **options: Unpack[ServeOptions]) -> int:
+    """Blocking entry point for ``panday proxy``: returns the exit code (0 on a signal).
+
+    Raises `OSError` when it cannot listen (address in use) or open the audit file; the
+    CLI turns that into one line and a non-zero exit.
+    """
+    asyncio.run(serve(net, **options))
+    return 0

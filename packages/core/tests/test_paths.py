@@ -1,0 +1,408 @@
+"""The path resolver: every escape class is refused, on both backends, each with a positive
+control showing the same operation succeeds on a path that stays inside."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from panday_core.errors import PathRefused, PolicyError
+from panday_core.paths import (
+    MAX_NAME_BYTES,
+    MAX_PATH_BYTES,
+    PathResolver,
+    Resolved,
+    open_regular_for_read,
+    openat2_available,
+    read_bytes,
+    replace_file,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from panday_core.paths import Backend
+
+SECRET = b"SECRET-outside-the-workspace"
+INSIDE = b"inside content"
+LINUX = sys.platform.startswith("linux")
+
+# Both backends run everywhere they exist; on Linux the walk is forced so the fallback that
+# macOS (and old kernels) rely on is tested here too.
+BACKENDS: list[Backend] = ["walk"]
+if LINUX:
+    BACKENDS.insert(0, "openat2")
+
+
+def test_openat2_is_present_on_linux() -> None:
+    """The host's own mechanism must be there: a missing openat2 fails loudly, not skips."""
+    if not LINUX:
+        pytest.skip("openat2 is Linux-only; this host uses the walk (tested below)")
+    assert openat2_available(), "this Linux kernel (or a seccomp filter) hides openat2"
+
+
+class Tree:
+    """tmp/outside/{secret.txt, dir/secret2.txt} and tmp/ws/{inside.txt, sub/inner.txt}."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.outside = base / "outside"
+        self.ws = base / "ws"
+        (self.outside / "dir").mkdir(parents=True)
+        (self.ws / "sub").mkdir(parents=True)
+        (self.outside / "secret.txt").write_bytes(SECRET)
+        (self.outside / "dir" / "secret2.txt").write_bytes(SECRET)
+        (self.ws / "inside.txt").write_bytes(INSIDE)
+        (self.ws / "sub" / "inner.txt").write_bytes(INSIDE)
+
+    def link(self, name: str, target: str) -> None:
+        (self.ws / name).symlink_to(target)
+
+    def outside_state(self) -> dict[str, bytes | None]:
+        state: dict[str, bytes | None] = {}
+        for path in sorted(self.outside.rglob("*")):
+            state[str(path)] = None if path.is_dir() else path.read_bytes()
+        return state
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Tree:
+    return Tree(tmp_path)
+
+
+@pytest.fixture(params=BACKENDS)
+def resolver(request: pytest.FixtureRequest, tree: Tree) -> Iterator[PathResolver]:
+    backend: Backend = request.param
+    with PathResolver(str(tree.ws), backend=backend) as r:
+        assert r.backend == backend
+        yield r
+
+
+def read(r: PathResolver, path: str) -> bytes:
+    fd, _st = open_regular_for_read(r, r.resolve(path))
+    try:
+        return read_bytes(fd, 1 << 20)
+    finally:
+        os.close(fd)
+
+
+def write(r: PathResolver, path: str, data: bytes = b"written") -> None:
+    replace_file(r, r.resolve(path), data)
+
+
+def control(what: str, op: Callable[[], object]) -> None:
+    """A positive control: the operation must succeed, or the test proves nothing."""
+    try:
+        op()
+    except Exception as exc:  # noqa: BLE001 - any failure makes the test inconclusive
+        pytest.fail(f"inconclusive: control failed ({what}): {type(exc).__name__}: {exc}")
+
+
+def outside_is_readable(tree: Tree) -> None:
+    """Without the resolver, the outside secret is right there: the refusals are the guard."""
+    control("read the outside file directly", (tree.outside / "secret.txt").read_bytes)
+
+
+# ------------------------------------------------------------------ escape classes
+
+
+# (setup, escaping user path, inside user path of the same shape)
+Case = tuple[Callable[[Tree], None], Callable[[Tree], str], Callable[[Tree], str]]
+
+
+def _none(_t: Tree) -> None:
+    return None
+
+
+def _links(**links: str) -> Callable[[Tree], None]:
+    def setup(t: Tree) -> None:
+        for name, target in links.items():
+            t.link(name, target.replace("@OUT", str(t.outside)).replace("@WS", str(t.ws)))
+
+    return setup
+
+
+def _hardlink(t: Tree) -> None:
+    os.link(t.outside / "secret.txt", t.ws / "hard.txt")
+
+
+READ_CASES: dict[str, Case] = {
+    "dotdot": (_none, lambda _t: "../outside/secret.txt", lambda _t: "sub/../inside.txt"),
+    "absolute-elsewhere": (
+        _none,
+        lambda t: str(t.outside / "secret.txt"),
+        lambda t: str(t.ws / "inside.txt"),
+    ),
+    "symlink-file-absolute": (
+        _links(l_abs="@OUT/secret.txt", ok="inside.txt"),
+        lambda _t: "l_abs",
+        lambda _t: "ok",
+    ),
+    "symlink-file-relative": (
+        _links(l_rel="../outside/secret.txt", ok="sub/inner.txt"),
+        lambda _t: "l_rel",
+        lambda _t: "ok",
+    ),
+    "symlink-dir-relative": (
+        _links(d_out="../outside/dir", d_in="sub"),
+        lambda _t: "d_out/secret2.txt",
+        lambda _t: "d_in/inner.txt",
+    ),
+    "symlink-dir-absolute": (
+        _links(d_out="@OUT/dir", d_in="sub"),
+        lambda _t: "d_out/secret2.txt",
+        lambda _t: "d_in/inner.txt",
+    ),
+    "symlink-chain": (
+        _links(c1="c2", c2="sub/c3", k1="k2", k2="sub/k3"),
+        lambda t: (t.ws / "sub" / "c3").symlink_to("../../outside/secret.txt") or "c1",
+        lambda t: (t.ws / "sub" / "k3").symlink_to("inner.txt") or "k1",
+    ),
+    "symlink-then-dotdot": (
+        _links(s="sub"),
+        lambda _t: "s/../../outside/secret.txt",
+        lambda _t: "s/../inside.txt",
+    ),
+    "hardlink-to-outside": (_hardlink, lambda _t: "hard.txt", lambda _t: "inside.txt"),
+    "proc-self-root-link": (
+        _links(p="/proc/self/root"),
+        lambda t: "p" + str(t.outside / "secret.txt"),
+        lambda _t: "inside.txt",
+    ),
+    "proc-self-root-path": (
+        _none,
+        lambda t: "/proc/self/root" + str(t.outside / "secret.txt"),
+        lambda t: str(t.ws / "inside.txt"),
+    ),
+    "proc-fd-relative-link": (
+        _links(fdl="../../../../../../../../../../proc/self/cwd"),
+        lambda _t: "fdl/x",
+        lambda _t: "inside.txt",
+    ),
+}
+
+
+@pytest.mark.escape
+@pytest.mark.parametrize("case", sorted(READ_CASES))
+def test_read_escape_is_refused(case: str, tree: Tree, resolver: PathResolver) -> None:
+    setup, bad, good = READ_CASES[case]
+    setup(tree)
+    good_path, bad_path = good(tree), bad(tree)
+    outside_is_readable(tree)
+    control(f"read {good_path!r} inside", lambda: read(resolver, good_path))
+    assert read(resolver, good_path) == INSIDE
+    with pytest.raises(PathRefused):
+        read(resolver, bad_path)
+
+
+@pytest.mark.escape
+@pytest.mark.parametrize("case", sorted(set(READ_CASES) - {"hardlink-to-outside"}))
+def test_write_escape_is_refused_and_outside_untouched(
+    case: str, tree: Tree, resolver: PathResolver
+) -> None:
+    setup, bad, good = READ_CASES[case]
+    setup(tree)
+    good_path, bad_path = good(tree), bad(tree)
+    before = tree.outside_state()
+    target = posixpath.join(posixpath.dirname(good_path), "fresh.txt")
+    control(f"write {target!r} inside", lambda: write(resolver, target))
+    with pytest.raises(PathRefused):
+        write(resolver, bad_path, b"PWNED")
+    assert tree.outside_state() == before
+
+
+@pytest.mark.escape
+def test_write_to_hard_link_replaces_the_name_not_the_outside_file(
+    tree: Tree, resolver: PathResolver
+) -> None:
+    _hardlink(tree)
+    resolved = resolver.resolve("hard.txt")
+    replace_file(resolver, resolved, b"new")
+    assert (tree.ws / "hard.txt").read_bytes() == b"new"
+    assert (tree.outside / "secret.txt").read_bytes() == SECRET
+    assert (tree.outside / "secret.txt").stat().st_nlink == 1
+
+
+@pytest.mark.escape
+def test_write_through_dangling_link_does_not_create_the_outside_target(
+    tree: Tree, resolver: PathResolver
+) -> None:
+    tree.link("dang", "../outside/created.txt")
+    tree.link("dang_in", "made_inside.txt")
+    control("write a new file inside", lambda: write(resolver, "brand_new.txt"))
+    with pytest.raises(PathRefused):
+        write(resolver, "dang")
+    with pytest.raises(PathRefused):  # writes never go through links, even inside ones
+        write(resolver, "dang_in")
+    assert not (tree.outside / "created.txt").exists()
+    assert not (tree.ws / "made_inside.txt").exists()
+
+
+def test_dangling_link_reads_as_missing(tree: Tree, resolver: PathResolver) -> None:
+    tree.link("dang", "nowhere.txt")
+    control("read inside", lambda: read(resolver, "inside.txt"))
+    with pytest.raises(FileNotFoundError):
+        read(resolver, "dang")
+
+
+@pytest.mark.escape
+def test_symlink_loop_is_refused(tree: Tree, resolver: PathResolver) -> None:
+    tree.link("loop1", "loop2")
+    tree.link("loop2", "loop1")
+    tree.link("self", "self/x")
+    tree.link("chain", "sub/inner.txt")
+    control("follow a finite chain", lambda: read(resolver, "chain"))
+    for path in ("loop1", "self", "loop1/x"):
+        with pytest.raises(PathRefused):
+            read(resolver, path)
+
+
+@pytest.mark.escape
+def test_magic_link_beneath_a_staged_root_is_refused(tree: Tree) -> None:
+    """/proc/self as a (silly) staged root: /proc/self/root and /proc/self/cwd are magic links
+    that jump to the host's root; RESOLVE_NO_MAGICLINKS (or the walk's absolute-link rule)
+    refuses them."""
+    if not LINUX:
+        pytest.skip("/proc magic links are Linux-only")
+    for backend in BACKENDS:
+        with PathResolver(str(tree.ws), staged_ro=["/proc/self"], backend=backend) as r:
+            control("read /proc/self/status", lambda r=r: read(r, "/proc/self/status"))
+            for path in ("/proc/self/root/etc/hostname", "/proc/self/cwd/inside.txt"):
+                with pytest.raises(PathRefused):
+                    read(r, path)
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        ("inside.txt\x00", "NUL"),
+        ("", "empty"),
+        ("a/" * (MAX_PATH_BYTES // 2 + 1), "longer than"),
+        ("x" * (MAX_NAME_BYTES + 1), "component longer"),
+        ("\udcff\ud800", "encoded"),
+    ],
+)
+def test_malformed_paths_are_refused(
+    path: str, why: str, tree: Tree, resolver: PathResolver
+) -> None:
+    name = "y" * MAX_NAME_BYTES
+    (tree.ws / name).write_bytes(INSIDE)
+    control("read a 255-byte name", lambda: read(resolver, name))
+    control("read inside.txt", lambda: read(resolver, "inside.txt"))
+    with pytest.raises(PathRefused, match=why):
+        resolver.resolve(path)
+
+
+def test_non_regular_files_are_not_read(tree: Tree, resolver: PathResolver) -> None:
+    os.mkfifo(tree.ws / "fifo")
+    control("read a regular file", lambda: read(resolver, "inside.txt"))
+    with pytest.raises(PathRefused, match="not a regular file"):
+        read(resolver, "fifo")  # and does not hang: opened O_NONBLOCK
+    with pytest.raises(PathRefused, match="directory"):
+        read(resolver, "sub")
+
+
+def test_staged_roots_are_read_only(tree: Tree) -> None:
+    staged = tree.base / "staged"
+    staged.mkdir()
+    (staged / "input.txt").write_bytes(INSIDE)
+    for backend in BACKENDS:
+        with PathResolver(str(tree.ws), staged_ro=[str(staged)], backend=backend) as r:
+            control("read staged input", lambda r=r: read(r, str(staged / "input.txt")))
+            control("write the workspace", lambda r=r: write(r, "out.txt"))
+            with pytest.raises(PathRefused, match="read-only staged"):
+                write(r, str(staged / "input.txt"))
+            assert (staged / "input.txt").read_bytes() == INSIDE
+            # A relative path always means the workspace, never a staged root.
+            with pytest.raises(FileNotFoundError):
+                read(r, "input.txt")
+
+
+def test_read_only_workspace_refuses_writes(tree: Tree) -> None:
+    for backend in BACKENDS:
+        with PathResolver(str(tree.ws), writable=True, backend=backend) as rw:
+            control("write with rw", lambda rw=rw: write(rw, "a.txt"))
+        with PathResolver(str(tree.ws), writable=False, backend=backend) as ro:
+            with pytest.raises(PathRefused, match="read-only"):
+                write(ro, "b.txt")
+            assert not (tree.ws / "b.txt").exists()
+
+
+def test_workspace_given_through_a_symlink_is_canonicalised(tree: Tree) -> None:
+    alias = tree.base / "alias"
+    alias.symlink_to(tree.ws)
+    with PathResolver(str(alias)) as r:
+        assert r.workspace.path == os.path.realpath(tree.ws)
+        assert read(r, str(alias / "inside.txt")) == INSIDE
+        assert read(r, str(tree.ws / "inside.txt")) == INSIDE
+
+
+def test_missing_workspace_is_a_policy_error(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError, match=r"fs\.workspace"):
+        PathResolver(str(tmp_path / "nope"))
+
+
+def test_relative_symlinks_inside_are_followed(tree: Tree, resolver: PathResolver) -> None:
+    tree.link("s", "sub")
+    (tree.ws / "sub" / "deeper").mkdir()
+    (tree.ws / "sub" / "deeper" / "up").symlink_to("../inner.txt")
+    assert read(resolver, "s/deeper/up") == INSIDE
+    assert resolver.stat(resolver.resolve("s")).st_ino == (tree.ws / "sub").stat().st_ino
+
+
+def test_make_parents_creates_directories_beneath_only(tree: Tree, resolver: PathResolver) -> None:
+    tree.link("out", "../outside")
+    replace_file(resolver, resolver.resolve("a/b/c.txt"), b"x", make_parents=True)
+    assert (tree.ws / "a" / "b" / "c.txt").read_bytes() == b"x"
+    before = tree.outside_state()
+    with pytest.raises(PathRefused):
+        replace_file(resolver, resolver.resolve("out/new/c.txt"), b"x", make_parents=True)
+    assert tree.outside_state() == before
+
+
+# ------------------------------------------------------------------ properties
+
+_PIECES = st.sampled_from(["a", "b", ".", "..", "", "outside", "ws", "~", " ", "\x00", "a\\b", "é"])
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    pieces=st.lists(_PIECES, max_size=12),
+    absolute=st.booleans(),
+    noise=st.text(max_size=20),
+)
+def test_arbitrary_path_strings_never_resolve_outside(
+    tree: Tree, pieces: list[str], absolute: bool, noise: str
+) -> None:
+    with PathResolver(str(tree.ws), backend="walk") as r:
+        root = r.workspace.path
+        for user_path in ("/".join(pieces), noise, "/".join([*pieces, noise])):
+            candidate = (root + "/" if absolute else "") + user_path
+            for text in (user_path, candidate):
+                try:
+                    resolved = r.resolve(text)
+                except PathRefused:
+                    continue
+                assert resolved.root is r.workspace
+                assert all(p not in {"", ".", ".."} for p in resolved.parts)
+                assert "\x00" not in "".join(resolved.parts)
+                full = posixpath.join(root, *resolved.parts)
+                assert full == root or full.startswith(root + "/")
+                assert posixpath.normpath(full) == full
+
+
+def test_resolved_display_is_relative_for_the_workspace(tree: Tree, resolver: PathResolver) -> None:
+    resolved = resolver.resolve(str(tree.ws / "sub" / "inner.txt"))
+    assert isinstance(resolved, Resolved)
+    assert resolved.display == "sub/inner.txt"
+    assert resolver.resolve(".").display == "."

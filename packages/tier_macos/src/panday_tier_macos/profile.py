@@ -1,0 +1,428 @@
+"""The Seatbelt profile (SBPL) a T2 macOS session runs under, generated from the policy.
+
+`SeatbeltProfile.from_policy` is a pure function: the same policy (and proxy endpoint) always
+gives the same text, on any OS, so its structure is tested everywhere and pinned by golden
+files. Host paths never appear in the text. They reach the profile as parameters
+(``(param "WORKSPACE")``) that `sandbox-exec -D` supplies when a command starts, which keeps
+the text host-independent and leaves nothing to quote: no path a user chose is ever spliced
+into SBPL.
+
+How the profile is built, and why (sources are cited in docs/tiers/macos.md):
+
+* ``(deny default)`` first: every operation not allowed below is refused.
+* Seatbelt applies the *last* rule that matches, so the protected-path denylist comes at the
+  very end; no earlier allow (not even a workspace that contains ``~/.ssh``) can reach it.
+* Reads are broad (``(allow file-read*)``) and narrowed by that denylist. A deny-default read
+  allowlist stops binaries before ``main`` on current macOS (dyld, the shared cache, firmlinks
+  and xcrun shims read from places that move between releases), so reads are a *partial*
+  guarantee on this tier.
+* Writes: only the workspace (when ``fs.access`` is ``rw``), the session's private temp dir,
+  and data writes to ``/dev/null``-style devices.
+* Network: ``(deny network*)`` always. With an allowlist and an egress proxy, exactly one rule
+  reopens outbound TCP to the proxy's loopback port. Never ``network-bind``, never
+  ``network-inbound``, never a ``(local ...)`` filter (it matches the local end of every
+  outbound socket), never port 53.
+* Seatbelt matches resolved paths (``/var`` is ``/private/var``), so every parameter value must
+  be a ``realpath``; the runner resolves them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import TYPE_CHECKING
+
+import msgspec
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from panday_core.policy import SandboxPolicy
+
+SANDBOX_EXEC = "/usr/bin/sandbox-exec"
+"""Always the absolute path: a `sandbox-exec` found on PATH could be anything."""
+
+PARAM_WORKSPACE = "WORKSPACE"
+PARAM_TMPDIR = "TMPDIR"
+PARAM_HOST_HOME = "HOST_HOME"
+"""The home the runner's ``$HOME`` names (it may differ from the account's)."""
+PARAM_ACCOUNT_HOME = "ACCOUNT_HOME"
+"""The account's home from the user database; protected even when ``$HOME`` points elsewhere."""
+PARAM_STAGED = "STAGED_"
+"""Prefix: ``STAGED_0``, ``STAGED_1``... one per ``fs.staged_ro`` entry, in order."""
+
+HOME_PARAMS = (PARAM_HOST_HOME, PARAM_ACCOUNT_HOME)
+
+SENSITIVE_HOME_PATHS: tuple[str, ...] = (
+    # keys and cloud credentials
+    ".ssh",
+    ".aws",
+    ".gnupg",
+    ".config/gh",
+    ".config/gcloud",
+    ".azure",
+    ".kube",
+    ".docker",
+    ".netrc",
+    ".git-credentials",
+    ".npmrc",
+    ".pypirc",
+    ".password-store",
+    # macOS keychains
+    "Library/Keychains",
+    # shell and REPL histories
+    ".bash_history",
+    ".zsh_history",
+    ".sh_history",
+    ".bash_sessions",
+    ".zsh_sessions",
+    ".python_history",
+    ".node_repl_history",
+    ".psql_history",
+    ".mysql_history",
+    ".sqlite_history",
+    ".local/share/fish",
+    # browser profiles (cookies, saved logins)
+    "Library/Cookies",
+    "Library/Application Support/Google/Chrome",
+    "Library/Application Support/Chromium",
+    "Library/Application Support/BraveSoftware",
+    "Library/Application Support/Microsoft Edge",
+    "Library/Application Support/Firefox",
+)
+"""Paths under each home (the runner's ``$HOME`` and the account's) that a command can neither
+read nor write, whatever the policy says."""
+
+SENSITIVE_SYSTEM_PATHS: tuple[str, ...] = (
+    "/private/etc/master.passwd",
+    "/private/var/db",
+    "/Library/Keychains",
+)
+"""System paths a command can neither read nor write (resolved spellings: ``/etc`` and
+``/var`` are symlinks into ``/private``)."""
+
+VAR_DB_READABLE: tuple[tuple[str, str], ...] = (
+    ("subpath", "/private/var/db/timezone"),
+    ("literal", "/private/var/db/xcode_select_link"),
+    ("literal", "/private/var/db/DarwinDirectory/local/recordStore.data"),
+)
+"""Carve-outs from the ``/private/var/db`` deny that ordinary programs read: the zoneinfo
+behind ``/etc/localtime``, the link the ``/usr/bin`` developer-tool shims (git, python3) follow,
+and the local user records libinfo reads on recent macOS. None holds a secret."""
+
+MACH_SERVICES: tuple[str, ...] = ("com.apple.system.opendirectoryd.libinfo",)
+"""The only mach services a command may look up: user and group names (``ls -l``, ``id``,
+``whoami``, ``~user``). Everything else (DNS daemon, keychain, pasteboard, Launch Services,
+launchd job submission) stays unreachable."""
+
+SYSCTL_NAMES: tuple[str, ...] = (
+    "hw.activecpu",
+    "hw.busfrequency_compat",
+    "hw.byteorder",
+    "hw.cacheconfig",
+    "hw.cachelinesize_compat",
+    "hw.cpufamily",
+    "hw.cpufrequency",
+    "hw.cpufrequency_compat",
+    "hw.cputype",
+    "hw.l1dcachesize_compat",
+    "hw.l1icachesize_compat",
+    "hw.l2cachesize_compat",
+    "hw.l3cachesize_compat",
+    "hw.logicalcpu",
+    "hw.logicalcpu_max",
+    "hw.machine",
+    "hw.memsize",
+    "hw.model",
+    "hw.ncpu",
+    "hw.nperflevels",
+    "hw.packages",
+    "hw.pagesize",
+    "hw.pagesize_compat",
+    "hw.physicalcpu",
+    "hw.physicalcpu_max",
+    "hw.tbfrequency_compat",
+    "hw.vectorunit",
+    "kern.argmax",
+    "kern.hostname",
+    "kern.maxfilesperproc",
+    "kern.maxproc",
+    "kern.osproductversion",
+    "kern.osrelease",
+    "kern.ostype",
+    "kern.osvariant_status",
+    "kern.osversion",
+    "kern.secure_kernel",
+    "kern.usrstack64",
+    "kern.version",
+    "sysctl.proc_cputype",
+    "vm.loadavg",
+)
+SYSCTL_PREFIXES: tuple[str, ...] = (
+    "hw.optional.",
+    "hw.perflevel",
+    "machdep.cpu.",
+    "kern.proc.pid.",
+)
+"""sysctls read at start-up by shells, language runtimes and CPU-feature detection; the list
+follows the one Chromium's and Codex's profiles carry. ``kern.procargs*`` (other processes'
+arguments and environment) is not among them and is denied explicitly as well."""
+
+WRITABLE_DEVICES: tuple[str, ...] = (
+    "/dev/null",
+    "/dev/zero",
+    "/dev/stdout",
+    "/dev/stderr",
+)
+"""Device files a command may write data to (never create, rename or unlink)."""
+DEVICE_FD_REGEX = "^/dev/fd/[0-9]+$"
+"""``/dev/fd/N`` re-opens a descriptor the process already holds; it grants nothing new."""
+IOCTL_DEVICES: tuple[str, ...] = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
+
+_LOOPBACK_NAMES = ("localhost",)
+
+
+class ProxyEndpoint(msgspec.Struct, frozen=True, kw_only=True):
+    """Where the egress proxy listens: a loopback address and a TCP port.
+
+    Seatbelt can only name loopback as ``localhost``, which covers 127.0.0.1 *and* ::1 at that
+    port; the proxy must therefore hold the port on both loopback addresses, so that no other
+    process can listen on the one it does not use.
+    """
+
+    host: str
+    port: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.port, bool) or not 1 <= self.port <= 65535:  # noqa: PLR2004 - TCP port range
+            raise ValueError(f"proxy port {self.port!r} is not a TCP port (1-65535)")
+        if self.host not in _LOOPBACK_NAMES:
+            try:
+                address = ipaddress.ip_address(self.host)
+            except ValueError:
+                raise ValueError(f"proxy host {self.host!r} is not a loopback address") from None
+            if not address.is_loopback:
+                raise ValueError(f"proxy host {self.host!r} is not a loopback address")
+
+
+# ----------------------------------------------------------------------------- SBPL text
+
+
+def sbpl_string(value: str) -> str:
+    """An SBPL (TinyScheme) string literal."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _regex(pattern: str) -> str:
+    """An SBPL regex literal (``#"..."``); patterns here are constants without quotes."""
+    if '"' in pattern:
+        raise ValueError("regex patterns must not contain a double quote")
+    return '#"' + pattern + '"'
+
+
+def _form(*parts: str) -> str:
+    return "(" + " ".join(parts) + ")"
+
+
+def _param(name: str) -> str:
+    return _form("param", sbpl_string(name))
+
+
+def _under(param: str, relative: str) -> str:
+    """The path `relative` below the directory a parameter names."""
+    return _form("string-append", _param(param), sbpl_string("/" + relative))
+
+
+def _rule(action: str, operations: str, filters: Sequence[str] = ()) -> str:
+    """One rule; several filters go one per line so the text diffs well."""
+    if not filters:
+        return _form(action, operations)
+    if len(filters) == 1:
+        return _form(action, operations, filters[0])
+    inner = "\n".join("  " + f for f in filters)
+    return f"({action} {operations}\n{inner})"
+
+
+def _staged_params(policy: SandboxPolicy) -> tuple[str, ...]:
+    return tuple(f"{PARAM_STAGED}{i}" for i in range(len(policy.fs.staged_ro)))
+
+
+def _protected_filters() -> list[str]:
+    filters: list[str] = []
+    for path in SENSITIVE_SYSTEM_PATHS:
+        if path == "/private/var/db":
+            keep = [
+                _form("require-not", _form(kind, sbpl_string(p))) for kind, p in VAR_DB_READABLE
+            ]
+            filters.append(_form("require-all", _form("subpath", sbpl_string(path)), *keep))
+        else:
+            filters.append(_form("subpath", sbpl_string(path)))
+    filters.extend(
+        _form("subpath", _under(home, relative))
+        for home in HOME_PARAMS
+        for relative in SENSITIVE_HOME_PATHS
+    )
+    return filters
+
+
+def _sections(policy: SandboxPolicy, proxy: ProxyEndpoint | None) -> list[tuple[str, list[str]]]:
+    staged = _staged_params(policy)
+    writes = [_form("subpath", _param(PARAM_TMPDIR))]
+    if policy.fs.access == "rw":
+        writes.insert(0, _form("subpath", _param(PARAM_WORKSPACE)))
+    network = ["(deny network*)"]
+    if proxy is not None:
+        endpoint = sbpl_string(f"localhost:{proxy.port}")
+        network.append(_rule("allow", "network-outbound", [_form("remote", "tcp", endpoint)]))
+    return [
+        (
+            (
+                "processes: children inherit this profile; signals and process information "
+                "stay inside this sandbox"
+            ),
+            [
+                "(allow process-fork)",
+                "(allow process-exec)",
+                _rule("deny", "process-exec", ["(file-mode #o4000)"]),
+                _rule("allow", "signal", ["(target same-sandbox)"]),
+                _rule("allow", "process-info*", ["(target same-sandbox)"]),
+            ],
+        ),
+        (
+            "system information that shells and language runtimes read at start-up",
+            [
+                _rule(
+                    "allow",
+                    "sysctl-read",
+                    [_form("sysctl-name", sbpl_string(n)) for n in SYSCTL_NAMES]
+                    + [_form("sysctl-name-prefix", sbpl_string(p)) for p in SYSCTL_PREFIXES],
+                ),
+                "(allow mach-host*)",
+                "(allow ipc-posix-sem)",
+                _rule(
+                    "allow",
+                    "mach-lookup",
+                    [_form("global-name", sbpl_string(s)) for s in MACH_SERVICES],
+                ),
+            ],
+        ),
+        (
+            "reads: broad, narrowed by the protected paths at the end (a partial guarantee)",
+            ["(allow file-read*)"],
+        ),
+        (
+            "writes: the workspace when writable, the session's temp dir, and device data",
+            [
+                _rule("allow", "file-write*", writes),
+                _rule(
+                    "allow",
+                    "file-write-data",
+                    [_form("literal", sbpl_string(d)) for d in WRITABLE_DEVICES]
+                    + [_form("regex", _regex(DEVICE_FD_REGEX))],
+                ),
+                _rule(
+                    "allow", "file-ioctl", [_form("literal", sbpl_string(d)) for d in IOCTL_DEVICES]
+                ),
+            ],
+        ),
+        (
+            "staged inputs are read-only, even inside the workspace",
+            [_rule("deny", "file-write*", [_form("subpath", _param(p)) for p in staged])]
+            if staged
+            else [],
+        ),
+        (
+            "network: none, except outbound TCP to the egress proxy's loopback port"
+            if proxy is not None
+            else "network: none",
+            network,
+        ),
+        (
+            "protected paths: last, so that no rule above can reach them",
+            [
+                _rule("deny", "file-read* file-write*", _protected_filters()),
+                _rule(
+                    "deny",
+                    "sysctl-read",
+                    [_form("sysctl-name-prefix", sbpl_string("kern.procargs"))],
+                ),
+            ],
+        ),
+    ]
+
+
+class SeatbeltProfile(msgspec.Struct, frozen=True, kw_only=True):
+    """A generated profile: its SBPL text and the parameters the text needs."""
+
+    text: str
+    params: tuple[str, ...]
+    """Names of every ``(param ...)`` in `text`; `argv` requires a value for each."""
+    proxy: ProxyEndpoint | None = None
+
+    @classmethod
+    def from_policy(
+        cls, policy: SandboxPolicy, proxy_endpoint: ProxyEndpoint | None = None
+    ) -> SeatbeltProfile:
+        """The profile for `policy`. Pure: it reads nothing but its arguments.
+
+        `proxy_endpoint` is where the egress proxy listens. It is required exactly when
+        ``net.allow`` is non-empty: an allowlist without a proxy would have to become either
+        the whole network or none, and a proxy without an allowlist would grant access that
+        the policy did not ask for, so both are refused here (`create` refuses the former
+        earlier, by field name).
+        """
+        if policy.net.allow and proxy_endpoint is None:
+            raise ValueError("net.allow is non-empty but no egress proxy endpoint was given")
+        if proxy_endpoint is not None and not policy.net.allow:
+            raise ValueError("an egress proxy endpoint was given but net.allow is empty")
+        lines = [
+            "(version 1)",
+            "; panday T2 macOS profile, generated from the policy (do not edit).",
+            "(deny default)",
+        ]
+        for comment, rules in _sections(policy, proxy_endpoint):
+            if rules:
+                lines.extend(("", f"; {comment}", *rules))
+        params = [PARAM_TMPDIR, *HOME_PARAMS, *_staged_params(policy)]
+        if policy.fs.access == "rw":
+            params.insert(0, PARAM_WORKSPACE)
+        return cls(text="\n".join(lines) + "\n", params=tuple(params), proxy=proxy_endpoint)
+
+    def argv(self, command: Sequence[str], values: Mapping[str, str]) -> list[str]:
+        """The `sandbox-exec` command line that runs `command` under this profile.
+
+        `values` must give exactly the parameters in `params`, each an absolute, resolved path
+        (Seatbelt compares resolved paths, and a missing parameter fails the profile).
+        """
+        missing = [p for p in self.params if p not in values]
+        extra = sorted(set(values) - set(self.params))
+        if missing or extra:
+            raise ValueError(f"profile parameters: missing {missing}, unexpected {extra}")
+        if not command:
+            raise ValueError("the command is empty")
+        defines: list[str] = []
+        for name in self.params:
+            value = values[name]
+            if not value.startswith("/") or "\x00" in value or "/../" in value + "/":
+                raise ValueError(f"profile parameter {name}: {value!r} is not a resolved path")
+            defines.append(f"-D{name}={value}")
+        return [SANDBOX_EXEC, "-p", self.text, *defines, "--", *command]
+
+
+def protected_paths(homes: Sequence[str]) -> tuple[str, ...]:
+    """Every path the profile protects, given the resolved home directories."""
+    out = list(SENSITIVE_SYSTEM_PATHS)
+    for home in homes:
+        out.extend(f"{home.rstrip('/')}/{relative}" for relative in SENSITIVE_HOME_PATHS)
+    return tuple(out)
+
+
+def protecting(path: str, homes: Sequence[str]) -> str | None:
+    """The protected path that `path` (resolved) is, or lies under; None if it is neither.
+
+    A workspace or staged input there could never be used (the denylist wins over every
+    allow), so `create` refuses it by field name rather than letting it fail later.
+    """
+    for protected in protected_paths(homes):
+        if path == protected or path.startswith(protected.rstrip("/") + "/"):
+            return protected
+    return None

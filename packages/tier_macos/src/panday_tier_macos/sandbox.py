@@ -1,0 +1,311 @@
+"""T2 macOS behind the async `Sandbox` protocol: every command runs under `sandbox-exec`.
+
+A session is a policy, its generated Seatbelt profile, the parameter values the profile
+needs (resolved paths), a private temp dir and the environment commands get. `create` does,
+in this order and before anything is spawned: refuse every field this tier cannot enforce
+(`require_enforceable`, by field name), check that the tier can run here, resolve the
+workspace and staged paths (refusing any inside a protected path), then make the temp dir.
+
+Each command is started by the shared exec machinery (`panday_core.execution`): posix_spawn
+into a new session, output streamed and capped, the wall clock killing the process group.
+`sandbox-exec` applies the profile and execs a tiny `/bin/sh` step that sets the core-dump
+size to zero and changes into the working directory (posix_spawn cannot), then execs the
+command, so the profile holds from the first instruction of the command onwards.
+
+Files are put, read and listed in-process by T0 (`panday_core.t0`), whose path resolution
+cannot be led out of the workspace by ``..`` or links; this tier adds nothing to it.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import secrets
+from typing import TYPE_CHECKING, Final
+
+import msgspec
+
+from panday_core.capabilities import Refusal, require_enforceable
+from panday_core.errors import Internal, PolicyViolation, SandboxError, TierUnavailable
+from panday_core.policy import SandboxPolicy
+from panday_core.types import SandboxHandle, SandboxTier, SessionSpec
+from panday_tier_macos import capabilities
+from panday_tier_macos.profile import (
+    PARAM_ACCOUNT_HOME,
+    PARAM_HOST_HOME,
+    PARAM_STAGED,
+    PARAM_TMPDIR,
+    PARAM_WORKSPACE,
+    SeatbeltProfile,
+    protecting,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Mapping, Sequence
+
+    from panday_core.capabilities import TierCapabilities
+    from panday_core.execution import ChildProcess
+    from panday_core.t0.sandbox import T0Sandbox
+    from panday_core.types import ExecEvent, ExecSpec, Snapshot
+
+TIER: Final = SandboxTier.T2_MACOS
+
+BASE_ENV: Final[Mapping[str, str]] = {
+    "PATH": "/usr/bin:/bin:/usr/sbin:/sbin",
+    "LANG": "en_US.UTF-8",
+    "TERM": "dumb",
+}
+"""The fixed part of every command's environment; HOME and TMPDIR are the session's, and the
+policy's `env` goes on top. Nothing is inherited from the caller."""
+
+START: Final = 'ulimit -c 0; cd -- "$1" || exit 125; unset OLDPWD; shift; exec "$@"'
+"""Runs inside the profile: no core dumps (a dump is the process's memory written to disk),
+then the working directory (``cd`` would leave the caller's in OLDPWD, so that goes), then
+the command. Arguments arrive as positional parameters and are never parsed by the shell.
+Exit 125 means the working directory could not be entered."""
+
+PROFILE_CHECK_TIMEOUT_S: Final = 30
+
+EMPTY_HOME: Final = "/private/var/empty"
+"""Stands in for a home directory of "/": ``//.ssh`` would match nothing, and the account's
+home is protected separately anyway."""
+
+
+def _refuse(field: str, reason: str) -> PolicyViolation:
+    return PolicyViolation(str(TIER), [Refusal(field=field, reason=reason)])
+
+
+def _home(path: str) -> str:
+    real = os.path.realpath(path)
+    return EMPTY_HOME if real == "/" else real
+
+
+def protected_homes() -> tuple[str, str]:
+    """The runner's ``$HOME`` and the account's home (they differ when a caller sets HOME)."""
+    import pwd  # noqa: PLC0415 - only sessions need the user database
+
+    account = pwd.getpwuid(os.getuid()).pw_dir
+    return _home(os.environ.get("HOME") or account), _home(account)
+
+
+def resolve_session_dir(field: str, path: str, homes: Sequence[str]) -> str:
+    real = os.path.realpath(path)
+    if not os.path.isdir(real):  # noqa: PTH112 - this module works in os terms
+        raise _refuse(field, f"{path!r} does not exist or is not a directory")
+    inside = protecting(real, homes)
+    if inside is not None:
+        raise _refuse(
+            field,
+            f"{path!r} is inside {inside}, which this tier never lets a command read or write",
+        )
+    return real
+
+
+def build_environment(policy: SandboxPolicy, workspace: str, tmpdir: str) -> dict[str, str]:
+    env = dict(BASE_ENV)
+    env["HOME"] = workspace
+    env["TMPDIR"] = tmpdir + "/"
+    env.update(policy.env)
+    return env
+
+
+def stricter_limit(a: int | None, b: int | None) -> int | None:
+    present = [x for x in (a, b) if x is not None]
+    return min(present) if present else None
+
+
+class _Session:
+    __slots__ = ("files", "id", "params", "policy", "profile", "running", "tmpdir", "workspace")
+
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        policy: SandboxPolicy,
+        profile: SeatbeltProfile,
+        params: dict[str, str],
+        workspace: str,
+        tmpdir: str,
+        files: SandboxHandle,
+    ) -> None:
+        self.id = session_id
+        self.policy = policy
+        self.profile = profile
+        self.params = params
+        self.workspace = workspace
+        self.tmpdir = tmpdir
+        self.files = files
+        self.running: set[ChildProcess] = set()
+
+    @property
+    def env(self) -> dict[str, str]:
+        return build_environment(self.policy, self.workspace, self.tmpdir)
+
+    def cwd(self, cwd: str | None) -> str:
+        if cwd is None:
+            return self.workspace
+        if "\x00" in cwd:
+            raise ValueError("cwd: contains a NUL byte")
+        return posixpath.normpath(posixpath.join(self.workspace, cwd))
+
+
+async def _check_profile_applies(session: _Session) -> None:
+    """Apply the session's profile once to /usr/bin/true before any command runs under it.
+
+    A profile this macOS cannot compile (an operation or filter it does not know) or apply
+    would otherwise surface as a strange exit status of the user's first command; here it
+    becomes an `Internal` error at `create`, with sandbox-exec's own message.
+    """
+    import asyncio  # noqa: PLC0415 - already loaded by any caller of this async method
+
+    argv = session.profile.argv(["/usr/bin/true"], session.params)
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env={"PATH": BASE_ENV["PATH"]},
+        cwd=session.workspace,
+    )
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=PROFILE_CHECK_TIMEOUT_S)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise Internal("the generated Seatbelt profile did not apply within 30 s") from None
+    if proc.returncode != 0:
+        lines = err.decode("utf-8", "replace").strip().splitlines()
+        detail = lines[-1] if lines else f"exit status {proc.returncode}"
+        raise Internal(f"the generated Seatbelt profile does not apply on this macOS: {detail}")
+
+
+class T2MacosSandbox:
+    """The T2 macOS tier: Seatbelt through `/usr/bin/sandbox-exec`."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, _Session] = {}
+        self._t0: T0Sandbox | None = None
+
+    @property
+    def tier(self) -> SandboxTier:
+        return TIER
+
+    def capabilities(self) -> TierCapabilities:
+        return capabilities.host_capabilities()
+
+    def unavailable_reason(self) -> str | None:
+        return capabilities.unavailable_reason()
+
+    @property
+    def _files(self) -> T0Sandbox:
+        if self._t0 is None:
+            from panday_core.t0.sandbox import T0Sandbox  # noqa: PLC0415 - lazy
+
+            self._t0 = T0Sandbox()
+        return self._t0
+
+    async def create(self, spec: SessionSpec) -> SandboxHandle:
+        policy = spec.policy
+        # Refuse first, by field name, before anything is probed, made or spawned.
+        require_enforceable(policy, self.capabilities())
+        if policy.fs.workspace is None:
+            raise _refuse("fs.workspace", "no workspace was given (the SDK sets it)")
+        reason = self.unavailable_reason()
+        if reason is not None:
+            raise TierUnavailable(str(TIER), reason)
+        homes = protected_homes()
+        workspace = resolve_session_dir("fs.workspace", policy.fs.workspace, homes)
+        staged = [
+            resolve_session_dir(f"fs.staged_ro[{i}]", path, homes)
+            for i, path in enumerate(policy.fs.staged_ro)
+        ]
+        profile = SeatbeltProfile.from_policy(policy)
+        session_id = spec.session_id or f"t2m-{secrets.token_hex(6)}"
+        if session_id in self._sessions:
+            raise SandboxError(f"session {session_id!r} is already open")
+        files_policy = SandboxPolicy(fs=msgspec.structs.replace(policy.fs, workspace=workspace))
+        files = await self._files.create(SessionSpec(policy=files_policy, session_id=session_id))
+        try:
+            import tempfile  # noqa: PLC0415 - only sessions need it
+
+            tmpdir = os.path.realpath(tempfile.mkdtemp(prefix="panday-t2m-"))  # noqa: ASYNC240 - two quick syscalls; a thread hop would cost more
+        except BaseException:
+            await self._files.destroy(files)
+            raise
+        params = {
+            PARAM_WORKSPACE: workspace,
+            PARAM_TMPDIR: tmpdir,
+            PARAM_HOST_HOME: homes[0],
+            PARAM_ACCOUNT_HOME: homes[1],
+            **{f"{PARAM_STAGED}{i}": path for i, path in enumerate(staged)},
+        }
+        session = _Session(
+            session_id=session_id,
+            policy=policy,
+            profile=profile,
+            params={k: v for k, v in params.items() if k in profile.params},
+            workspace=workspace,
+            tmpdir=tmpdir,
+            files=files,
+        )
+        try:
+            await _check_profile_applies(session)
+        except BaseException:
+            await self._files.destroy(files)
+            import shutil  # noqa: PLC0415 - only cleanup needs it
+
+            shutil.rmtree(tmpdir, ignore_errors=True)
+            raise
+        self._sessions[session_id] = session
+        return SandboxHandle(id=session_id, tier=TIER, workspace=workspace)
+
+    def _session(self, handle: SandboxHandle) -> _Session:
+        session = self._sessions.get(handle.id)
+        if session is None:
+            raise SandboxError(f"no open T2 macOS session {handle.id!r}")
+        return session
+
+    async def exec(self, handle: SandboxHandle, spec: ExecSpec) -> AsyncIterator[ExecEvent]:
+        """Run one command under the session's profile: output chunks, then one `ExecExit`."""
+        from panday_core.execution import Supervisor, astream, spawn  # noqa: PLC0415 - lazy
+
+        session = self._session(handle)
+        limits = session.policy.limits
+        command = ["/bin/sh", "-c", START, "panday", session.cwd(spec.cwd), *spec.argv]
+        argv = session.profile.argv(command, session.params)
+        proc = spawn(argv, env=session.env, stdin=spec.stdin is not None)
+        session.running.add(proc)
+        try:
+            async for event in astream(
+                proc,
+                Supervisor(),
+                stdin_data=spec.stdin,
+                output_cap=limits.output_bytes,
+                timeout_ms=stricter_limit(spec.timeout_ms, limits.wall_clock_ms),
+            ):
+                yield event
+        finally:
+            session.running.discard(proc)
+
+    async def put(self, handle: SandboxHandle, path: str, data: bytes) -> None:
+        await self._files.put(self._session(handle).files, path, data)
+
+    async def get(self, handle: SandboxHandle, path: str, *, max_bytes: int) -> bytes:
+        return await self._files.get(self._session(handle).files, path, max_bytes=max_bytes)
+
+    async def snapshot(self, handle: SandboxHandle) -> Snapshot:
+        return await self._files.snapshot(self._session(handle).files)
+
+    async def destroy(self, handle: SandboxHandle) -> None:
+        """Kill the session's running commands, close its files, remove its temp dir."""
+        session = self._sessions.pop(handle.id, None)
+        if session is None:
+            return
+        from panday_core.execution import Supervisor  # noqa: PLC0415 - lazy
+
+        for proc in list(session.running):
+            Supervisor().kill(proc)
+        await self._files.destroy(session.files)
+        import shutil  # noqa: PLC0415 - only destroy needs it
+
+        shutil.rmtree(session.tmpdir, ignore_errors=True)

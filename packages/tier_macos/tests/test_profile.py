@@ -1,0 +1,502 @@
+"""The generated Seatbelt profile, read back with a small s-expression reader (runs on any OS).
+
+String matching would miss a rule split across lines or a filter nested one level deeper, so
+the profile is parsed into forms and the assertions walk the forms. Golden files pin the whole
+text for representative policies; structure tests say *why* each part must be as it is.
+
+Regenerate the golden files after a deliberate change with::
+
+    PANDAY_UPDATE_GOLDEN=1 uv run pytest packages/tier_macos/tests/test_profile.py
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from panday_core.policy import SandboxPolicy, policy_from_dict
+from panday_tier_macos.profile import (
+    HOME_PARAMS,
+    MACH_SERVICES,
+    PARAM_TMPDIR,
+    PARAM_WORKSPACE,
+    SANDBOX_EXEC,
+    SENSITIVE_HOME_PATHS,
+    ProxyEndpoint,
+    SeatbeltProfile,
+    protecting,
+)
+
+GOLDEN = Path(__file__).parent / "golden"
+
+# ------------------------------------------------------------------ s-expression reader
+
+
+@dataclass(frozen=True)
+class Sym:
+    name: str
+
+
+@dataclass(frozen=True)
+class Str:
+    value: str
+
+
+@dataclass(frozen=True)
+class Rx:
+    pattern: str
+
+
+Node = Sym | Str | Rx | int | list["Node"]
+
+
+class SbplSyntaxError(ValueError):
+    pass
+
+
+def _read_string(text: str, i: int) -> tuple[str, int]:
+    """`text[i]` is the opening quote; returns the value and the index after the closer."""
+    out: list[str] = []
+    i += 1
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":
+            if i + 1 >= len(text):
+                break
+            out.append(text[i + 1])
+            i += 2
+            continue
+        if ch == '"':
+            return "".join(out), i + 1
+        out.append(ch)
+        i += 1
+    raise SbplSyntaxError("unterminated string")
+
+
+def _atom(token: str) -> Node:
+    if token.lstrip("-").isdigit():
+        return int(token)
+    if token.startswith("#o") and token[2:].isdigit():
+        return int("0" + token[1:], 0)  # SBPL writes octal as #o755, Python as 0o755
+    return Sym(token)
+
+
+def _tokens(text: str) -> list[Node | str]:
+    """Atoms, strings and regexes as nodes; parentheses as the strings "(" and ")"."""
+    out: list[Node | str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch in " \t\r\n":
+            i += 1
+        elif ch == ";":
+            end = text.find("\n", i)
+            i = len(text) if end == -1 else end
+        elif ch in "()":
+            out.append(ch)
+            i += 1
+        elif ch == '"':
+            value, i = _read_string(text, i)
+            out.append(Str(value))
+        elif text.startswith('#"', i):
+            value, i = _read_string(text, i + 1)
+            out.append(Rx(value))
+        else:
+            j = i
+            while j < len(text) and text[j] not in ' \t\r\n()";':
+                j += 1
+            out.append(_atom(text[i:j]))
+            i = j
+    return out
+
+
+def read_sbpl(text: str) -> list[Node]:
+    """Every top-level form of `text`. Raises `SbplSyntaxError` on unbalanced input."""
+    stack: list[list[Node]] = [[]]
+    for item in _tokens(text):
+        if item == "(":
+            stack.append([])
+        elif item == ")":
+            if len(stack) == 1:
+                raise SbplSyntaxError("unbalanced ')'")
+            done = stack.pop()
+            stack[-1].append(done)
+        else:
+            assert not isinstance(item, str)
+            stack[-1].append(item)
+    if len(stack) != 1:
+        raise SbplSyntaxError(f"{len(stack) - 1} unclosed '('")
+    return stack[0]
+
+
+@dataclass(frozen=True)
+class Rule:
+    action: str
+    operations: tuple[str, ...]
+    filters: tuple[Node, ...]
+    index: int
+
+
+def rules(forms: list[Node]) -> list[Rule]:
+    out: list[Rule] = []
+    for index, form in enumerate(forms):
+        if not isinstance(form, list) or not form or not isinstance(form[0], Sym):
+            raise SbplSyntaxError(f"top-level form {form!r} is not a rule")
+        head = form[0].name
+        if head == "version":
+            continue
+        assert head in {"allow", "deny"}, f"unexpected top-level form {head}"
+        ops: list[str] = []
+        filters: list[Node] = []
+        for part in form[1:]:
+            if isinstance(part, Sym):
+                ops.append(part.name)
+            else:
+                filters.append(part)
+        out.append(Rule(head, tuple(ops), tuple(filters), index))
+    return out
+
+
+def walk(node: Node) -> list[Node]:
+    """`node` and everything nested in it."""
+    out: list[Node] = [node]
+    if isinstance(node, list):
+        for child in node:
+            out.extend(walk(child))
+    return out
+
+
+def heads(node: Node) -> set[str]:
+    return {n[0].name for n in walk(node) if isinstance(n, list) and n and isinstance(n[0], Sym)}
+
+
+def params_in(node: Node) -> set[str]:
+    found: set[str] = set()
+    for n in walk(node):
+        if isinstance(n, list) and len(n) == 2 and n[0] == Sym("param"):
+            arg = n[1]
+            assert isinstance(arg, Str)
+            found.add(arg.value)
+    return found
+
+
+def matches(op: str, pattern: str) -> bool:
+    """Whether an operation name in a rule covers `op` (``network*`` covers ``network-bind``)."""
+    if pattern.endswith("*"):
+        return op.startswith(pattern[:-1])
+    return op == pattern
+
+
+def allows(rs: list[Rule], op: str) -> list[Rule]:
+    return [r for r in rs if r.action == "allow" and any(matches(op, o) for o in r.operations)]
+
+
+# -------------------------------------------------------------------------- policies
+
+WS = "/Users/alice/project"
+PROXY = ProxyEndpoint(host="127.0.0.1", port=41234)
+
+
+def policy(doc: dict[str, object] | None = None) -> SandboxPolicy:
+    return policy_from_dict(doc or {}).with_workspace(WS)
+
+
+POLICIES: dict[str, tuple[SandboxPolicy, ProxyEndpoint | None]] = {
+    "default": (policy(), None),
+    "read-only": (policy({"fs": {"access": "ro"}}), None),
+    "staged": (policy({"fs": {"staged_ro": ["/opt/data", f"{WS}/inputs"]}}), None),
+    "proxy": (policy({"net": {"allow": ["api.github.com"], "ports": [443]}}), PROXY),
+}
+
+
+def profile_of(name: str) -> SeatbeltProfile:
+    pol, proxy = POLICIES[name]
+    return SeatbeltProfile.from_policy(pol, proxy)
+
+
+def parsed(name: str) -> list[Rule]:
+    return rules(read_sbpl(profile_of(name).text))
+
+
+ALL = sorted(POLICIES)
+
+# ------------------------------------------------------------------------ the reader
+
+
+def test_reader_reads_nested_forms_strings_regexes_and_comments() -> None:
+    forms = read_sbpl('(version 1) ; c\n(allow file-read* (subpath "/a \\"b\\"") (regex #"^/x$"))')
+    assert forms == [
+        [Sym("version"), 1],
+        [
+            Sym("allow"),
+            Sym("file-read*"),
+            [Sym("subpath"), Str('/a "b"')],
+            [Sym("regex"), Rx("^/x$")],
+        ],
+    ]
+    assert read_sbpl("(deny process-exec (file-mode #o4000))")[0] == [
+        Sym("deny"),
+        Sym("process-exec"),
+        [Sym("file-mode"), 0o4000],
+    ]
+
+
+@pytest.mark.parametrize("text", ["(allow", "(allow))", ")", '(allow "x)', "((a) (b)"])
+def test_reader_refuses_unbalanced_input(text: str) -> None:
+    with pytest.raises(SbplSyntaxError):
+        read_sbpl(text)
+
+
+# ----------------------------------------------------------------------- structure
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_profile_is_balanced_and_starts_with_version_and_deny_default(name: str) -> None:
+    forms = read_sbpl(profile_of(name).text)
+    assert forms[0] == [Sym("version"), 1]
+    assert forms[1] == [Sym("deny"), Sym("default")]
+    assert [Sym("allow"), Sym("default")] not in forms
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_network_is_denied_unconditionally_before_any_network_allow(name: str) -> None:
+    rs = parsed(name)
+    deny_all = [r for r in rs if r.action == "deny" and r.operations == ("network*",)]
+    assert len(deny_all) == 1
+    assert not deny_all[0].filters
+    for rule in rs:
+        if rule.action == "allow" and any(o.startswith("network") for o in rule.operations):
+            assert rule.index > deny_all[0].index, "a network allow before the deny is overridden"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_no_bind_no_inbound_no_local_filter_no_port_53(name: str) -> None:
+    rs = parsed(name)
+    for op in ("network-bind", "network-inbound"):
+        assert allows(rs, op) == [], f"{op} must never be allowed"
+    for rule in rs:
+        if any(o.startswith("network") for o in rule.operations):
+            for f in rule.filters:
+                assert "local" not in heads(f), "(local ...) matches every outbound socket"
+    text = profile_of(name).text
+    assert ":53" not in text
+    assert "*:" not in text
+
+
+@pytest.mark.parametrize("name", ["default", "read-only", "staged"])
+def test_without_an_allowlist_no_outbound_is_allowed_at_all(name: str) -> None:
+    assert allows(parsed(name), "network-outbound") == []
+
+
+def test_with_the_proxy_outbound_goes_only_to_its_loopback_port() -> None:
+    rs = parsed("proxy")
+    (only,) = allows(rs, "network-outbound")
+    assert only.operations == ("network-outbound",), "network* or a wider op would grant more"
+    assert only.filters == ([Sym("remote"), Sym("tcp"), Str(f"localhost:{PROXY.port}")],)
+    # nothing else about the network is allowed
+    for op in ("network-bind", "network-inbound", "system-socket"):
+        assert allows(rs, op) == []
+
+
+def test_proxy_endpoint_must_be_loopback_and_a_port() -> None:
+    assert ProxyEndpoint(host="::1", port=1).port == 1
+    assert ProxyEndpoint(host="localhost", port=65535).host == "localhost"
+    for host, port in [("10.0.0.1", 80), ("example.com", 80), ("0.0.0.0", 80), ("127.0.0.1", 0)]:  # noqa: S104 - only refused, never bound
+        with pytest.raises(ValueError, match="proxy"):
+            ProxyEndpoint(host=host, port=port)
+
+
+def test_allowlist_without_proxy_and_proxy_without_allowlist_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"net\.allow"):
+        SeatbeltProfile.from_policy(policy({"net": {"allow": ["example.com"]}}))
+    with pytest.raises(ValueError, match=r"net\.allow is empty"):
+        SeatbeltProfile.from_policy(policy(), PROXY)
+
+
+WRITE_OPS = ("file-write*", "file-write-data", "file-write-create", "file-write-unlink")
+DEVICE_FILTERS = {"/dev/null", "/dev/zero", "/dev/stdout", "/dev/stderr"}
+
+
+def _write_subpaths(rs: list[Rule]) -> set[str]:
+    found: set[str] = set()
+    for rule in rs:
+        if rule.action != "allow" or not any(
+            matches(w, o) or matches(o, w) for o in rule.operations for w in WRITE_OPS
+        ):
+            continue
+        assert rule.filters, f"an unfiltered write allow at form {rule.index}"
+        for f in rule.filters:
+            assert isinstance(f, list)
+            assert isinstance(f[0], Sym)
+            kind = f[0].name
+            if kind == "subpath":
+                (param,) = params_in(f)
+                found.add(param)
+            elif kind == "literal":
+                assert isinstance(f[1], Str)
+                assert f[1].value in DEVICE_FILTERS, f"write to {f[1].value}"
+                assert rule.operations == ("file-write-data",), "devices get data writes only"
+            elif kind == "regex":
+                assert f[1] == Rx("^/dev/fd/[0-9]+$")
+                assert rule.operations == ("file-write-data",)
+            else:
+                pytest.fail(f"unexpected write filter {f!r}")
+    return found
+
+
+@pytest.mark.parametrize("name", ["default", "staged", "proxy"])
+def test_workspace_and_private_temp_are_the_only_write_subpaths(name: str) -> None:
+    assert _write_subpaths(parsed(name)) == {PARAM_WORKSPACE, PARAM_TMPDIR}
+
+
+def test_read_only_workspace_has_no_write_rule() -> None:
+    assert _write_subpaths(parsed("read-only")) == {PARAM_TMPDIR}
+    assert PARAM_WORKSPACE not in profile_of("read-only").params
+
+
+def test_staged_inputs_are_denied_writes_after_the_workspace_rule() -> None:
+    rs = parsed("staged")
+    (workspace_rule,) = [
+        r for r in allows(rs, "file-write-create") if r.operations == ("file-write*",)
+    ]
+    denies = [r for r in rs if r.action == "deny" and r.operations == ("file-write*",)]
+    assert len(denies) == 1
+    assert denies[0].index > workspace_rule.index
+    assert {p for f in denies[0].filters for p in params_in(f)} == {"STAGED_0", "STAGED_1"}
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_reads_are_broad_and_the_protected_paths_are_denied_last(name: str) -> None:
+    rs = parsed(name)
+    (read_all,) = allows(rs, "file-read-data")
+    assert read_all.filters == (), "reads are broad by design (a partial guarantee)"
+    protected = [
+        r for r in rs if r.action == "deny" and set(r.operations) == {"file-read*", "file-write*"}
+    ]
+    assert len(protected) == 1
+    last_allow = max(r.index for r in rs if r.action == "allow")
+    assert protected[0].index > last_allow, "an allow after the denylist would override it"
+    text = repr(protected[0].filters)
+    for required in (".ssh", ".aws", ".gnupg", ".config/gh", "Library/Keychains", "_history"):
+        assert required in text
+    for system in ("/private/etc/master.passwd", "/private/var/db"):
+        assert system in text
+    for home in HOME_PARAMS:
+        assert home in params_in(list(protected[0].filters))
+
+
+def test_var_db_is_denied_with_only_the_named_carve_outs() -> None:
+    rs = parsed("default")
+    protected = next(r for r in rs if set(r.operations) == {"file-read*", "file-write*"})
+    var_db = [f for f in protected.filters if isinstance(f, list) and f[0] == Sym("require-all")]
+    assert len(var_db) == 1
+    inner = var_db[0][1:]
+    assert inner[0] == [Sym("subpath"), Str("/private/var/db")]
+    for carve in inner[1:]:
+        assert isinstance(carve, list)
+        assert carve[0] == Sym("require-not")
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_process_rules(name: str) -> None:
+    rs = parsed(name)
+    (exec_allow,) = allows(rs, "process-exec")
+    setuid = [r for r in rs if r.action == "deny" and r.operations == ("process-exec",)]
+    assert len(setuid) == 1
+    assert setuid[0].filters == ([Sym("file-mode"), 0o4000],)
+    assert setuid[0].index > exec_allow.index
+    for op in ("signal", "process-info-pidinfo"):
+        (rule,) = allows(rs, op)
+        assert rule.filters == ([Sym("target"), Sym("same-sandbox")],)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_mach_lookup_is_limited_to_the_named_services(name: str) -> None:
+    (rule,) = allows(parsed(name), "mach-lookup")
+    assert [f[1] for f in rule.filters if isinstance(f, list)] == [Str(s) for s in MACH_SERVICES]
+    assert all(isinstance(f, list) and f[0] == Sym("global-name") for f in rule.filters)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_other_processes_arguments_and_environment_are_unreadable(name: str) -> None:
+    rs = parsed(name)
+    for rule in allows(rs, "sysctl-read"):
+        assert "kern.procargs" not in repr(rule.filters)
+        assert "kern.proc.all" not in repr(rule.filters)
+    deny = [r for r in rs if r.action == "deny" and r.operations == ("sysctl-read",)]
+    assert deny
+    assert deny[-1].filters == ([Sym("sysctl-name-prefix"), Str("kern.procargs")],)
+    assert deny[-1].index > max(r.index for r in allows(rs, "sysctl-read"))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_params_listed_are_exactly_the_params_used(name: str) -> None:
+    prof = profile_of(name)
+    assert params_in(read_sbpl(prof.text)) == set(prof.params)
+
+
+def test_argv_passes_every_parameter_and_the_command_after_a_separator() -> None:
+    prof = profile_of("staged")
+    values = {p: f"/private/tmp/{p.lower()}" for p in prof.params}
+    argv = prof.argv(["/bin/echo", "-n", "hi"], values)
+    assert argv[:3] == [SANDBOX_EXEC, "-p", prof.text]
+    assert argv[-4:] == ["--", "/bin/echo", "-n", "hi"]
+    assert argv[3:-4] == [f"-D{p}={values[p]}" for p in prof.params]
+
+
+def test_argv_refuses_missing_extra_and_unresolved_parameters() -> None:
+    prof = profile_of("default")
+    good = dict.fromkeys(prof.params, "/private/tmp/x")
+    with pytest.raises(ValueError, match="missing"):
+        prof.argv(["/bin/true"], {k: v for k, v in good.items() if k != PARAM_WORKSPACE})
+    with pytest.raises(ValueError, match="unexpected"):
+        prof.argv(["/bin/true"], {**good, "OTHER": "/x"})
+    for bad in ("relative", "/a/../b", "/a/..", "/a\x00b"):
+        with pytest.raises(ValueError, match="resolved path"):
+            prof.argv(["/bin/true"], {**good, PARAM_TMPDIR: bad})
+    with pytest.raises(ValueError, match="empty"):
+        prof.argv([], good)
+
+
+def test_the_profile_names_no_host_path() -> None:
+    for name in ALL:
+        text = profile_of(name).text
+        assert WS not in text
+        assert "/Users/" not in text
+        assert "/opt/data" not in text
+
+
+def test_protecting_names_the_protected_path_a_directory_lies_in() -> None:
+    homes = ["/Users/alice"]
+    assert protecting("/Users/alice/.ssh", homes) == "/Users/alice/.ssh"
+    assert protecting("/Users/alice/.ssh/keys", homes) == "/Users/alice/.ssh"
+    assert protecting("/private/var/db/x", homes) == "/private/var/db"
+    assert protecting("/Users/alice/.sshx", homes) is None
+    assert protecting("/Users/alice", homes) is None, "a workspace may contain protected paths"
+    assert protecting("/Users/alice/project", homes) is None
+    assert all(protecting(f"/Users/alice/{p}", homes) for p in SENSITIVE_HOME_PATHS)
+
+
+# --------------------------------------------------------------------------- golden
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_golden(name: str) -> None:
+    path = GOLDEN / f"{name}.sb"
+    text = profile_of(name).text
+    if os.environ.get("PANDAY_UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"missing golden file {path}; set PANDAY_UPDATE_GOLDEN=1 to write it"
+    assert text == path.read_text(encoding="utf-8"), (
+        f"{path.name} differs from the generated profile; if the change is intended, "
+        "regenerate with PANDAY_UPDATE_GOLDEN=1"
+    )
+
+
+def test_from_policy_is_pure() -> None:
+    for name in ALL:
+        assert profile_of(name) == profile_of(name)

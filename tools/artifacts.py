@@ -1,0 +1,150 @@
+"""Build every package's sdist and wheel, check their metadata, and test the wheels as a
+user would get them: installed into a fresh virtual environment outside the source tree,
+run from a directory outside the source tree.
+
+The checkout is never on the path of what runs: the wheels are installed without
+dependencies (`--no-deps`) on top of the locked, hash-checked runtime requirements, `uv pip
+check` proves their declared dependencies are then satisfied, and every imported panday
+module must come from the new environment's site-packages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from gatelib import REPO, GateError, Member, die, run, workspace_members
+
+DIST = REPO / "dist" / "packages"
+IMPORTS = ("panday", "panday_core", "panday_tier_linux", "panday_tier_macos")
+EXAMPLE = REPO / "examples" / "default.toml"
+
+
+def build(out: Path, members: list[Member]) -> list[Path]:
+    """`uv build --all-packages` into `out`; exactly one sdist and one wheel per member."""
+    if out.exists():
+        shutil.rmtree(out)
+    run(["uv", "build", "--all-packages", "--out-dir", str(out)], cwd=REPO)
+    files = sorted(out.iterdir())
+    problems: list[str] = []
+    for member in members:
+        stem = f"{member.name.replace('-', '_')}-{member.version}"
+        wheels = [f for f in files if f.name.startswith(f"{stem}-") and f.suffix == ".whl"]
+        sdists = [f for f in files if f.name == f"{stem}.tar.gz"]
+        if len(wheels) != 1 or len(sdists) != 1:
+            problems.append(f"{member.name}: {len(wheels)} wheels, {len(sdists)} sdists")
+    if problems:
+        raise GateError(f"unexpected build output in {out}: {'; '.join(problems)}")
+    return [f for f in files if f.suffix == ".whl" or f.name.endswith(".tar.gz")]
+
+
+def check_metadata(files: list[Path]) -> None:
+    twine = Path(sys.executable).parent / "twine"
+    run([str(twine), "check", "--strict", *map(str, files)])
+
+
+def _clean_env(venv: Path) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"}
+    }
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def install_outside(wheels: list[Path], where: Path) -> Path:
+    venv = where / "venv"
+    if venv.resolve().is_relative_to(REPO):
+        raise GateError(f"{venv} is inside the source tree; the artifact test must not be")
+    run(["uv", "venv", "--quiet", "--python", sys.executable, str(venv)], cwd=where)
+    requirements = where / "runtime-requirements.txt"
+    run(
+        [
+            "uv", "export", "--locked", "--all-packages", "--no-default-groups",
+            "--no-emit-workspace", "--format", "requirements.txt", "--no-header",
+            "--output-file", str(requirements),
+        ],
+        cwd=REPO,
+    )  # fmt: skip
+    python = str(venv / "bin" / "python")
+    uv_pip = ["uv", "pip", "install", "--quiet", "--python", python]
+    run([*uv_pip, "--require-hashes", "-r", str(requirements)], cwd=where)
+    run([*uv_pip, "--no-deps", *map(str, wheels)], cwd=where)
+    run(["uv", "pip", "check", "--python", python], cwd=where)
+    return venv
+
+
+def smoke(venv: Path, where: Path) -> list[str]:
+    """Run the installed CLI from outside the tree; return what was checked."""
+    env = _clean_env(venv)
+    python = str(venv / "bin" / "python")
+    panday = str(venv / "bin" / "panday")
+    probe = (
+        "import importlib, json, sys; "
+        "print(json.dumps({m: importlib.import_module(m).__file__ for m in sys.argv[1:]}))"
+    )
+    origins: dict[str, str] = json.loads(run([python, "-c", probe, *IMPORTS], cwd=where, env=env))
+    stray = {
+        m: f for m, f in origins.items() if not Path(f).resolve().is_relative_to(venv.resolve())
+    }
+    if stray:
+        raise GateError(f"imported from outside the fresh environment: {stray}")
+    run([panday, "--help"], cwd=where, env=env)
+    policy = where / EXAMPLE.name
+    shutil.copyfile(EXAMPLE, policy)
+    proc = subprocess.run(
+        [panday, "policy", "check", "--json", policy.name],
+        cwd=where, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    try:
+        report = json.loads(proc.stdout)
+    except ValueError as exc:
+        detail = f"(exit {proc.returncode}): {proc.stderr.strip()}"
+        raise GateError(f"`panday policy check --json` printed no JSON {detail}") from exc
+    enforceable = bool(report.get("enforceable_here"))
+    if report.get("valid") is not True or (proc.returncode == 0) != enforceable:
+        detail = f"exit {proc.returncode} disagrees with its report: {proc.stdout.strip()}"
+        raise GateError(f"`panday policy check` {detail}")
+    # TODO(doctor): when `panday doctor --json` lands, run it here too and require exit 0
+    # and a parseable report naming this host's tier.
+    verdict = "enforceable here" if enforceable else "valid, not enforceable on this host yet"
+    return [
+        f"{len(origins)} modules imported from the fresh environment",
+        "`panday --help` ran",
+        f"`panday policy check {EXAMPLE.name}`: {verdict} (exit {proc.returncode})",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", type=Path, default=DIST)
+    args = parser.parse_args(argv)
+    out: Path = args.out
+    try:
+        members = workspace_members()
+        files = build(out, members)
+        check_metadata(files)
+        wheels = [f for f in files if f.suffix == ".whl"]
+        with tempfile.TemporaryDirectory(prefix="panday-artifacts-") as tmp:
+            where = Path(tmp).resolve()
+            venv = install_outside(wheels, where)
+            checked = smoke(venv, where)
+    except GateError as exc:
+        die("build", str(exc))
+    sdists = len(files) - len(wheels)
+    shown = out.relative_to(REPO) if out.is_relative_to(REPO) else out
+    print(f"build: {len(wheels)} wheels and {sdists} sdists in {shown}; twine check --strict ok")
+    for line in checked:
+        print(f"build: installed outside the tree: {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

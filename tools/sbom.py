@@ -1,0 +1,230 @@
+"""CycloneDX 1.6 SBOMs for each distributable package and for the whole workspace.
+
+For every target (each workspace member, and the workspace as a whole) and every platform
+panday ships for (linux, macos), a runtime-only environment is synced from uv.lock
+(`uv sync --locked --no-default-groups --no-editable --python-platform ...`: no dev tools,
+exactly the locked versions) and `cyclonedx-py environment` describes it. The platform is
+part of the SBOM because the closure differs: the sdk pulls in the Linux tier (and its
+bubblewrap wheel) only on Linux.
+
+cyclonedx-py sees our own packages as local directories: no purl, and an absolute
+`file://` path that differs per checkout. They are published on PyPI under their
+distribution names, so this tool gives them that purl and drops the path; then it checks
+every component has a purl and a licence, validates the document against the CycloneDX 1.6
+schema, and writes it with sorted keys. `--check-reproducible` builds everything a second
+time from fresh environments in a different directory and requires byte-identical output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from gatelib import REPO, GateError, Member, canonical, die, run, workspace_members
+
+PLATFORMS = ("linux", "macos")
+SPEC_VERSION = "1.6"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: str
+    version: str
+    pyproject: Path
+    sync_args: tuple[str, ...]  # selects what `uv sync` installs
+    kind: str  # CycloneDX type of the root component
+
+    def file_name(self, platform: str) -> str:
+        return f"{self.name}-{self.version}.{platform}.cdx.json"
+
+
+def targets(members: list[Member]) -> list[Target]:
+    found = [
+        Target(m.name, m.version, m.directory / "pyproject.toml", ("--package", m.name), "library")
+        for m in members
+    ]
+    root = REPO / "pyproject.toml"
+    import tomllib  # noqa: PLC0415 - only needed here
+
+    project = tomllib.loads(root.read_text(encoding="utf-8"))["project"]
+    found.append(
+        Target(project["name"], project["version"], root, ("--all-packages",), "application")
+    )
+    return found
+
+
+def _runtime_env(target: Target, platform: str, where: Path) -> Path:
+    env_dir = where / f"{target.name}-{platform}"
+    run(["uv", "venv", "--quiet", "--python", sys.executable, str(env_dir)], cwd=REPO)
+    sync_env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(env_dir)}
+    sync_env.pop("VIRTUAL_ENV", None)
+    run(
+        [
+            "uv", "sync", "--quiet", "--locked", "--no-default-groups", "--no-editable",
+            "--python-platform", platform, *target.sync_args,
+        ],
+        cwd=REPO,
+        env=sync_env,
+    )  # fmt: skip
+    return env_dir
+
+
+def _raw_sbom(target: Target, env_dir: Path, out: Path) -> dict[str, object]:
+    run(
+        [
+            sys.executable, "-m", "cyclonedx_py", "environment", "--sv", SPEC_VERSION,
+            "--output-reproducible", "--no-validate", "--of", "JSON",
+            "--pyproject", str(target.pyproject), "--mc-type", target.kind,
+            "-o", str(out), str(env_dir),
+        ],
+        cwd=REPO,
+    )  # fmt: skip
+    doc: dict[str, object] = json.loads(out.read_text(encoding="utf-8"))
+    return doc
+
+
+def _purl(name: str, version: str, *, on_pypi: bool) -> str:
+    kind = "pypi" if on_pypi else "generic"
+    return f"pkg:{kind}/{canonical(name)}@{version}"
+
+
+def finish(doc: dict[str, object], target: Target, platform: str, ours: set[str]) -> str:
+    """Give our packages their purls, drop local paths, check, and render stably."""
+    metadata: dict[str, object] = doc["metadata"]  # pyright: ignore[reportAssignmentType] - CycloneDX JSON
+    root: dict[str, object] = metadata["component"]  # pyright: ignore[reportAssignmentType] - CycloneDX JSON
+    root["purl"] = _purl(target.name, target.version, on_pypi=canonical(target.name) in ours)
+    properties: list[dict[str, str]] = metadata.setdefault("properties", [])  # pyright: ignore[reportAssignmentType] - CycloneDX JSON
+    properties.append({"name": "panday:platform", "value": platform})
+    properties.sort(key=lambda p: (p["name"], p["value"]))
+    components: list[dict[str, object]] = doc.setdefault("components", [])  # pyright: ignore[reportAssignmentType] - CycloneDX JSON
+    for component in components:
+        if canonical(str(component["name"])) in ours:
+            component["purl"] = _purl(
+                str(component["name"]), str(component["version"]), on_pypi=True
+            )
+            refs: list[dict[str, str]] = component.get("externalReferences", [])  # pyright: ignore[reportAssignmentType] - CycloneDX JSON
+            kept = [r for r in refs if not r.get("url", "").startswith("file:")]
+            if kept:
+                component["externalReferences"] = kept
+            else:
+                component.pop("externalReferences", None)
+    missing = [
+        f"{c.get('name')}: no {field}"
+        for c in [root, *components]
+        for field in ("purl", "licenses")
+        if not c.get(field)
+    ]
+    if missing:
+        raise GateError(f"{target.file_name(platform)}: {'; '.join(missing)}")
+    text = json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    if "file://" in text or str(REPO) in text:
+        raise GateError(f"{target.file_name(platform)}: a local path leaked into the SBOM")
+    return text
+
+
+def validate(texts: dict[str, str]) -> None:
+    """Validate against the CycloneDX 1.6 JSON schema, format assertions included.
+
+    jsonschema checks `iri-reference` with an Earley parser that takes a good fraction of a
+    second per URL on a busy machine, and the same URLs recur across SBOMs; the check is
+    memoised (same function, same answers), which cuts the gate from minutes to seconds.
+    """
+    from cyclonedx.schema import SchemaVersion  # noqa: PLC0415 - heavy; only here
+    from cyclonedx.validation.json import JsonStrictValidator  # noqa: PLC0415
+    from jsonschema import Draft7Validator  # noqa: PLC0415
+
+    checkers = Draft7Validator.FORMAT_CHECKER.checkers
+    if "iri-reference" in checkers:
+        check, raises = checkers["iri-reference"]
+        checkers["iri-reference"] = (functools.cache(check), raises)
+    validator = JsonStrictValidator(SchemaVersion.V1_6)
+    for name, text in texts.items():
+        error = validator.validate_str(text)
+        if error is not None:
+            raise GateError(f"{name} is not valid CycloneDX {SPEC_VERSION}: {error}")
+
+
+def generate(where: Path, *, check: bool = True) -> dict[str, tuple[str, int]]:
+    """File name -> (SBOM text, component count) for every target and platform."""
+    members = workspace_members()
+    ours = {canonical(m.name) for m in members}
+    result: dict[str, tuple[str, int]] = {}
+    for target in targets(members):
+        for platform in PLATFORMS:
+            env_dir = _runtime_env(target, platform, where)
+            raw = _raw_sbom(target, env_dir, where / f"{target.name}-{platform}.raw.json")
+            text = finish(raw, target, platform, ours)
+            names = component_names(text)
+            if target.kind == "application":  # the workspace: all our packages must be in it
+                require_members(target.file_name(platform), names, ours)
+            result[target.file_name(platform)] = (text, len(names))
+    if not result:
+        raise GateError("no SBOM was generated")
+    if check:
+        validate({name: text for name, (text, _) in result.items()})
+    return result
+
+
+def component_names(text: str) -> set[str]:
+    components: list[dict[str, str]] = json.loads(text).get("components", [])
+    return {canonical(c["name"]) for c in components}
+
+
+def require_members(file_name: str, names: set[str], ours: set[str]) -> None:
+    """The workspace SBOM lists every workspace package: an empty or partial one is broken."""
+    missing = sorted(ours - names)
+    if missing:
+        raise GateError(f"{file_name} lacks workspace packages: {', '.join(missing)}")
+
+
+def require_same(first: dict[str, tuple[str, int]], second: dict[str, tuple[str, int]]) -> None:
+    differ = sorted(n for n in first.keys() | second.keys() if first.get(n) != second.get(n))
+    if differ:
+        raise GateError(
+            f"not reproducible: a second run from fresh environments changed {', '.join(differ)}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", type=Path, default=REPO / "dist" / "sbom")
+    parser.add_argument(
+        "--check-reproducible",
+        action="store_true",
+        help="generate twice from fresh environments and require byte-identical files",
+    )
+    args = parser.parse_args(argv)
+    out: Path = args.out
+    try:
+        with tempfile.TemporaryDirectory(prefix="panday-sbom-a-") as first:
+            sboms = generate(Path(first))
+        if args.check_reproducible:
+            with tempfile.TemporaryDirectory(prefix="panday-sbom-second-run-") as second:
+                again = generate(Path(second), check=False)  # compared byte for byte below
+            require_same(sboms, again)
+    except GateError as exc:
+        die("sbom", str(exc))
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("*.cdx.json"):
+        stale.unlink()
+    for name, (text, count) in sorted(sboms.items()):
+        (out / name).write_text(text, encoding="utf-8", newline="\n")
+        print(f"sbom: {name}: {count} components")
+    shown = out.relative_to(REPO) if out.is_relative_to(REPO) else out
+    note = ", byte-identical on a second run" if args.check_reproducible else ""
+    print(
+        f"sbom: {len(sboms)} CycloneDX {SPEC_VERSION} SBOMs written to {shown} (schema-valid{note})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

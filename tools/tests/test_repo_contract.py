@@ -1,0 +1,81 @@
+"""What README.md promises and what .ci/run and CI do must stay the same thing."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from gatelib import REPO
+
+CI_RUN = REPO / ".ci" / "run"
+
+
+def quickstart_commands() -> list[str]:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
+    assert block is not None, "README's Quickstart has no ```sh block"
+    return [
+        line.strip()
+        for line in block.group(1).splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+
+
+def ci_run_command() -> str:
+    lines = [
+        line.strip()
+        for line in CI_RUN.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
+    return lines[-1]
+
+
+def test_quickstart_has_exactly_two_commands() -> None:
+    commands = quickstart_commands()
+    assert len(commands) == 2, commands
+    assert commands[0].startswith("uv run panday ")
+    assert commands[1] == "uv run nox"
+
+
+def test_ci_run_ends_with_the_readme_gate_command() -> None:
+    assert ci_run_command() == quickstart_commands()[1]
+
+
+def test_ci_run_is_an_executable_strict_bash_script() -> None:
+    text = CI_RUN.read_text(encoding="utf-8")
+    assert text.startswith("#!/usr/bin/env bash\n")
+    assert "\nset -euo pipefail\n" in text
+    assert os.access(CI_RUN, os.X_OK)
+    assert "PANDAY_ADVISORY_DB" in text
+
+
+def test_readme_first_command_validates_the_example_policy() -> None:
+    # `uv run X` runs X from the project environment; here, the test environment has it.
+    argv = quickstart_commands()[0].removeprefix("uv run ").split()
+    executable = Path(sys.executable).parent / argv[0]
+    proc = subprocess.run(
+        [str(executable), *argv[1:]],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout.startswith(f"{argv[-1]}: valid policy"), proc.stdout + proc.stderr
+    # The exit status says whether this host enforces it (0 only when it does).
+    assert (proc.returncode == 0) == (", enforceable on" in proc.stdout.splitlines()[0])
+
+
+def test_ci_workflow_covers_the_matrix_the_issue_asks_for() -> None:
+    ci = (REPO / ".github" / "workflows" / "ci.yml").read_text(encoding="utf-8")
+    assert "os: [ubuntu-latest, macos-latest]" in ci
+    assert 'python: ["3.11", "3.12", "3.13"]' in ci
+    assert "cancel-in-progress: true" in ci
+    assert "kernel.apparmor_restrict_unprivileged_userns=0" in ci
+    assert "nox --tags static" in ci
+    assert "nox --tags matrix" in ci

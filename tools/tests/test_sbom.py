@@ -1,0 +1,93 @@
+"""SBOM post-processing: our packages get purls and lose local paths; gaps fail the gate.
+
+The full generation (every package, both platforms, schema validation, and a second run
+that must be byte-identical) is what `nox -s sbom` does on every run.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import sbom
+from gatelib import REPO, GateError
+
+TARGET = sbom.Target("panday", "0.1.0", REPO / "packages" / "sdk" / "pyproject.toml", (), "library")
+OURS = {"panday", "panday-core"}
+
+
+def _raw(*, msgspec_licence: bool = True, msgspec_purl: bool = True) -> dict[str, object]:
+    msgspec: dict[str, object] = {"name": "msgspec", "version": "0.23.0"}
+    if msgspec_purl:
+        msgspec["purl"] = "pkg:pypi/msgspec@0.23.0"
+    msgspec["licenses"] = [{"license": {"id": "BSD-3-Clause"}}] if msgspec_licence else []
+    return {
+        "bomFormat": "CycloneDX",
+        "specVersion": "1.6",
+        "metadata": {
+            "component": {
+                "name": "panday",
+                "version": "0.1.0",
+                "licenses": [{"license": {"id": "Apache-2.0"}}],
+            },
+            "properties": [{"name": "cdx:reproducible", "value": "true"}],
+        },
+        "components": [
+            {
+                "name": "panday-core",
+                "version": "0.1.0",
+                "licenses": [{"license": {"id": "Apache-2.0"}}],
+                "externalReferences": [
+                    {
+                        "type": "distribution",
+                        "url": f"file://{REPO}/packages/core",
+                        "comment": "PackageSource: Local",
+                    }
+                ],
+            },
+            msgspec,
+        ],
+    }
+
+
+def test_our_packages_get_their_pypi_purl_and_no_local_path() -> None:
+    text = sbom.finish(_raw(), TARGET, "linux", OURS)
+    doc = json.loads(text)
+    assert doc["metadata"]["component"]["purl"] == "pkg:pypi/panday@0.1.0"
+    core = next(c for c in doc["components"] if c["name"] == "panday-core")
+    assert core["purl"] == "pkg:pypi/panday-core@0.1.0"
+    assert "externalReferences" not in core
+    assert {"name": "panday:platform", "value": "linux"} in doc["metadata"]["properties"]
+    assert "file://" not in text
+    assert text.endswith("}\n")
+    assert text == json.dumps(json.loads(text), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def test_component_without_a_licence_fails() -> None:
+    sbom.finish(_raw(), TARGET, "linux", OURS)  # control: the complete document passes
+    with pytest.raises(GateError, match="msgspec: no licenses"):
+        sbom.finish(_raw(msgspec_licence=False), TARGET, "linux", OURS)
+
+
+def test_third_party_component_without_a_purl_fails() -> None:
+    sbom.finish(_raw(), TARGET, "linux", OURS)  # control: the complete document passes
+    with pytest.raises(GateError, match="msgspec: no purl"):
+        sbom.finish(_raw(msgspec_purl=False), TARGET, "linux", OURS)
+
+
+def test_a_changed_second_run_is_reported() -> None:
+    first = {"a.cdx.json": ("x", 1), "b.cdx.json": ("y", 1)}
+    sbom.require_same(first, dict(first))
+    with pytest.raises(GateError, match=r"b\.cdx\.json"):
+        sbom.require_same(first, {"a.cdx.json": ("x", 1), "b.cdx.json": ("y2", 1)})
+    with pytest.raises(GateError, match=r"b\.cdx\.json"):
+        sbom.require_same(first, {"a.cdx.json": ("x", 1)})
+
+
+def test_workspace_sbom_without_our_packages_fails() -> None:
+    sbom.require_members("w.cdx.json", {"panday", "panday-core", "msgspec"}, OURS)  # control
+    with pytest.raises(GateError, match="lacks workspace packages: panday-core"):
+        sbom.require_members("w.cdx.json", {"panday", "msgspec"}, OURS)
+    with pytest.raises(GateError, match="lacks workspace packages"):
+        sbom.require_members("w.cdx.json", set(), OURS)
