@@ -3,6 +3,8 @@
 #
 # Run as root from the repository root (`.ci/run` calls it; CI calls it with sudo). Both
 # runs must pass; each prints its summary line ("escape suite as ...: N probes passed, ...").
+# `--user-only` skips the root run (for a caller that has just run the suite as root, e.g.
+# through `uv run nox`, whose `escape` session does exactly that).
 #
 #   * installs what the probes need when it is missing: bubblewrap, libseccomp, gcc, the
 #     system python3 (/usr/bin/python3 runs the probes inside the jail) with venv support;
@@ -16,6 +18,13 @@
 set -euo pipefail
 
 ESCAPE_USER=${ESCAPE_USER:-panday-escape}
+ROOT_RUN=1
+for arg in "$@"; do
+  case $arg in
+    --user-only) ROOT_RUN=0 ;;
+    *) echo "escape-as-user: unknown argument $arg (known: --user-only)" >&2; exit 2 ;;
+  esac
+done
 SUITE=packages/tier_linux/tests/escape
 SYSTEM_PYTHON=${SYSTEM_PYTHON:-/usr/bin/python3}
 
@@ -43,9 +52,11 @@ fi
 
 status=0
 
-echo "=== escape suite as root ==="
-PANDAY_ESCAPE_REQUIRE_CGROUPS=${PANDAY_ESCAPE_REQUIRE_CGROUPS:-1} \
-  uv run --frozen pytest "$SUITE" -q -p no:cacheprovider || status=1
+if ((ROOT_RUN)); then
+  echo "=== escape suite as root ==="
+  PANDAY_ESCAPE_REQUIRE_CGROUPS=${PANDAY_ESCAPE_REQUIRE_CGROUPS:-1} \
+    uv run --frozen pytest "$SUITE" -q -p no:cacheprovider || status=1
+fi
 
 # The unprivileged user, its home (the suite plants a canary there) and its copy of the tree.
 if ! id "$ESCAPE_USER" >/dev/null 2>&1; then
