@@ -68,11 +68,24 @@ class Refusal(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
 
 
-# Shared wording, so every tier refuses an allowlist the same way until it can enforce it.
+# Shared wording, so every tier refuses an allowlist the same way when it cannot enforce it.
 NO_EGRESS_PROXY = (
     "no egress proxy serves this tier, so nothing can restrict egress to these hosts; "
     "refused rather than opening the whole network (or silently giving none)"
 )
+
+
+def no_egress_proxy(cause: str) -> str:
+    """`NO_EGRESS_PROXY` for a tier that has an egress proxy but cannot use it here.
+
+    `cause` says why (a missing interpreter for the bridge, a proxy that could not start);
+    the rest is the same refusal every tier gives.
+    """
+    return (
+        f"the egress proxy cannot serve this session ({cause}), so nothing can restrict "
+        "egress to these hosts; refused rather than opening the whole network (or silently "
+        "giving none)"
+    )
 
 
 def _sections() -> tuple[tuple[str, type[msgspec.Struct]], ...]:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 import pytest
 
 from panday_core.egress import AuditEvent, EgressProxy, ProxyLimits, StaticResolver
+from panday_core.egress.testing import LoopbackOnly
 from panday_core.policy import NetPolicy
 
 if TYPE_CHECKING:
@@ -98,23 +99,6 @@ class UpstreamServer:
     async def close(self) -> None:
         if self.server is not None:
             self.server.close()
-
-
-class LoopbackOnly:
-    """The tests' connector: records every address the proxy connects to and opens only
-    loopback ones. Anything else is recorded and refused, so even a test run with a guard
-    removed (falsification) never sends a packet off this host."""
-
-    def __init__(self) -> None:
-        self.attempts: list[tuple[str, int]] = []
-
-    async def __call__(
-        self, factory: Callable[[], asyncio.BaseProtocol], host: str, port: int
-    ) -> object:
-        self.attempts.append((host, port))
-        if not ipaddress.ip_address(host).is_loopback:
-            raise ConnectionRefusedError(f"test connector: {host} is not loopback; not connecting")
-        return await asyncio.get_running_loop().create_connection(factory, host=host, port=port)
 
 
 class ProxyHandle:

@@ -16,6 +16,11 @@ What every jail gets, unconditionally (no code path omits any of these):
   urandom; /dev/shm is /tmp), a private /tmp, the workspace (rw or ro) and the staged
   paths (ro). Nothing else of the host exists inside;
 * an environment built from nothing: a fixed small set plus the policy's ``env``.
+
+With ``net.allow`` the jail is the same (``--unshare-net`` included) plus the egress bridge
+(`RelaySpec`): the relay program and the proxy's unix socket bound read-only under
+`BRIDGE_DIR`, the relay run in front of the command (`jail_command`), and the proxy
+variables in the command's environment.
 """
 
 from __future__ import annotations
@@ -56,6 +61,30 @@ DEVICES = (
 )
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 
+BRIDGE_DIR = "/run/panday"
+"""Where the egress bridge appears inside a jail (on its read-only root, nowhere else)."""
+RELAY_IN_JAIL = f"{BRIDGE_DIR}/relay.py"
+SOCKET_IN_JAIL = f"{BRIDGE_DIR}/egress.sock"
+HTTP_PORT = 3128
+"""The relay's HTTP proxy port on the jail's own 127.0.0.1 (the conventional one)."""
+SOCKS_PORT = 1081
+"""The relay's SOCKS5 port (1080 is below 1024, which a jail without capabilities cannot
+bind)."""
+
+
+class RelaySpec:
+    """The egress bridge of a session with ``net.allow`` (host paths; see relay.py)."""
+
+    __slots__ = ("python", "relay", "socket")
+
+    def __init__(self, *, python: str, relay: str, socket: str) -> None:
+        self.python = python
+        """The interpreter that runs the relay inside the jail (under /usr, which it shows)."""
+        self.relay = relay
+        """The relay program on the host (bound read-only at `RELAY_IN_JAIL`)."""
+        self.socket = socket
+        """The egress proxy's unix socket on the host (bound read-only at `SOCKET_IN_JAIL`)."""
+
 
 class JailSpec:
     """Everything that decides a session's jail (one per session; commands share it)."""
@@ -65,6 +94,7 @@ class JailSpec:
         "etc_view",
         "layout",
         "protect",
+        "relay",
         "staged",
         "tmp_bytes",
         "workspace",
@@ -82,6 +112,7 @@ class JailSpec:
         tmp_bytes: int | None = None,
         etc_view: str | None = None,
         protect: Sequence[str] = (),
+        relay: RelaySpec | None = None,
     ) -> None:
         self.layout = layout
         self.workspace = workspace
@@ -94,13 +125,28 @@ class JailSpec:
         """A directory holding copies of the /etc allowlist (one mount instead of many)."""
         self.protect = tuple(protect)
         """Paths inside a writable bind that are re-bound read-only (panday's own cache)."""
+        self.relay = relay
+        """The egress bridge, for a session with ``net.allow``; None: no network at all."""
 
 
-def jail_env(spec: JailSpec) -> dict[str, str]:
-    """The command's whole environment: the fixed set, then the policy's variables."""
+def jail_env(spec: JailSpec, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The command's whole environment: the fixed set, the policy's variables, then `extra`
+    (the egress proxy's variables: a policy value for them could only point a tool at a
+    route the jail does not have)."""
     env = {"PATH": DEFAULT_PATH, "HOME": spec.workspace, "LANG": "C.UTF-8", "TERM": "dumb"}
     env.update(spec.env)
+    if extra:
+        env.update(extra)
     return env
+
+
+def jail_command(spec: JailSpec, command: Sequence[str]) -> list[str]:
+    """What bwrap runs: `command`, behind the relay when the session has the bridge."""
+    if spec.relay is None:
+        return list(command)
+    ports = (str(HTTP_PORT), str(SOCKS_PORT))
+    relay = [spec.relay.python, "-I", "-S", "-B", RELAY_IN_JAIL, *ports, SOCKET_IN_JAIL, "--"]
+    return [*relay, *command]
 
 
 def _depth(path: str) -> int:
@@ -135,6 +181,10 @@ def filesystem_args(spec: JailSpec) -> list[str]:
         args += ["--bind" if rw else "--ro-bind", path, path]
     for path in spec.protect:
         args += ["--ro-bind", path, path]
+    if spec.relay is not None:
+        # Read-only: connecting to a unix socket needs no write access to its mount.
+        args += ["--ro-bind", spec.relay.relay, RELAY_IN_JAIL]
+        args += ["--ro-bind", spec.relay.socket, SOCKET_IN_JAIL]
     args += ["--remount-ro", "/"]
     return args
 
@@ -146,17 +196,18 @@ def build_options(
     seccomp_fd: int,
     block_fd: int | None = None,
     status_fd: int | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> list[str]:
     """bwrap's options for one command (descriptor numbers as the child will see them).
 
     At exec they travel through ``--args FD`` rather than the command line, because
     /proc/<pid>/cmdline is readable by every user of the host and the options carry the
-    policy's environment, which may hold secrets.
+    policy's environment, which may hold secrets (and the proxy credentials in `env`).
     """
     args = [*NAMESPACES, *PROCESS, "--hostname", HOSTNAME]
     args += filesystem_args(spec)
     args += ["--chdir", cwd, "--clearenv"]
-    for name, value in jail_env(spec).items():
+    for name, value in jail_env(spec, env).items():
         args += ["--setenv", name, value]
     args += ["--seccomp", str(seccomp_fd)]
     if block_fd is not None:
@@ -175,9 +226,10 @@ def build_argv(
     seccomp_fd: int,
     block_fd: int | None = None,
     status_fd: int | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> list[str]:
     """The whole bwrap command line for `command`, as one list (what tests inspect)."""
     options = build_options(
-        spec, cwd=cwd, seccomp_fd=seccomp_fd, block_fd=block_fd, status_fd=status_fd
+        spec, cwd=cwd, seccomp_fd=seccomp_fd, block_fd=block_fd, status_fd=status_fd, env=env
     )
-    return [bwrap, *options, "--", *command]
+    return [bwrap, *options, "--", *jail_command(spec, command)]

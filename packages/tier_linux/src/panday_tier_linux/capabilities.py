@@ -1,22 +1,24 @@
 """What T2 Linux enforces, as data (rendered by `doctor`, the docs and the run report).
 
 Two views of one table: `declared_capabilities()` says what the tier enforces on a host
-that has everything it can use (a writable cgroup); it is host-independent, so the docs
-can be generated anywhere. `host_capabilities()` is the same table with what this host
-lacks turned into refusals with the reason (no writable cgroup -> the memory, pid and CPU
-ceilings are refused by name); `create` and `doctor` use it.
+that has everything it can use (a writable cgroup, the egress bridge's interpreter); it is
+host-independent, so the docs can be generated anywhere. `host_capabilities()` is the same
+table with what this host lacks turned into refusals with the reason (no writable cgroup ->
+the memory, pid and CPU ceilings are refused by name; no interpreter for the egress relay
+-> ``net.allow``, ``net.deny`` and ``net.ports``); `create` and `doctor` use it.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Final
 
 from panday_core.capabilities import (
-    NO_EGRESS_PROXY,
     FieldSupport,
     Guarantee,
     Support,
     TierCapabilities,
+    no_egress_proxy,
 )
 from panday_core.types import SandboxTier
 
@@ -60,10 +62,52 @@ _CGROUP_FIELDS = {
     ),
 }
 
+_BRIDGE = (
+    "the session's egress proxy (panday_core.egress) outside the jail, reached through one "
+    "unix socket bound into it: a relay started before the command listens on the jail's "
+    "own 127.0.0.1 (3128 HTTP, 1081 SOCKS5) and hands each connection to the proxy; "
+    "--unshare-net stays"
+)
+
+_NET_FIELDS: Final = {
+    "net.allow": (
+        f"{_BRIDGE}; the proxy admits a host only when it matches net.allow, resolves it "
+        "itself and refuses loopback, private, link-local and metadata answers unless that "
+        "IP literal is listed"
+    ),
+    "net.deny": "the egress proxy refuses matching hosts (and listed IP literals) even when "
+    "net.allow covers them",
+    "net.ports": "the egress proxy refuses every destination port not listed",
+}
+
 GUARANTEES = (
     Guarantee(
-        name="No network: no host loopback, LAN, internet or abstract unix socket",
+        name="Without net.allow, no network: no host loopback, LAN, internet or abstract "
+        "unix socket",
         mechanism="bwrap --unshare-net on every code path; seccomp allows only AF_UNIX sockets",
+        support=Support.STRICT,
+    ),
+    Guarantee(
+        name="With net.allow, the only way out is the egress proxy",
+        mechanism="--unshare-net stays (the jail's namespace holds only its own loopback); one "
+        "unix socket is bound in; seccomp admits AF_INET/AF_INET6 for such sessions only; no "
+        "resolver inside (names go to the proxy); a dead proxy leaves no network at all",
+        support=Support.STRICT,
+    ),
+    Guarantee(
+        name="The proxy reaches only allowlisted hosts, never the host, its LAN or a "
+        "metadata endpoint through them",
+        mechanism="net.deny, net.allow and net.ports checked per request; the proxy resolves "
+        "each name once, refuses any loopback, private, link-local, CGNAT or metadata answer "
+        "(unless that IP literal is listed) and connects to the address it checked",
+        support=Support.STRICT,
+        note="what a command sends to an allowed host is not inspected (docs/egress.md)",
+    ),
+    Guarantee(
+        name="Only this session's commands can use its proxy",
+        mechanism="per-command credentials (HMAC of the command id under a per-session "
+        "secret) in the proxy URL, checked in constant time; the socket sits in a 0700 "
+        "directory",
         support=Support.STRICT,
     ),
     Guarantee(
@@ -149,7 +193,24 @@ GUARANTEES = (
 )
 
 
-def _fields(cgroup_reasons: dict[str, str]) -> tuple[FieldSupport, ...]:
+def _net_fields(bridge_reason: str | None) -> list[FieldSupport]:
+    if bridge_reason is None:
+        return [
+            FieldSupport(field=name, support=Support.STRICT, mechanism=mechanism)
+            for name, mechanism in _NET_FIELDS.items()
+        ]
+    return [
+        FieldSupport(
+            field=name,
+            support=Support.NOT_ENFORCED,
+            mechanism=mechanism,
+            note=no_egress_proxy(bridge_reason),
+        )
+        for name, mechanism in _NET_FIELDS.items()
+    ]
+
+
+def _fields(cgroup_reasons: dict[str, str], bridge_reason: str | None) -> tuple[FieldSupport, ...]:
     fields = [
         FieldSupport(
             field="fs.workspace",
@@ -167,24 +228,7 @@ def _fields(cgroup_reasons: dict[str, str]) -> tuple[FieldSupport, ...]:
             support=Support.STRICT,
             mechanism="--ro-bind at the same path",
         ),
-        FieldSupport(
-            field="net.allow",
-            support=Support.NOT_ENFORCED,
-            mechanism="none: --unshare-net is unconditional",
-            note=NO_EGRESS_PROXY,
-        ),
-        FieldSupport(
-            field="net.deny",
-            support=Support.NOT_ENFORCED,
-            mechanism="none: it narrows net.allow, which is refused",
-            note=NO_EGRESS_PROXY,
-        ),
-        FieldSupport(
-            field="net.ports",
-            support=Support.NOT_ENFORCED,
-            mechanism="none: it narrows net.allow, which is refused",
-            note=NO_EGRESS_PROXY,
-        ),
+        *_net_fields(bridge_reason),
     ]
     for name, (mechanism, note) in _CGROUP_FIELDS.items():
         reason = cgroup_reasons.get(name)
@@ -232,19 +276,42 @@ def _fields(cgroup_reasons: dict[str, str]) -> tuple[FieldSupport, ...]:
 
 def declared_capabilities() -> TierCapabilities:
     """The tier's table on a host with everything it can use (host-independent)."""
-    return TierCapabilities(tier=SandboxTier.T2_LINUX, fields=_fields({}), guarantees=GUARANTEES)
+    return TierCapabilities(
+        tier=SandboxTier.T2_LINUX, fields=_fields({}, None), guarantees=GUARANTEES
+    )
 
 
-def host_capabilities(cgroup_reasons: dict[str, str] | None = None) -> TierCapabilities:
-    """The table as it holds on this host: each cgroup ceiling probed (create, remove).
+PROBE: Final = "probe"
+"""`host_capabilities(bridge_reason=PROBE)`: ask this host whether the bridge can run."""
 
-    `cgroup_reasons` (field -> reason) skips the probe when the caller already knows.
+
+def host_capabilities(
+    cgroup_reasons: dict[str, str] | None = None, *, bridge_reason: str | None = PROBE
+) -> TierCapabilities:
+    """The table as it holds on this host: each cgroup ceiling probed (create, remove), and
+    whether the egress bridge can run (its interpreter, checked once per process).
+
+    `cgroup_reasons` (field -> reason) and `bridge_reason` (why the bridge cannot run, or
+    None when it can) skip the probes when the caller already knows.
     """
     if cgroup_reasons is None:
         cgroup_reasons = probe_cgroups()
+    if bridge_reason == PROBE:
+        bridge_reason = probe_bridge()
     return TierCapabilities(
-        tier=SandboxTier.T2_LINUX, fields=_fields(cgroup_reasons), guarantees=GUARANTEES
+        tier=SandboxTier.T2_LINUX,
+        fields=_fields(cgroup_reasons, bridge_reason),
+        guarantees=GUARANTEES,
     )
+
+
+def probe_bridge() -> str | None:
+    """Why the egress bridge cannot run here, or None (see `panday_tier_linux.bridge`)."""
+    if not sys.platform.startswith("linux"):
+        return f"the egress bridge needs Linux; this host is {sys.platform}"
+    from panday_tier_linux.bridge import unavailable_reason as bridge_reason  # noqa: PLC0415
+
+    return bridge_reason()
 
 
 def probe_cgroups() -> dict[str, str]:

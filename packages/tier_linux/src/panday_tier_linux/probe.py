@@ -65,7 +65,7 @@ def available(bwrap: host.Bwrap | None = None) -> bool:
 def host_report() -> dict[str, str]:
     """What `panday doctor` shows for T2 Linux: which bwrap and version, user namespaces,
     libseccomp, the cgroup ceilings this caller can hold, and whether a jail runs."""
-    from panday_tier_linux.capabilities import probe_cgroups  # noqa: PLC0415 - reports only
+    from panday_tier_linux.capabilities import probe_bridge, probe_cgroups  # noqa: PLC0415 - reports only
     from panday_tier_linux.seccomp import library_identity  # noqa: PLC0415 - as above
 
     binary = host.find_bwrap() if host.is_linux() else None
@@ -81,5 +81,9 @@ def host_report() -> dict[str, str]:
     }
     for field in ("limits.mem_bytes", "limits.pids", "limits.cpu_ms"):
         report[field] = f"refused: {cgroups[field]}" if field in cgroups else "enforced (cgroup)"
+    bridge = probe_bridge()
+    report["net.allow"] = (
+        f"refused: {bridge}" if bridge else "enforced (egress proxy; relay run by /usr/bin/python3)"
+    )
     report["jail"] = unavailable_reason(binary) or "runs (probe jail succeeded)"
     return report

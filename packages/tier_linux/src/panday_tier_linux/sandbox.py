@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from panday_core.capabilities import TierCapabilities
+    from panday_core.egress.thread import ProxySettings
     from panday_core.types import ExecEvent, ExecSpec, SessionSpec, Snapshot
     from panday_tier_linux import host
     from panday_tier_linux.enforcement import Enforcement
@@ -28,8 +29,13 @@ if TYPE_CHECKING:
 class T2LinuxSandbox:
     """T2 on Linux: bubblewrap + seccomp + cgroups (see docs/tiers/linux.md)."""
 
-    def __init__(self, *, bwrap: host.Bwrap | None = None) -> None:
+    def __init__(
+        self, *, bwrap: host.Bwrap | None = None, egress: ProxySettings | None = None
+    ) -> None:
+        """`egress` configures the egress proxy of sessions with ``net.allow`` (resolver,
+        audit callback or JSONL file, limits); the defaults suit real use."""
         self._bwrap = bwrap
+        self._egress = egress
         self._sessions: dict[str, LinuxSession] = {}
 
     @property
@@ -46,7 +52,9 @@ class T2LinuxSandbox:
         return self.unavailable_reason() is None
 
     async def create(self, spec: SessionSpec) -> SandboxHandle:
-        session = open_session(spec.policy, session_id=spec.session_id, bwrap=self._bwrap)
+        session = open_session(
+            spec.policy, session_id=spec.session_id, bwrap=self._bwrap, egress=self._egress
+        )
         if session.id in self._sessions:
             session.close()
             raise Internal(f"session id {session.id!r} is already open")

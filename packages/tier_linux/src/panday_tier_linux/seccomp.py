@@ -30,8 +30,22 @@ CACHE_MAGIC = b"panday-seccomp-bpf 1\n"
 _MAX_CACHE_BYTES = 1 << 20
 
 AF_UNIX = 1
+AF_INET = 2
+AF_INET6 = 10
 AF_MAX = 46
 """One past the highest address family this kernel series defines (AF_MCTP = 45)."""
+NO_NETWORK_FAMILIES = frozenset({AF_UNIX})
+"""A session without ``net.allow``: unix sockets only."""
+BRIDGE_FAMILIES = frozenset({AF_UNIX, AF_INET, AF_INET6})
+"""A session with ``net.allow``: the egress relay listens on, and tools connect to, the
+jail's own loopback; the namespace (``--unshare-net``) has nothing else to reach."""
+
+
+def socket_families(*, bridge: bool) -> frozenset[int]:
+    """The address families a jail may create sockets in: AF_INET/AF_INET6 only with the
+    egress bridge (a non-empty ``net.allow``)."""
+    return BRIDGE_FAMILIES if bridge else NO_NETWORK_FAMILIES
+
 
 EPERM = 1
 ENOSYS = 38
@@ -137,7 +151,7 @@ class FilterSpec:
 
     __slots__ = ("conditional", "denied", "families", "text")
 
-    def __init__(self, *, socket_families: frozenset[int] = frozenset({AF_UNIX})) -> None:
+    def __init__(self, *, socket_families: frozenset[int] = NO_NETWORK_FAMILIES) -> None:
         if not socket_families or any(not 0 <= f < AF_MAX for f in socket_families):
             raise ValueError(
                 f"socket_families: {sorted(socket_families)} must be within 0..{AF_MAX - 1}"

@@ -12,30 +12,36 @@
    it, so not one instruction of the command runs outside its ceilings;
 4. stream through the core's pump with a supervisor that kills the pid namespace and turns
    cgroup counters into typed breaches.
+
+A session with ``net.allow`` also holds the egress bridge (`bridge.Bridge`): the session's
+proxy, the relay run in front of each command, and per-command proxy credentials.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import time
 from typing import TYPE_CHECKING, Self, TypedDict
 
-from panday_core.capabilities import Refusal, check_policy
+from panday_core.capabilities import Refusal, check_policy, no_egress_proxy
 from panday_core.errors import Internal, PolicyViolation, TierUnavailable
 from panday_core.execution import ChildProcess, Supervisor, astream, collect, spawn, stream
 from panday_core.types import ExecExit, ExecSpec, LimitBreach, LimitKind, OutputChunk, SandboxTier
 from panday_tier_linux import host
-from panday_tier_linux.argv import JailSpec, build_options
+from panday_tier_linux.argv import BRIDGE_DIR, JailSpec, build_options, jail_command
 from panday_tier_linux.capabilities import CPU_POLL_MS, DISK_NEEDS_RO, host_capabilities
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Generator, Sequence
 
+    from panday_core.egress.thread import ProxySettings
     from panday_core.policy import SandboxPolicy
     from panday_core.t0.session import T0Session
     from panday_core.types import ExecEvent, ExecResult, Snapshot
+    from panday_tier_linux.bridge import Bridge
     from panday_tier_linux.cgroups import ExecCgroup, SessionCgroup
     from panday_tier_linux.enforcement import Enforcement
 
@@ -44,6 +50,8 @@ _CHILD_PID_TIMEOUT_S = 30.0
 _SETUP_TIMEOUT_S = 10.0
 _PIPE_CAPACITY = 65536
 _STDERR_TAIL = 4096
+_RELAY_SETUP_FAILED = 125
+_RELAY_MARK = b"panday-relay: "
 
 # Where a workspace or staged path would undo the jail's own mounts.
 _FORBIDDEN = ("/", "/proc", "/dev", "/sys")
@@ -270,6 +278,8 @@ class _Command:
             self.tail = (self.tail + event.data)[-_STDERR_TAIL:]
         if isinstance(event, ExecExit):
             _raise_setup_failure(event, self.sup, bytes(self.tail))
+            if self.session.bridge is not None:
+                _raise_relay_failure(event, bytes(self.tail))
         return event
 
     def close(self) -> None:
@@ -289,6 +299,7 @@ class LinuxSession:
         spec: JailSpec,
         program: bytes,
         cgroup: SessionCgroup | None,
+        bridge: Bridge | None = None,
     ) -> None:
         self.id = session_id
         self.policy = policy
@@ -296,7 +307,10 @@ class LinuxSession:
         self.spec = spec
         self.program = program
         self.cgroup = cgroup
+        self.bridge = bridge
+        """The egress bridge (proxy and relay) when the policy has ``net.allow``."""
         self.closed = False
+        self._commands = itertools.count(1)
         self._running: dict[int, tuple[ChildProcess, JailSupervisor]] = {}
         self._t0: T0Session | None = None
 
@@ -334,11 +348,23 @@ class LinuxSession:
         except OSError as exc:
             raise Internal(f"cannot create the command's cgroup: {exc}") from exc
 
+    def _proxy_env(self, spec: ExecSpec) -> dict[str, str] | None:
+        """The proxy variables for one command, with credentials issued for its id (the
+        caller's `ExecSpec.command_id`, else ``cmd-N``); None without the bridge."""
+        if self.bridge is None:
+            return None
+        command_id = spec.command_id or f"cmd-{next(self._commands)}"
+        try:
+            return self.bridge.environment(command_id)
+        except ValueError as exc:
+            raise ValueError(f"command_id: {exc}") from None
+
     def launch(self, spec: ExecSpec) -> tuple[ChildProcess, JailSupervisor]:
         """Spawn the jail for `spec` with its ceilings in place (used by `exec`)."""
         if self.closed:
             raise Internal(f"session {self.id} is closed")
         cwd = self._cwd(spec.cwd)
+        proxy_env = self._proxy_env(spec)
         exec_cgroup = self._exec_cgroup()
         block = exec_cgroup is not None or self.spec.tmp_bytes is not None
         fds: list[int] = []
@@ -352,6 +378,7 @@ class LinuxSession:
                 seccomp_fd=4,
                 block_fd=5 if block else None,
                 status_fd=status_child,
+                env=proxy_env,
             )
             fds.append(
                 _data_fd(b"".join(o.encode("utf-8", "surrogateescape") + b"\0" for o in options))
@@ -363,7 +390,7 @@ class LinuxSession:
             status_r, status_w = os.pipe()
             fds.append(status_w)
             status = _Status(status_r)
-            argv = [self.bwrap.path, "--args", "3", "--", *spec.argv]
+            argv = [self.bwrap.path, "--args", "3", "--", *jail_command(self.spec, spec.argv)]
             proc = spawn(argv, env={}, stdin=spec.stdin is not None, pass_fds=fds)
         except BaseException:
             if exec_cgroup is not None:
@@ -496,10 +523,13 @@ class LinuxSession:
     # ------------------------------------------------------------------ end
 
     def close(self) -> None:
-        """Kill every running command, remove the session's cgroups. Idempotent."""
+        """Kill every running command, stop the egress proxy, remove the session's cgroups.
+        Idempotent."""
         self.closed = True
         for proc, sup in list(self._running.values()):
             sup.kill(proc)
+        if self.bridge is not None:
+            self.bridge.close()
         if self.cgroup is not None and not self.cgroup.remove():
             time.sleep(0.05)
             self.cgroup.remove()
@@ -530,6 +560,18 @@ def _explain(message: str) -> str:
     if restriction is not None:
         return f"{first} (user namespaces are restricted on this host: {restriction})"
     return first
+
+
+def _raise_relay_failure(event: ExecExit, stderr_tail: bytes) -> None:
+    """The egress relay could not set up (its line on stderr, exit 125): the command never
+    ran, and that is not the command's result."""
+    if event.breach is not None or event.exit_code != _RELAY_SETUP_FAILED:
+        return
+    at = stderr_tail.rfind(_RELAY_MARK)
+    if at < 0:
+        return
+    line = stderr_tail[at:].split(b"\n", 1)[0].decode("utf-8", "replace")
+    raise Internal(f"the egress relay inside the jail failed: {line}")
 
 
 def _raise_setup_failure(event: ExecExit, sup: JailSupervisor, stderr_tail: bytes) -> None:
@@ -564,7 +606,29 @@ def _policy_refusals(policy: SandboxPolicy) -> tuple[list[Refusal], str, list[st
             staged.append(real)
     if policy.limits.disk_bytes is not None and policy.fs.access == "rw":
         refusals.append(Refusal(field="limits.disk_bytes", reason=DISK_NEEDS_RO))
+    if policy.net.allow:
+        refusals += _bridge_conflicts(workspace, staged)
     return refusals, workspace or "", staged
+
+
+def _bridge_conflicts(workspace: str | None, staged: list[str]) -> list[Refusal]:
+    """A workspace or staged path at or around the bridge's place in the jail would have
+    bwrap create the bridge's mount points in a host directory, or hide them."""
+    refusals: list[Refusal] = []
+    paths = [("fs.workspace", workspace)] + [
+        (f"fs.staged_ro[{i}]", p) for i, p in enumerate(staged)
+    ]
+    for field, path in paths:
+        if path is None:
+            continue
+        if (
+            path == BRIDGE_DIR
+            or BRIDGE_DIR.startswith(path + "/")
+            or path.startswith(BRIDGE_DIR + "/")
+        ):
+            why = f"{path!r} overlaps {BRIDGE_DIR}, where the egress bridge appears in the jail"
+            refusals.append(Refusal(field=field, reason=why))
+    return refusals
 
 
 def open_session(
@@ -572,9 +636,14 @@ def open_session(
     *,
     session_id: str | None = None,
     bwrap: host.Bwrap | None = None,
+    egress: ProxySettings | None = None,
 ) -> LinuxSession:
     """Open a session, or refuse: `PolicyViolation` names every field this host cannot
-    enforce, `TierUnavailable` says why the jail cannot run at all. Nothing is spawned."""
+    enforce, `TierUnavailable` says why the jail cannot run at all. Nothing is spawned.
+
+    With ``net.allow`` the session's egress proxy starts here (`egress` sets its resolver,
+    audit sink, limits and connector); if it cannot, ``net.allow`` is refused by name.
+    """
     if not host.is_linux():
         raise TierUnavailable(str(TIER), f"T2 Linux needs Linux; this host is {os.uname().sysname}")
     sid = _sanitize_id(session_id)
@@ -589,7 +658,7 @@ def open_session(
             session_cgroup = cgroups.open_session(cgroup_limits, sid)
         except cgroups.CgroupUnavailable as exc:
             cgroup_reasons = {f"limits.{k}": exc.reason for k in cgroup_limits}
-    caps = host_capabilities(cgroup_reasons)
+    caps = host_capabilities(cgroup_reasons, bridge_reason=_bridge_reason(policy))
     refusals += check_policy(policy, caps)
     if refusals:
         if session_cgroup is not None:
@@ -603,11 +672,32 @@ def open_session(
             staged=staged,
             bwrap=bwrap,
             session_cgroup=session_cgroup,
+            egress=egress,
         )
     except BaseException:
         if session_cgroup is not None:
             session_cgroup.remove()
         raise
+
+
+def _bridge_reason(policy: SandboxPolicy) -> str | None:
+    """Why the egress bridge cannot run here (asked only when the policy needs it)."""
+    if not policy.net.allow:
+        return None
+    from panday_tier_linux.bridge import unavailable_reason  # noqa: PLC0415 - net.allow only
+
+    return unavailable_reason()
+
+
+def _start_bridge(policy: SandboxPolicy, sid: str, egress: ProxySettings | None) -> Bridge:
+    """The session's egress proxy for `policy.net`, or `PolicyViolation` on ``net.allow``."""
+    from panday_tier_linux.bridge import Bridge  # noqa: PLC0415 - net.allow only
+
+    try:
+        return Bridge.start(policy.net, session_id=sid, settings=egress)
+    except (OSError, RuntimeError, TimeoutError) as exc:
+        reason = no_egress_proxy(f"it could not start: {exc}")
+        raise PolicyViolation(str(TIER), [Refusal(field="net.allow", reason=reason)]) from exc
 
 
 def _finish_open(
@@ -618,6 +708,7 @@ def _finish_open(
     staged: list[str],
     bwrap: host.Bwrap | None,
     session_cgroup: SessionCgroup | None,
+    egress: ProxySettings | None,
 ) -> LinuxSession:
     from panday_tier_linux import etcview, seccomp  # noqa: PLC0415 - keeps the package import light
 
@@ -629,7 +720,9 @@ def _finish_open(
             str(TIER),
             "unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone=0)",
         )
-    program = seccomp.program(seccomp.FilterSpec())
+    with_bridge = bool(policy.net.allow)
+    families = seccomp.socket_families(bridge=with_bridge)
+    program = seccomp.program(seccomp.FilterSpec(socket_families=families))
     view = etcview.etc_view()
     writable = [workspace] if policy.fs.access == "rw" else []
     spec = JailSpec(
@@ -642,6 +735,9 @@ def _finish_open(
         env=policy.env,
         tmp_bytes=policy.limits.disk_bytes,
     )
+    bridge = _start_bridge(policy, sid, egress) if with_bridge else None
+    if bridge is not None:
+        spec.relay = bridge.relay_spec()
     return LinuxSession(
         session_id=sid,
         policy=policy,
@@ -649,6 +745,7 @@ def _finish_open(
         spec=spec,
         program=program,
         cgroup=session_cgroup,
+        bridge=bridge,
     )
 
 

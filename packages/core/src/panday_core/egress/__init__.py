@@ -12,6 +12,7 @@ from panday_core.egress.audit import AuditEvent, JsonlAuditLog, encode_event
 from panday_core.egress.resolver import ResolveError, Resolver, StaticResolver, SystemResolver
 from panday_core.egress.rules import EgressRules
 from panday_core.egress.server import SESSION_USER, EgressProxy, ProxyLimits
+from panday_core.egress.thread import ProxySettings, ProxyThread
 
 __all__ = [
     "SESSION_USER",
@@ -20,6 +21,8 @@ __all__ = [
     "EgressRules",
     "JsonlAuditLog",
     "ProxyLimits",
+    "ProxySettings",
+    "ProxyThread",
     "ResolveError",
     "Resolver",
     "StaticResolver",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import hmac
 import logging
@@ -45,9 +46,11 @@ from panday_core.egress.resolver import ResolveError, Resolver, SystemResolver
 from panday_core.egress.rules import EgressRules, parse_address
 
 if TYPE_CHECKING:
+    import socket
     from collections.abc import Awaitable, Callable, Coroutine, Sequence
 
     from panday_core.egress.addresses import IPAddress
+    from panday_core.egress.handoff import HandoffListener
     from panday_core.policy import NetPolicy
 
     Connector: TypeAlias = Callable[
@@ -61,6 +64,8 @@ SESSION_USER = "session"
 """The username of session-level credentials (no particular command)."""
 _USER_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 _MAX_USER = 64
+_NO_IPV6 = frozenset({errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT, errno.EPROTONOSUPPORT})
+"""Errors that mean this host has no IPv6 loopback to listen on (so nobody else can)."""
 
 
 class ProxyLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -617,6 +622,8 @@ class EgressProxy:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.tcp_address: tuple[str, int] | None = None
         self.unix_path: str | None = None
+        self.handoff_path: str | None = None
+        self._handoffs: list[HandoffListener] = []
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -687,8 +694,62 @@ class EgressProxy:
         self.unix_path = path
         return path
 
+    async def start_loopback(self, port: int = 0, *, attempts: int = 32) -> int:
+        """Listen on 127.0.0.1 *and* ::1 at one port, and return it.
+
+        For a jail that can only name loopback as a whole (Seatbelt's ``localhost`` covers
+        both addresses): holding the port on both means no other process can listen on the
+        one the proxy would otherwise leave free. A host without IPv6 loopback has no ::1 for
+        anyone to listen on, so then 127.0.0.1 alone is enough. With `port` 0 a port free on
+        both is searched for (`attempts` tries).
+        """
+        self._loop = loop = asyncio.get_running_loop()
+        for _ in range(attempts if port == 0 else 1):
+            v4 = await loop.create_server(
+                lambda: _Client(self), "127.0.0.1", port, backlog=self.limits.backlog
+            )
+            chosen = int(v4.sockets[0].getsockname()[1])
+            try:
+                v6 = await loop.create_server(
+                    lambda: _Client(self), "::1", chosen, backlog=self.limits.backlog
+                )
+            except OSError as exc:
+                if exc.errno in _NO_IPV6:
+                    v6 = None
+                else:
+                    v4.close()
+                    if port != 0:
+                        raise
+                    continue  # someone holds this port on ::1: try another
+            self._servers.extend(s for s in (v4, v6) if s is not None)
+            self.tcp_address = ("127.0.0.1", chosen)
+            return chosen
+        raise OSError(errno.EADDRINUSE, "no port is free on both 127.0.0.1 and ::1")
+
+    async def start_handoff(self, path: str) -> str:
+        """Receive connected client sockets over a unix socket at `path` (the Linux bridge:
+        see `panday_core.egress.handoff`)."""
+        from panday_core.egress.handoff import HandoffListener  # noqa: PLC0415 - Linux bridge only
+
+        self._loop = asyncio.get_running_loop()
+        listener = HandoffListener(self, path)
+        listener.start()
+        self._handoffs.append(listener)
+        self.handoff_path = path
+        return path
+
+    async def adopt(self, sock: socket.socket) -> None:
+        """Serve `sock`, a connected TCP socket some relay accepted, as a client."""
+        try:
+            await self.loop.connect_accepted_socket(lambda: _Client(self), sock)
+        except (OSError, RuntimeError):
+            sock.close()
+
     async def close(self) -> None:
         """Stop listening and cut every open connection."""
+        for listener in self._handoffs:
+            listener.close()
+        self._handoffs.clear()
         for server in self._servers:
             server.close()
         for client in list(self.clients):

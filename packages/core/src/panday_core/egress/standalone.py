@@ -20,20 +20,35 @@ if TYPE_CHECKING:
     from panday_core.policy import NetPolicy
 
 
+NO_PROXY = "localhost,127.0.0.1,::1"
+"""Loopback stays direct: inside a jail that is the jail's own loopback, nothing else."""
+
+
 def proxy_environment(http_url: str, socks_url: str) -> dict[str, str]:
-    """The variables that make common tools (curl, pip, git, npm) use the proxy."""
+    """The variables that make common tools use the proxy (each name's reason inline).
+
+    `http_url` carries the credentials (``http://USER:TOKEN@HOST:PORT``); `socks_url` is the
+    ``socks5h://`` form, so a SOCKS client leaves name resolution to the proxy.
+    """
     env: dict[str, str] = {}
     for name, value in (
+        # curl reads only the lower-case http_proxy (httpoxy); most others read either.
         ("HTTP_PROXY", http_url),
         ("HTTPS_PROXY", http_url),
         ("ALL_PROXY", socks_url),
-        ("NO_PROXY", "localhost,127.0.0.1,::1"),
+        ("NO_PROXY", NO_PROXY),
     ):
         env[name] = value
         env[name.lower()] = value
     # npm reads its own configuration variables before the conventional ones.
     env["npm_config_proxy"] = http_url
     env["npm_config_https_proxy"] = http_url
+    env["npm_config_noproxy"] = NO_PROXY
+    # Yarn (berry) has its own names; Node's built-in fetch and http honour the
+    # conventional variables only when asked to (Node 24 and later).
+    env["YARN_HTTP_PROXY"] = http_url
+    env["YARN_HTTPS_PROXY"] = http_url
+    env["NODE_USE_ENV_PROXY"] = "1"
     return env
 
 

@@ -1,0 +1,157 @@
+"""The egress bridge: how a jail with no network reaches the session's egress proxy.
+
+A session whose policy lists hosts in ``net.allow`` gets, at `open_session`:
+
+* an `EgressProxy` (``panday_core.egress``) on a loop thread of its own (`ProxyThread`: see
+  there why a thread and not a helper process), serving one unix socket in a private
+  runtime directory (mode 0700) with the session's rules: ``net.allow``, ``net.deny``,
+  ``net.ports``;
+* per command, that socket bound read-only into the jail, and `relay.py` run in front of
+  the command inside the jail's own network namespace (which keeps ``--unshare-net`` and
+  holds only its loopback). The relay listens on 127.0.0.1 and hands every connection to
+  the proxy; it is listening before the command starts;
+* per command, the proxy variables (`proxy_environment`) with credentials issued for that
+  command's id, so the audit log names the command and no other process can use the
+  proxy.
+
+The seccomp filter of such a session admits ``AF_INET``/``AF_INET6`` sockets as well (the
+relay's listeners and the tools' connections to them), which reach nothing but the jail's
+own loopback. There is no resolver inside: names travel to the proxy, which resolves them.
+If the proxy cannot start, `open_session` refuses ``net.allow``; if it dies, the relay
+answers every connection with the reason, and nothing falls back to a direct route.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import stat
+import tempfile
+from typing import TYPE_CHECKING
+
+from panday_tier_linux.argv import HTTP_PORT, SOCKS_PORT, RelaySpec
+
+if TYPE_CHECKING:
+    from panday_core.egress.thread import ProxySettings, ProxyThread
+    from panday_core.policy import NetPolicy
+
+PYTHON = "/usr/bin/python3"
+"""The relay's interpreter: the host's own, which the jail shows at the same path."""
+MIN_PYTHON = (3, 8)
+SOCKET_NAME = "egress.sock"
+_MAX_SOCKET_PATH = 100
+"""Unix socket paths must fit sun_path (108 bytes with the terminating NUL)."""
+
+
+@functools.cache
+def unavailable_reason() -> str | None:
+    """None when the bridge can run here; otherwise why not (checked once per process)."""
+    if not os.access(PYTHON, os.X_OK):
+        return f"the egress relay needs {PYTHON} (install python3), which the jail runs"
+    real = os.path.realpath(PYTHON)
+    if not real.startswith("/usr/"):
+        return f"{PYTHON} resolves to {real}, outside /usr, which is all a jail shows"
+    import subprocess  # noqa: PLC0415 - once per process, and only for sessions with net.allow
+
+    want = ".".join(str(v) for v in MIN_PYTHON)
+    try:
+        done = subprocess.run(
+            [PYTHON, "-I", "-S", "-c", f"import sys; sys.exit(sys.version_info < {MIN_PYTHON})"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+            env={},
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the egress relay's interpreter {PYTHON} does not run: {exc}"
+    if done.returncode != 0:
+        return f"the egress relay needs Python >= {want} at {PYTHON}"
+    return None
+
+
+def relay_program() -> str:
+    """The relay's source file on the host (bound read-only into each jail)."""
+    return os.path.realpath(os.path.join(os.path.dirname(__file__), "relay.py"))
+
+
+def _runtime_base() -> str:
+    """``$XDG_RUNTIME_DIR`` when it is a private directory of ours, else the temp dir."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    if base and os.path.isabs(base):
+        try:
+            st = os.stat(base)
+        except OSError:
+            st = None
+        if (
+            st is not None
+            and stat.S_ISDIR(st.st_mode)
+            and st.st_uid == os.geteuid()
+            and not st.st_mode & 0o077
+        ):
+            return base
+    return tempfile.gettempdir()
+
+
+def runtime_dir() -> str:
+    """A new private (0700) directory for one session's proxy socket."""
+    base = _runtime_base()
+    if len(os.path.join(base, "panday-egress-xxxxxxxx", SOCKET_NAME)) > _MAX_SOCKET_PATH:
+        base = "/tmp"  # noqa: S108 - a mkdtemp directory (0700) below it
+    return tempfile.mkdtemp(prefix="panday-egress-", dir=base)
+
+
+class Bridge:
+    """One session's egress proxy and what its jails need to reach it."""
+
+    def __init__(self, proxy: ProxyThread, directory: str, socket_path: str) -> None:
+        self.proxy = proxy
+        self.directory = directory
+        self.socket_path = socket_path
+
+    @classmethod
+    def start(
+        cls, net: NetPolicy, *, session_id: str, settings: ProxySettings | None = None
+    ) -> Bridge:
+        """Start the proxy for `net` on a unix socket in a new runtime directory.
+
+        Raises `OSError` or `RuntimeError` when it cannot; nothing is left behind then.
+        """
+        from panday_core.egress.thread import ProxyThread  # noqa: PLC0415 - asyncio only here
+
+        directory = runtime_dir()
+        try:
+            proxy = ProxyThread(net, session_id=session_id, settings=settings)
+            try:
+                path = proxy.start_handoff(os.path.join(directory, SOCKET_NAME))
+            except BaseException:
+                proxy.close()
+                raise
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        return cls(proxy, directory, path)
+
+    def relay_spec(self) -> RelaySpec:
+        return RelaySpec(python=PYTHON, relay=relay_program(), socket=self.socket_path)
+
+    def environment(self, command_id: str) -> dict[str, str]:
+        """The proxy variables for one command, with credentials issued for its id.
+
+        Raises `ValueError` for an id the proxy cannot issue credentials for.
+        """
+        from panday_core.egress.standalone import proxy_environment  # noqa: PLC0415 - as above
+
+        user, token = self.proxy.credentials(command_id)
+        http = f"http://{user}:{token}@127.0.0.1:{HTTP_PORT}"
+        socks = f"socks5h://{user}:{token}@127.0.0.1:{SOCKS_PORT}"
+        return proxy_environment(http, socks)
+
+    @property
+    def alive(self) -> bool:
+        return self.proxy.alive
+
+    def close(self) -> None:
+        """Stop the proxy (cutting every tunnel) and remove the runtime directory."""
+        self.proxy.close()
+        shutil.rmtree(self.directory, ignore_errors=True)

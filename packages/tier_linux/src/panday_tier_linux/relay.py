@@ -1,0 +1,248 @@
+"""The jail's end of the egress bridge. It runs *inside* the jail, before the command.
+
+    python3 -I -S -B relay.py HTTP_PORT SOCKS_PORT SOCKET -- COMMAND [ARG...]
+
+The jail keeps ``--unshare-net``: its network namespace holds only its own loopback. This
+program, run by the host's ``/usr/bin/python3`` (standard library only, Python 3.8 or
+later; it never imports panday), gives the command its one way out:
+
+1. it listens on ``127.0.0.1:HTTP_PORT`` and ``127.0.0.1:SOCKS_PORT`` (the addresses the
+   jail's proxy variables name), then connects to ``SOCKET``, the egress proxy's unix
+   socket, the only thing of the host's network the jail can reach;
+2. it forks the relay loop away (twice, so the loop is no child of the command: a command
+   that reaps every child or signals its own process group neither sees nor kills it) and
+   waits until the loop reports through a pipe that it runs;
+3. only then does it exec the command. The listeners were bound before the fork, so the
+   command's very first connection already finds them: there is no start-up race.
+
+The loop accepts each connection and hands the connected socket itself to the proxy
+(``SCM_RIGHTS``, one socket per message): it never copies a byte of traffic, and the
+proxy checks every request as it checks any client's. When the proxy cannot be reached
+(it could not start, or it died), the loop answers the client itself, with an HTTP 502
+carrying ``X-Panday-Refused`` or a SOCKS5 "no acceptable method", and closes: the command
+loses the network and learns why, and there is no other route to fall back to.
+
+Setup failures print one ``panday-relay:`` line on stderr and exit 125 (the session turns
+that into an error); a command that cannot be executed gets exit status 1 and a
+``panday-relay: execvp`` line, as bwrap itself reports it without a relay.
+
+Every command of such a session pays this program's start-up, so it imports only C modules
+(``_socket``, ``_signal``, ``select``): the ``socket`` module alone (enum, selectors,
+collections) would cost more than the interpreter's own start.
+"""
+
+from __future__ import annotations
+
+import _signal  # pyright: ignore[reportMissingImports] - the C half of `signal`, which has no stub
+import _socket as socket
+import os
+import select
+import sys
+
+SETUP_FAILED = 125
+READY = b"R"
+READY_TIMEOUT_S = 10.0
+HANDOFF = b"C"
+SEND_TIMEOUT_S = 10.0
+REFUSERS = 64
+"""Clients answered at once while the proxy is unreachable (each in a short thread)."""
+REFUSE_TIMEOUT_S = 2.0
+
+
+def _fail(message: str) -> None:
+    os.write(2, f"panday-relay: {message}\n".encode(errors="replace"))
+    os._exit(SETUP_FAILED)
+
+
+def _listen(port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 0)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(4096)
+    sock.setblocking(False)  # noqa: FBT003 - the socket API's own flag
+    return sock
+
+
+def _control(path: str) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, 0)
+    sock.settimeout(SEND_TIMEOUT_S)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def _refusal(first: bytes, reason: str) -> bytes:
+    if first[:1] == b"\x05":
+        return b"\x05\xff"  # SOCKS5: no acceptable method (SOCKS has no words for why)
+    text = f"the egress proxy cannot be reached ({reason}); this jail has no other way out"
+    body = text.encode() + b"\n"
+    return (
+        b"HTTP/1.1 502 Bad Gateway\r\nX-Panday-Refused: "
+        + text.encode()
+        + b"\r\nContent-Type: text/plain\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\nConnection: close\r\n\r\n"
+        + body
+    )
+
+
+def _refuse(fd: int, reason: str) -> None:
+    """Tell the client why (after reading its request, so closing does not reset)."""
+    try:
+        conn = socket.socket(fileno=fd)
+    except OSError:
+        os.close(fd)
+        return
+    try:
+        conn.settimeout(REFUSE_TIMEOUT_S)
+        try:
+            first = conn.recv(65536)
+        except OSError:
+            first = b""
+        conn.sendall(_refusal(first, reason))
+        conn.shutdown(socket.SHUT_WR)
+        while conn.recv(65536):
+            pass
+    except OSError:
+        pass
+    finally:
+        conn.close()
+
+
+class Relay:
+    """The loop: accept, hand the socket to the proxy, close our copy."""
+
+    def __init__(self, listeners: list[socket.socket], path: str) -> None:
+        self.listeners = listeners
+        self.path = path
+        self.control: socket.socket | None = None
+        self.problem = "not connected"
+        self.refusing = 0
+
+    def connect(self) -> None:
+        self.control = _control(self.path)
+        if self.control is None:
+            self.problem = "its socket refused the connection"
+
+    def hand(self, fd: int) -> None:
+        """Pass the accepted connection `fd` to the proxy, then close our copy."""
+        rights = fd.to_bytes(4, sys.byteorder, signed=True)  # one C int
+        for _ in range(2):  # once more after reconnecting: the proxy may have been restarted
+            if self.control is None:
+                self.connect()
+            control = self.control
+            if control is None:
+                break
+            try:
+                control.sendmsg([HANDOFF], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+            except OSError as exc:
+                self.problem = exc.strerror or str(exc)
+                control.close()
+                self.control = None
+                continue
+            os.close(fd)
+            return
+        self.refuse(fd)
+
+    def refuse(self, fd: int) -> None:
+        if self.refusing >= REFUSERS:
+            os.close(fd)
+            return
+        import threading  # noqa: PLC0415 - only when the proxy is gone
+
+        self.refusing += 1
+
+        def answer() -> None:
+            try:
+                _refuse(fd, self.problem)
+            finally:
+                self.refusing -= 1
+
+        threading.Thread(target=answer, daemon=True).start()
+
+    def run(self, ready_fd: int) -> None:
+        self.connect()
+        os.write(ready_fd, READY)
+        os.close(ready_fd)
+        while True:
+            readable, _, _ = select.select(self.listeners, [], [])
+            for listener in readable:
+                while True:
+                    try:
+                        fd = _accepted(listener)
+                    except OSError:  # EAGAIN: nothing more to accept
+                        break
+                    self.hand(fd)
+
+
+def _accepted(listener: socket.socket) -> int:
+    """One accepted connection's descriptor (``_socket``'s own accept; typeshed lacks it)."""
+    return int(listener._accept()[0])  # noqa: SLF001  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType, reportUnknownArgumentType] - see above
+
+
+def _default_signals() -> None:
+    """Python ignores SIGPIPE and SIGXFSZ; an ignored signal stays ignored across exec, and
+    the command must start with the dispositions it would have had without the relay."""
+    for name in ("SIGPIPE", "SIGXFSZ"):
+        number: int | None = getattr(_signal, name, None)
+        if number is not None:
+            _signal.signal(number, _signal.SIG_DFL)  # pyright: ignore[reportUnknownMemberType] - no stub
+
+
+def _detach(listeners: list[socket.socket], path: str, ready_fd: int) -> None:
+    """In the forked child: fork again, and run the loop in the grandchild."""
+    if os.fork() != 0:
+        os._exit(0)
+    try:
+        os.setsid()
+        null = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        if null > 2:  # noqa: PLR2004 - the three standard descriptors
+            os.close(null)
+        Relay(listeners, path).run(ready_fd)
+    finally:
+        os._exit(0)
+
+
+def _wait_ready(fd: int) -> bool:
+    readable, _, _ = select.select([fd], [], [], READY_TIMEOUT_S)
+    return bool(readable) and os.read(fd, 1) == READY
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 5 or argv[3] != "--":  # noqa: PLR2004 - HTTP SOCKS SOCKET -- COMMAND
+        _fail("usage: relay.py HTTP_PORT SOCKS_PORT SOCKET -- COMMAND [ARG...]")
+    try:
+        ports = [int(argv[0]), int(argv[1])]
+        listeners = [_listen(port) for port in ports]
+    except (ValueError, OSError) as exc:
+        _fail(f"cannot listen on 127.0.0.1 inside the jail: {exc}")
+        return
+    path, command = argv[2], argv[4:]
+    read_fd, write_fd = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(read_fd)
+        _detach(listeners, path, write_fd)
+    os.close(write_fd)
+    os.waitpid(child, 0)
+    ready = _wait_ready(read_fd)
+    os.close(read_fd)
+    for listener in listeners:
+        listener.close()
+    if not ready:
+        _fail("the relay loop did not start")
+    _default_signals()
+    try:
+        os.execvp(command[0], command)  # noqa: S606 - the user's command, as bwrap would run it
+    except OSError as exc:
+        os.write(2, f"panday-relay: execvp {command[0]}: {exc.strerror}\n".encode(errors="replace"))
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
