@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from panday_tier_linux.argv import NAMESPACES, JailSpec, build_argv, build_options, jail_env
+from panday_tier_linux.argv import (
+    BRIDGE_DIR,
+    HTTP_PORT,
+    NAMESPACES,
+    RELAY_IN_JAIL,
+    SOCKET_IN_JAIL,
+    SOCKS_PORT,
+    JailSpec,
+    RelaySpec,
+    build_argv,
+    build_options,
+    jail_command,
+    jail_env,
+)
 from panday_tier_linux.host import HostLayout
 
 LAYOUT = HostLayout(
@@ -19,6 +32,7 @@ def spec(
     staged: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
     tmp_bytes: int | None = None,
+    relay: RelaySpec | None = None,
 ) -> JailSpec:
     return JailSpec(
         layout=LAYOUT,
@@ -27,7 +41,11 @@ def spec(
         staged=staged,
         env=env,
         tmp_bytes=tmp_bytes,
+        relay=relay,
     )
+
+
+RELAY = RelaySpec(python="/usr/bin/python3", relay="/site/relay.py", socket="/rt/egress.sock")
 
 
 def argv(s: JailSpec | None = None) -> list[str]:
@@ -46,6 +64,7 @@ VARIANTS = [
     spec(staged=("/data/in",)),
     spec(tmp_bytes=1 << 20, workspace_rw=False),
     spec(env={"TOKEN": "x"}),
+    spec(relay=RELAY),
 ]
 
 
@@ -62,7 +81,8 @@ def test_every_jail_gets_every_wall(variant: JailSpec) -> None:
     assert pairs(args, "--seccomp") == ["4"]
     sep = args.index("--")
     assert args[sep - 2 : sep] == ["--seccomp", "4"]
-    assert args[sep + 1 :] == ["/bin/true"]
+    assert args[sep + 1 :] == jail_command(variant, ["/bin/true"])
+    assert args[-1] == "/bin/true"
     # The read-only remount of / comes after every bind, so it covers them all.
     last_bind = max(i for i, a in enumerate(args) if a in {"--bind", "--ro-bind", "--symlink"})
     assert args.index("--remount-ro", last_bind) < args.index("--chdir")
@@ -141,3 +161,38 @@ def test_an_etc_view_is_one_read_only_mount_at_etc() -> None:
         "/etc",
     ]
     assert "/etc/passwd" not in args
+
+
+def test_the_egress_bridge_keeps_the_namespace_and_adds_two_read_only_files() -> None:
+    plain, bridged = argv(), argv(spec(relay=RELAY))
+    assert "--unshare-net" in bridged
+    assert [a for a in bridged if a.startswith("--unshare")] == [
+        a for a in plain if a.startswith("--unshare")
+    ]
+    binds = [(bridged[i + 1], bridged[i + 2]) for i, a in enumerate(bridged) if a == "--ro-bind"]
+    assert ("/site/relay.py", RELAY_IN_JAIL) in binds
+    assert ("/rt/egress.sock", SOCKET_IN_JAIL) in binds
+    assert RELAY_IN_JAIL.startswith(BRIDGE_DIR + "/")
+    assert not any(BRIDGE_DIR in a for a in plain)
+    sep = bridged.index("--")
+    assert bridged[sep + 1 :] == [
+        "/usr/bin/python3",
+        "-I",
+        "-S",
+        "-B",
+        RELAY_IN_JAIL,
+        str(HTTP_PORT),
+        str(SOCKS_PORT),
+        SOCKET_IN_JAIL,
+        "--",
+        "/bin/true",
+    ]
+
+
+def test_the_proxy_variables_win_over_the_policys() -> None:
+    s = spec(env={"HTTP_PROXY": "http://elsewhere:1", "KEEP": "1"}, relay=RELAY)
+    env = jail_env(s, {"HTTP_PROXY": "http://u:t@127.0.0.1:3128"})
+    assert env["HTTP_PROXY"] == "http://u:t@127.0.0.1:3128"
+    assert env["KEEP"] == "1"
+    options = build_options(s, cwd="/work/ws", seccomp_fd=4, env={"HTTP_PROXY": "x"})
+    assert "x" in pairs(options, "HTTP_PROXY")

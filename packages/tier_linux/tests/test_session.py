@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from panday_core.capabilities import NO_EGRESS_PROXY, Support, policy_fields
+from panday_core.capabilities import Support, policy_fields
 from panday_core.errors import LimitExceeded, PathRefused, PolicyViolation, TierUnavailable
 from panday_core.policy import FsPolicy, Limits, NetPolicy, SandboxPolicy
 from panday_core.types import ExecExit, ExecSpec, OutputChunk, SessionSpec
@@ -53,12 +53,23 @@ def test_the_host_table_refuses_ceilings_without_a_cgroup() -> None:
     assert mem.support is Support.STRICT
 
 
+def _no_bridge(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This host, as one without an interpreter for the egress relay."""
+    from panday_tier_linux import bridge  # noqa: PLC0415
+
+    monkeypatch.setattr(bridge, "unavailable_reason", lambda: "no /usr/bin/python3 here")
+
+
 @linux
-def test_a_named_host_is_refused_before_anything_runs(tmp_path: Path) -> None:
+def test_a_named_host_is_refused_when_the_bridge_cannot_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_bridge(monkeypatch)
     with pytest.raises(PolicyViolation) as refused:
         open_session(policy(tmp_path, allow=("api.github.com",)))
     assert refused.value.field == "net.allow"
-    assert NO_EGRESS_PROXY in refused.value.reason
+    assert "no /usr/bin/python3 here" in refused.value.reason
+    assert "refused rather than opening the whole network" in refused.value.reason
     assert "api.github.com" in refused.value.reason
 
 
@@ -82,7 +93,8 @@ def test_staged_paths_that_would_undo_the_jail_are_refused(tmp_path: Path) -> No
 
 
 @linux
-def test_every_refusal_is_listed_at_once(tmp_path: Path) -> None:
+def test_every_refusal_is_listed_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_bridge(monkeypatch)
     with pytest.raises(PolicyViolation) as refused:
         open_session(
             policy(tmp_path, allow=("example.com",), disk_bytes=1 << 20, staged=("/proc",))

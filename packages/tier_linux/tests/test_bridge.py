@@ -1,0 +1,337 @@
+"""The egress bridge end to end: real bwrap jails, a real curl, the real proxy. Loopback only.
+
+The upstream is an HTTP server on the host's 127.0.0.1. The proxy's resolver is a table
+(`StaticResolver`) that maps the test names to 127.0.0.1, and its connector refuses any
+address off loopback, so nothing here asks real DNS or leaves this host, even with a guard
+removed. The proxy refuses loopback answers unless that IP literal is allowlisted (see the
+phase-1 proxy tests), so the positive-control policy lists 127.0.0.1 beside the name: in
+this world 127.0.0.1 plays the public address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import os
+import shutil
+import stat
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from panday_core.capabilities import Support, check_policy
+from panday_core.egress import AuditEvent, ProxySettings, StaticResolver
+from panday_core.egress.testing import LoopbackOnly
+from panday_core.errors import Internal, PolicyViolation
+from panday_core.execution import acollect, collect
+from panday_core.policy import FsPolicy, NetPolicy, SandboxPolicy
+from panday_core.types import ExecExit, ExecSpec, SessionSpec
+from panday_tier_linux import bridge, declared_capabilities, host_capabilities
+from panday_tier_linux.sandbox import T2LinuxSandbox
+from panday_tier_linux.session import _raise_relay_failure, open_session  # pyright: ignore[reportPrivateUsage] - the relay's failure path
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from panday_core.types import ExecResult
+    from panday_tier_linux.session import LinuxSession
+
+linux = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="T2 Linux runs on Linux only"
+)
+ALLOWED = "allowed.test"
+OTHER = "other.test"
+CURL = "/usr/bin/curl"
+
+
+class Upstream:
+    """An HTTP server on the host's loopback that answers with its name and counts requests."""
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+        upstream = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                upstream.requests.append(self.headers.get("Host", ""))
+                body = b"hello from the upstream\n"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+                del format, args
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self.server.server_address[1])
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    server = Upstream()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+class World:
+    """One allowlist session's ingredients: policy, resolver, audit events."""
+
+    def __init__(self, workspace: Path, upstream: Upstream) -> None:
+        self.workspace = workspace
+        self.upstream = upstream
+        self.events: list[AuditEvent] = []
+        self.connector = LoopbackOnly()
+        self.settings = ProxySettings(
+            resolver=StaticResolver({ALLOWED: ["127.0.0.1"], OTHER: ["127.0.0.1"]}),
+            audit=self.events.append,
+            connector=self.connector,
+        )
+
+    def policy(self, *allow: str) -> SandboxPolicy:
+        net = NetPolicy(allow=allow or (ALLOWED, "127.0.0.1"), ports=(self.upstream.port,))
+        return SandboxPolicy(fs=FsPolicy(workspace=str(self.workspace)), net=net)
+
+    def open(self, *allow: str) -> LinuxSession:
+        return open_session(self.policy(*allow), egress=self.settings)
+
+    def url(self, host: str) -> str:
+        return f"http://{host}:{self.upstream.port}/"
+
+
+@pytest.fixture
+def world(tmp_path: Path, upstream: Upstream) -> World:
+    if not os.access(CURL, os.X_OK):
+        pytest.fail(f"inconclusive: these tests need {CURL} (CI installs curl)")
+    return World(tmp_path, upstream)
+
+
+def curl(session: LinuxSession, *args: str, command_id: str | None = None) -> ExecResult:
+    argv = (CURL, "-sS", "--max-time", "20", *args)
+    spec = ExecSpec(argv=argv, timeout_ms=60_000, command_id=command_id)
+    return collect(session.exec(spec))
+
+
+def head_and_body(result: ExecResult) -> tuple[int, dict[str, str], bytes]:
+    """curl -i output: (status, headers, body)."""
+    head, _, body = result.stdout.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ")[1]) if lines[0].startswith("HTTP/") else 0
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return status, headers, body
+
+
+# ---------------------------------------------------------------------- the capability data
+
+
+def test_the_declared_table_enforces_the_allowlist_with_the_bridge() -> None:
+    caps = declared_capabilities()
+    for field in ("net.allow", "net.deny", "net.ports"):
+        entry = caps.for_field(field)
+        assert entry is not None
+        assert entry.support is Support.STRICT, field
+        assert "egress proxy" in entry.mechanism
+
+
+def test_without_the_bridge_the_net_fields_are_refused_with_the_cause() -> None:
+    caps = host_capabilities({}, bridge_reason="no interpreter for the relay")
+    policy = SandboxPolicy(
+        fs=FsPolicy(workspace="/w"),
+        net=NetPolicy(allow=("api.github.com",), deny=("x.github.com",), ports=(443,)),
+    )
+    refused = check_policy(policy, caps)
+    assert [r.field for r in refused] == ["net.allow", "net.deny", "net.ports"]
+    assert all("no interpreter for the relay" in r.reason for r in refused)
+    assert check_policy(policy, host_capabilities({}, bridge_reason=None)) == ()
+
+
+@linux
+def test_this_host_can_run_the_bridge() -> None:
+    # The host's own suite fails (never skips) when the mechanism is missing.
+    assert bridge.unavailable_reason() is None
+    assert "enforced" in host_report_line()
+
+
+def host_report_line() -> str:
+    from panday_tier_linux import host_report  # noqa: PLC0415
+
+    return host_report()["net.allow"]
+
+
+def test_a_relay_that_could_not_set_up_is_an_error_not_a_result() -> None:
+    failed = ExecExit(exit_code=125, wall_ms=1.0)
+    with pytest.raises(Internal, match="egress relay inside the jail failed: panday-relay: x"):
+        _raise_relay_failure(failed, b"noise\npanday-relay: x\n")
+    _raise_relay_failure(failed, b"a command that exits 125 by itself\n")
+    _raise_relay_failure(ExecExit(exit_code=1, wall_ms=1.0), b"panday-relay: execvp y: ...\n")
+
+
+# ---------------------------------------------------------------------- opening and closing
+
+
+@linux
+def test_a_proxy_that_cannot_start_refuses_the_allowlist(
+    world: World, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    missing = tmp_path / "gone"
+    monkeypatch.setattr(bridge, "runtime_dir", lambda: str(missing))
+    threads = threading.active_count()
+    with pytest.raises(PolicyViolation) as refused:
+        world.open()
+    assert refused.value.field == "net.allow"
+    assert "could not start" in refused.value.reason
+    assert threading.active_count() == threads  # the proxy's thread did not stay behind
+
+
+@linux
+def test_a_workspace_around_the_bridge_is_refused(world: World) -> None:
+    policy = SandboxPolicy(
+        fs=FsPolicy(workspace="/run"), net=NetPolicy(allow=(ALLOWED,)), version=1
+    )
+    with pytest.raises(PolicyViolation) as refused:
+        open_session(policy, egress=world.settings)
+    assert refused.value.field == "fs.workspace"
+    assert "/run/panday" in refused.value.reason
+
+
+@linux
+def test_the_proxy_lives_in_a_private_directory_until_the_session_closes(world: World) -> None:
+    with world.open() as session:
+        assert session.bridge is not None
+        directory = Path(session.bridge.directory)
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+        assert stat.S_ISSOCK(Path(session.bridge.socket_path).stat().st_mode)
+        assert session.bridge.alive
+        proxy = session.bridge
+    assert not proxy.alive
+    assert not directory.exists()
+
+
+# ---------------------------------------------------------------------- curl through the jail
+
+
+@linux
+def test_a_jailed_curl_reaches_an_allowlisted_host_over_http_connect_and_socks(
+    world: World,
+) -> None:
+    with world.open() as session:
+        plain = curl(session, world.url(ALLOWED), command_id="plain")
+        tunnel = curl(session, "--proxytunnel", world.url(ALLOWED), command_id="tunnel")
+        socks = collect(
+            session.exec(
+                ExecSpec(
+                    argv=("/bin/sh", "-c", f'exec {CURL} -sS -x "$ALL_PROXY" {world.url(ALLOWED)}'),
+                    command_id="socks",
+                )
+            )
+        )
+    for result in (plain, tunnel, socks):
+        assert (result.exit_code, result.stdout) == (0, b"hello from the upstream\n"), result
+    assert world.upstream.requests == [f"{ALLOWED}:{world.upstream.port}"] * 3
+    allowed = [(e.command_id, e.protocol, e.verdict, e.address) for e in world.events]
+    assert allowed == [
+        ("plain", "http", "allowed", "127.0.0.1"),
+        ("tunnel", "http-connect", "allowed", "127.0.0.1"),
+        ("socks", "socks5", "allowed", "127.0.0.1"),
+    ]
+    assert world.connector.attempts == [("127.0.0.1", world.upstream.port)] * 3
+
+
+@linux
+def test_a_jailed_curl_is_refused_403_with_the_reason_for_another_host(world: World) -> None:
+    with world.open(ALLOWED, "127.0.0.1") as session:
+        ok = curl(session, "-i", world.url(ALLOWED))
+        status, _, body = head_and_body(ok)
+        if status != 200:  # the positive control: this session does reach the allowed host
+            pytest.fail(f"inconclusive: control failed: the allowed host gave {ok!r}")
+        refused = curl(session, "-i", world.url(OTHER))
+        literal = curl(session, "-i", f"http://203.0.113.9:{world.upstream.port}/")
+    status, headers, body = head_and_body(refused)
+    assert status == 403
+    assert headers["x-panday-refused"] == f"{OTHER} is not in net.allow"
+    assert f"{OTHER} is not in net.allow".encode() in body
+    status, headers, _ = head_and_body(literal)
+    assert status == 403
+    assert headers["x-panday-refused"] == "203.0.113.9 is not in net.allow"
+    assert world.upstream.requests == [f"{ALLOWED}:{world.upstream.port}"]
+    assert [e.verdict for e in world.events] == ["allowed", "refused", "refused"]
+    assert world.connector.attempts == [("127.0.0.1", world.upstream.port)]
+
+
+@linux
+def test_each_command_gets_its_own_credentials(world: World) -> None:
+    with world.open() as session:
+        env = session.run(["/bin/sh", "-c", "echo $HTTP_PROXY; echo $ALL_PROXY; echo $NO_PROXY"])
+        other = session.run(["/bin/sh", "-c", "echo $HTTP_PROXY"])
+        with pytest.raises(ValueError, match="command_id"):
+            curl(session, world.url(ALLOWED), command_id="no spaces allowed")
+    http_url, socks_url, no_proxy = env.stdout.decode().split()
+    assert http_url.startswith("http://cmd-1:")
+    assert http_url.endswith("@127.0.0.1:3128")
+    assert socks_url.startswith("socks5h://cmd-1:")
+    assert socks_url.endswith("@127.0.0.1:1081")
+    assert no_proxy == "localhost,127.0.0.1,::1"
+    assert other.stdout.decode().startswith("http://cmd-2:")
+    assert other.stdout.decode().split("@")[0] != http_url.split("@")[0]
+
+
+@linux
+def test_the_relay_listens_before_the_command_starts(world: World) -> None:
+    """A peer fails about 5 % of immediate connections on a start-up race; here none may."""
+    bash = shutil.which("bash") or "/bin/bash"
+    probe = "exec 3<>/dev/tcp/127.0.0.1/3128 && exec 4<>/dev/tcp/127.0.0.1/1081 && echo up"
+    with world.open() as session:
+        results = [session.run([bash, "-c", probe]) for _ in range(20)]
+    failures = [r for r in results if r.stdout != b"up\n"]
+    assert failures == []
+
+
+@linux
+def test_the_command_starts_as_it_would_without_the_relay(world: World) -> None:
+    """Same signal dispositions and mask, same parent (the jail's init), no children."""
+    code = (
+        "import os\n"
+        "status = dict(l.split(':', 1) for l in open('/proc/self/status'))\n"
+        "kids = open(f'/proc/self/task/{os.getpid()}/children').read().split()\n"
+        "print(status['SigIgn'].strip(), status['SigBlk'].strip(), os.getppid(), len(kids))\n"
+    )
+    argv = ["/usr/bin/python3", "-I", "-S", "-c", code]
+    plain = SandboxPolicy(fs=FsPolicy(workspace=str(world.workspace)))
+    with open_session(plain) as session:
+        without = session.run(argv)
+    with world.open() as session:
+        with_relay = session.run(argv)
+    assert without.exit_code == 0, without
+    assert with_relay.stdout == without.stdout
+
+
+@linux
+def test_the_async_protocol_carries_the_bridge(world: World) -> None:
+    async def scenario() -> tuple[ExecResult, ExecResult]:
+        sandbox = T2LinuxSandbox(egress=world.settings)
+        handle = await sandbox.create(SessionSpec(policy=world.policy()))
+        try:
+            argv = (CURL, "-sS", "-o", "/dev/null", "-w", "%{http_code}")
+            ok = await acollect(sandbox.exec(handle, ExecSpec(argv=(*argv, world.url(ALLOWED)))))
+            no = await acollect(sandbox.exec(handle, ExecSpec(argv=(*argv, world.url(OTHER)))))
+        finally:
+            await sandbox.destroy(handle)
+        return ok, no
+
+    ok, no = asyncio.run(scenario())
+    assert (ok.stdout, no.stdout) == (b"200", b"403")
