@@ -45,7 +45,7 @@ def spec(
     )
 
 
-RELAY = RelaySpec(python="/usr/bin/python3", relay="/site/relay.py", socket="/rt/egress.sock")
+RELAY = RelaySpec(python="/usr/bin/python3", directory="/rt/panday-egress-1")
 
 
 def argv(s: JailSpec | None = None) -> list[str]:
@@ -163,16 +163,17 @@ def test_an_etc_view_is_one_read_only_mount_at_etc() -> None:
     assert "/etc/passwd" not in args
 
 
-def test_the_egress_bridge_keeps_the_namespace_and_adds_two_read_only_files() -> None:
+def test_the_egress_bridge_keeps_the_namespace_and_adds_one_read_only_directory() -> None:
     plain, bridged = argv(), argv(spec(relay=RELAY))
     assert "--unshare-net" in bridged
     assert [a for a in bridged if a.startswith("--unshare")] == [
         a for a in plain if a.startswith("--unshare")
     ]
     binds = [(bridged[i + 1], bridged[i + 2]) for i, a in enumerate(bridged) if a == "--ro-bind"]
-    assert ("/site/relay.py", RELAY_IN_JAIL) in binds
-    assert ("/rt/egress.sock", SOCKET_IN_JAIL) in binds
+    assert ("/rt/panday-egress-1", BRIDGE_DIR) in binds
+    assert len(binds) == len(pairs(plain, "--ro-bind")) + 1
     assert RELAY_IN_JAIL.startswith(BRIDGE_DIR + "/")
+    assert SOCKET_IN_JAIL.startswith(BRIDGE_DIR + "/")
     assert not any(BRIDGE_DIR in a for a in plain)
     sep = bridged.index("--")
     assert bridged[sep + 1 :] == [

@@ -18,9 +18,9 @@ What every jail gets, unconditionally (no code path omits any of these):
 * an environment built from nothing: a fixed small set plus the policy's ``env``.
 
 With ``net.allow`` the jail is the same (``--unshare-net`` included) plus the egress bridge
-(`RelaySpec`): the relay program and the proxy's unix socket bound read-only under
-`BRIDGE_DIR`, the relay run in front of the command (`jail_command`), and the proxy
-variables in the command's environment.
+(`RelaySpec`): the session's runtime directory (the relay program and the proxy's unix
+socket) bound read-only at `BRIDGE_DIR`, the relay run in front of the command
+(`jail_command`), and the proxy variables in the command's environment.
 """
 
 from __future__ import annotations
@@ -73,17 +73,18 @@ bind)."""
 
 
 class RelaySpec:
-    """The egress bridge of a session with ``net.allow`` (host paths; see relay.py)."""
+    """The egress bridge of a session with ``net.allow`` (see relay.py and bridge.py)."""
 
-    __slots__ = ("python", "relay", "socket")
+    __slots__ = ("directory", "python")
 
-    def __init__(self, *, python: str, relay: str, socket: str) -> None:
+    def __init__(self, *, python: str, directory: str) -> None:
         self.python = python
         """The interpreter that runs the relay inside the jail (under /usr, which it shows)."""
-        self.relay = relay
-        """The relay program on the host (bound read-only at `RELAY_IN_JAIL`)."""
-        self.socket = socket
-        """The egress proxy's unix socket on the host (bound read-only at `SOCKET_IN_JAIL`)."""
+        self.directory = directory
+        """The session's runtime directory on the host, holding ``relay.py`` and the proxy's
+        ``egress.sock``; bound read-only at `BRIDGE_DIR`. The directory, not the socket
+        file: a jail still starts (and learns why it has no network) after the proxy died
+        and its socket is gone."""
 
 
 class JailSpec:
@@ -183,8 +184,7 @@ def filesystem_args(spec: JailSpec) -> list[str]:
         args += ["--ro-bind", path, path]
     if spec.relay is not None:
         # Read-only: connecting to a unix socket needs no write access to its mount.
-        args += ["--ro-bind", spec.relay.relay, RELAY_IN_JAIL]
-        args += ["--ro-bind", spec.relay.socket, SOCKET_IN_JAIL]
+        args += ["--ro-bind", spec.relay.directory, BRIDGE_DIR]
     args += ["--remount-ro", "/"]
     return args
 

@@ -6,10 +6,11 @@ A session whose policy lists hosts in ``net.allow`` gets, at `open_session`:
   there why a thread and not a helper process), serving one unix socket in a private
   runtime directory (mode 0700) with the session's rules: ``net.allow``, ``net.deny``,
   ``net.ports``;
-* per command, that socket bound read-only into the jail, and `relay.py` run in front of
-  the command inside the jail's own network namespace (which keeps ``--unshare-net`` and
-  holds only its loopback). The relay listens on 127.0.0.1 and hands every connection to
-  the proxy; it is listening before the command starts;
+* per command, the runtime directory (a copy of `relay.py` and that socket) bound
+  read-only into the jail, and the relay run in front of the command inside the jail's own
+  network namespace (which keeps ``--unshare-net`` and holds only its loopback). The relay
+  listens on 127.0.0.1 and hands every connection to the proxy; it is listening before the
+  command starts;
 * per command, the proxy variables (`proxy_environment`) with credentials issued for that
   command's id, so the audit log names the command and no other process can use the
   proxy.
@@ -40,6 +41,7 @@ PYTHON = "/usr/bin/python3"
 """The relay's interpreter: the host's own, which the jail shows at the same path."""
 MIN_PYTHON = (3, 8)
 SOCKET_NAME = "egress.sock"
+RELAY_NAME = "relay.py"
 _MAX_SOCKET_PATH = 100
 """Unix socket paths must fit sun_path (108 bytes with the terminating NUL)."""
 
@@ -70,9 +72,11 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def relay_program() -> str:
-    """The relay's source file on the host (bound read-only into each jail)."""
-    return os.path.realpath(os.path.join(os.path.dirname(__file__), "relay.py"))
+def relay_source() -> bytes:
+    """The relay program (copied into each session's runtime directory)."""
+    from importlib.resources import files  # noqa: PLC0415 - sessions with net.allow only
+
+    return files("panday_tier_linux").joinpath(RELAY_NAME).read_bytes()
 
 
 def _runtime_base() -> str:
@@ -121,6 +125,12 @@ class Bridge:
 
         directory = runtime_dir()
         try:
+            relay = os.path.join(directory, RELAY_NAME)
+            fd = os.open(relay, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o400)
+            try:
+                os.write(fd, relay_source())
+            finally:
+                os.close(fd)
             proxy = ProxyThread(net, session_id=session_id, settings=settings)
             try:
                 path = proxy.start_handoff(os.path.join(directory, SOCKET_NAME))
@@ -133,7 +143,7 @@ class Bridge:
         return cls(proxy, directory, path)
 
     def relay_spec(self) -> RelaySpec:
-        return RelaySpec(python=PYTHON, relay=relay_program(), socket=self.socket_path)
+        return RelaySpec(python=PYTHON, directory=self.directory)
 
     def environment(self, command_id: str) -> dict[str, str]:
         """The proxy variables for one command, with credentials issued for its id.

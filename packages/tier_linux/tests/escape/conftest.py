@@ -30,8 +30,10 @@ from typing import TYPE_CHECKING, Literal, TypedDict, Unpack
 
 import pytest
 
+from panday_core.egress import AuditEvent, ProxySettings, StaticResolver
+from panday_core.egress.testing import LoopbackOnly
 from panday_core.execution import Supervisor, collect, spawn, stream
-from panday_core.policy import FsPolicy, Limits, SandboxPolicy
+from panday_core.policy import FsPolicy, Limits, NetPolicy, SandboxPolicy
 from panday_tier_linux.argv import build_options
 from panday_tier_linux.probe import unavailable_reason
 from panday_tier_linux.session import open_session
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from panday_core.types import ExecResult
+    from panday_tier_linux.session import LinuxSession
 
 
 class PolicyOptions(TypedDict, total=False):
@@ -55,6 +58,8 @@ class PolicyOptions(TypedDict, total=False):
     disk_bytes: int
     wall_clock_ms: int
     output_bytes: int
+    allow: Sequence[str]
+    ports: Sequence[int]
 
 
 HERE = Path(__file__).resolve().parent
@@ -200,6 +205,16 @@ class Escape:
         for d in (self.ws, self.next_door):
             d.mkdir()
         self.root = os.geteuid() == 0
+        # The egress proxy of sessions with an allowlist: names come from this table (no
+        # real DNS), and its connector refuses anything off loopback, even with a guard gone.
+        self.names: dict[str, list[str]] = {}
+        self.connector = LoopbackOnly()
+        self.events: list[AuditEvent] = []
+
+    def egress(self) -> ProxySettings:
+        return ProxySettings(
+            resolver=StaticResolver(self.names), connector=self.connector, audit=self.events.append
+        )
 
     # -- programs
 
@@ -238,10 +253,17 @@ class Escape:
             access=options.get("access", "rw"),
             staged_ro=tuple(str(p) for p in options.get("staged", ())),
         )
-        return SandboxPolicy(fs=fs, limits=limits, env=options.get("env", {}))
+        net = NetPolicy(
+            allow=tuple(options.get("allow", ())), ports=tuple(options.get("ports", (80, 443)))
+        )
+        return SandboxPolicy(fs=fs, limits=limits, env=options.get("env", {}), net=net)
+
+    def open(self, **options: Unpack[PolicyOptions]) -> LinuxSession:
+        """A session of this policy (with an allowlist: served by this test's proxy)."""
+        return open_session(self.policy(**options), egress=self.egress())
 
     def run(self, argv: Sequence[str], **options: Unpack[PolicyOptions]) -> ExecResult:
-        with open_session(self.policy(**options)) as session:
+        with self.open(**options) as session:
             return session.run(list(argv), timeout_ms=120_000)
 
     def inside_run(self, argv: Sequence[str], **options: Unpack[PolicyOptions]) -> Outcome:
@@ -263,7 +285,7 @@ class Escape:
         **options: Unpack[PolicyOptions],
     ) -> Outcome:
         """Run `argv` in this policy's jail with its bwrap options edited (a control)."""
-        with open_session(self.policy(**options)) as session:
+        with self.open(**options) as session:
             bwrap_options = edit(build_options(session.spec, cwd=session.workspace, seccomp_fd=4))
             if not seccomp:
                 bwrap_options = remove_option(bwrap_options, "--seccomp", 1)

@@ -1,0 +1,409 @@
+"""Escape probes for sessions with an allowlist: the egress proxy must be the only way out.
+
+A session with ``net.allow`` keeps ``--unshare-net`` but gains a relay on its own loopback,
+the proxy's unix socket and AF_INET sockets. These probes try every other way: connecting
+directly while ignoring the proxy variables, UDP and DNS, reaching a host loopback service
+*through* the proxy, using the proxy from outside the jail without the token, and going on
+after the proxy died. Each must-fail probe has its positive control: the same operation
+outside the jail, or through the proxy with the permission granted.
+
+Every target is a listener this test runs on 127.0.0.1 or ::1; test names are answered by
+the proxy's table resolver (no real DNS); the proxy's connector refuses anything off
+loopback. Nothing here sends a packet anywhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from conftest import Escape, Listener, Outcome, PolicyOptions  # the suite's fixture types
+
+    from panday_core.types import ExecResult
+
+ALLOWED = "allowed.test"
+WAIT_S = 30.0
+
+# Probe helpers that run inside the jail (after the suite's PRELUDE): talk to the relay the
+# way a tool does, with the credentials from the jail's own proxy variables.
+PROXY = r'''
+import base64, urllib.parse
+def proxy_url(var="HTTP_PROXY"):
+    return urllib.parse.urlsplit(os.environ[var])
+def basic(url):
+    return base64.b64encode(f"{url.username}:{url.password}".encode()).decode()
+def read_head(s):
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
+def refused_why(head):
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"x-panday-refused:"):
+            return line.split(b":", 1)[1].strip().decode()
+    return ""
+def connect_via(target, auth=True):
+    """CONNECT through the relay: (status line, refusal reason)."""
+    url = proxy_url()
+    s = socket.create_connection((url.hostname, url.port), timeout=15)
+    head = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"
+    if auth:
+        head += f"Proxy-Authorization: Basic {basic(url)}\r\n"
+    s.sendall((head + "\r\n").encode())
+    answer = read_head(s)
+    s.close()
+    return answer.split(b"\r\n", 1)[0].decode(), refused_why(answer)
+def socks_via(host, port):
+    """SOCKS5 CONNECT (domain form) through the relay: the reply code, or None."""
+    url = proxy_url("ALL_PROXY")
+    s = socket.create_connection((url.hostname, url.port), timeout=15)
+    s.sendall(b"\x05\x01\x02")
+    if s.recv(2) != b"\x05\x02":
+        return None
+    user, password = url.username.encode(), url.password.encode()
+    s.sendall(bytes((1, len(user))) + user + bytes((len(password),)) + password)
+    if s.recv(2) != b"\x01\x00":
+        return None
+    name = host.encode()
+    s.sendall(bytes((5, 1, 0, 3, len(name))) + name + port.to_bytes(2, "big"))
+    reply = s.recv(4)
+    s.close()
+    return reply[1] if len(reply) > 1 else None
+'''
+
+
+def _host(address: object) -> tuple[str, int]:
+    """(host, port) of a listener's address (an IPv6 one carries flow info and scope too)."""
+    assert isinstance(address, tuple)
+    parts = cast("tuple[object, ...]", address)
+    return str(parts[0]), int(cast("int", parts[1]))
+
+
+def _target(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _through_proxy(target: str) -> str:
+    return (
+        PROXY
+        + f"""
+line, why = connect_via({target!r})
+if " 200 " in line + " ":
+    ok(line)
+blocked(f"{{line}} / {{why}}")
+"""
+    )
+
+
+def _granted(esc: Escape, host: str, port: int) -> PolicyOptions:
+    """A policy whose allowlist admits `host` (a loopback literal) under ALLOWED's name."""
+    esc.names[ALLOWED] = [host]
+    return {"allow": [ALLOWED, host], "ports": [port]}
+
+
+# ---------------------------------------------------------------------- no other route
+
+
+@pytest.mark.parametrize("kind", ["tcp4", "tcp6"])
+def test_a_direct_connection_ignoring_the_proxy_reaches_nothing(
+    esc: Escape, listen: Callable[[str], Listener], kind: str
+) -> None:
+    server = listen(kind)
+    host, port = _host(server.address)
+    family = "AF_INET" if kind == "tcp4" else "AF_INET6"
+    direct = f"""
+s = socket.socket(socket.{family}, socket.SOCK_STREAM)
+s.settimeout(5)
+try:
+    s.connect({(host, port)!r})
+except OSError as exc:
+    blocked(err(exc))
+ok("connected directly")
+"""
+    esc.control(esc.outside(direct))
+    options = _granted(esc, host, port)
+    with esc.open(**options) as session:
+        # Positive control: this very session reaches the listener, through the proxy.
+        through = session.run(esc.py(_through_proxy(_target(ALLOWED, port))), timeout_ms=60_000)
+        esc.control(
+            esc.parse("through the proxy", through.stdout, through.stderr, through.exit_code)
+        )
+        server.settle()
+        accepted = server.accepted
+        result = session.run(esc.py(direct), timeout_ms=60_000)
+    esc.must_block(esc.parse("inside the jail", result.stdout, result.stderr, result.exit_code))
+    server.settle()
+    assert server.accepted == accepted, "the host listener saw a direct connection from the jail"
+
+
+@pytest.mark.parametrize("kind", ["udp4", "udp6"])
+def test_udp_and_dns_queries_never_leave_an_allowlisted_jail(
+    esc: Escape, listen: Callable[[str], Listener], kind: str
+) -> None:
+    """A "resolver" on the host's loopback: a DNS query to it (UDP) must never arrive."""
+    server = listen(kind)
+    family = "AF_INET" if kind == "udp4" else "AF_INET6"
+    # A DNS query for allowed.test (id 0x5044, recursion desired, one A question).
+    query = (
+        b"\x50\x44\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07allowed\x04test\x00\x00\x01\x00\x01"
+    )
+    code = f"""
+s = socket.socket(socket.{family}, socket.SOCK_DGRAM)
+try:
+    for _ in range(3):
+        s.sendto({query!r}, {server.address!r})
+except OSError as exc:
+    blocked(err(exc))
+ok("sent")  # sending proves nothing by itself; the listener below is the judge
+"""
+    outside = esc.outside(code)
+    server.settle()
+    esc.control(outside)
+    if not server.received:
+        pytest.fail("inconclusive: control failed: the host listener received nothing from outside")
+    server.received.clear()
+    esc.names[ALLOWED] = ["127.0.0.1"]
+    esc.inside(code, allow=[ALLOWED, "127.0.0.1"])
+    server.settle()
+    assert not server.received, f"ESCAPE: the host listener received {server.received!r}"
+    esc.held()
+
+
+def test_names_are_resolved_by_the_proxy_only(
+    esc: Escape, listen: Callable[[str], Listener]
+) -> None:
+    server = listen("tcp4")
+    host, port = _host(server.address)
+    options = _granted(esc, host, port)
+    resolve = f"""
+try:
+    socket.getaddrinfo({ALLOWED!r}, 80)
+except OSError as exc:
+    if os.path.exists("/etc/resolv.conf"):
+        ok("failed, but a resolver is configured: " + err(exc))
+    blocked(f"no resolver inside: {{exc}}")
+ok("the jail resolved a name itself")
+"""
+    with esc.open(**options) as session:
+        # Positive control: the name resolves, at the proxy, and the tunnel is made.
+        through = session.run(esc.py(_through_proxy(_target(ALLOWED, port))), timeout_ms=60_000)
+        esc.control(
+            esc.parse("through the proxy", through.stdout, through.stderr, through.exit_code)
+        )
+        result = session.run(esc.py(resolve), timeout_ms=60_000)
+    esc.must_block(esc.parse("inside the jail", result.stdout, result.stderr, result.exit_code))
+
+
+def test_an_allowlisted_jail_has_only_its_own_loopback(esc: Escape) -> None:
+    code = """
+names = [l.split(":", 1)[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:]]
+routes = open("/proc/net/route").read().splitlines()[1:]
+if any(n != "lo" for n in names) or routes:
+    ok(f"interfaces {names}, {len(routes)} IPv4 routes")
+blocked(f"interfaces {names}, no IPv4 route")
+"""
+    esc.control(esc.outside(code))
+    esc.must_block(esc.inside(code, allow=[ALLOWED]))
+
+
+def test_an_allowlist_admits_inet_sockets_and_nothing_more(esc: Escape) -> None:
+    families = """
+made = []
+for name in ("AF_NETLINK", "AF_PACKET", "AF_VSOCK", "AF_ALG", "AF_BLUETOOTH", "AF_X25"):
+    family = getattr(socket, name, None)
+    if family is None:
+        continue
+    try:
+        socket.socket(family, socket.SOCK_DGRAM if name != "AF_PACKET" else socket.SOCK_RAW).close()
+        made.append(name)
+    except OSError:
+        pass
+if made:
+    ok(",".join(made))
+blocked("none of the other families")
+"""
+    esc.control(esc.outside(families))
+    inet = """
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
+    socket.socket(socket.AF_INET6, socket.SOCK_STREAM).close()
+except OSError as exc:
+    blocked(err(exc))
+ok("AF_INET and AF_INET6")
+"""
+    esc.control(esc.inside(inet, allow=[ALLOWED]))
+    esc.must_block(esc.inside(families, allow=[ALLOWED]))
+
+
+# ---------------------------------------------------------------------- through the proxy
+
+
+@pytest.mark.parametrize("kind", ["tcp4", "tcp6"])
+def test_a_host_loopback_service_cannot_be_reached_through_the_proxy(
+    esc: Escape, listen: Callable[[str], Listener], kind: str
+) -> None:
+    server = listen(kind)
+    host, port = _host(server.address)
+    reach = (
+        PROXY
+        + f"""
+seen = []
+for target in ({_target(ALLOWED, port)!r}, {_target(host, port)!r}, "localhost:{port}"):
+    line, why = connect_via(target)
+    seen.append(f"{{target}}: {{line}} ({{why}})")
+    if " 200 " in line + " ":
+        ok("; ".join(seen))
+code = socks_via({host!r}, {port})
+seen.append(f"socks5 {host}: reply {{code}}")
+if code == 0:
+    ok("; ".join(seen))
+blocked("; ".join(seen))
+"""
+    )
+    # Positive control: with the loopback literal itself allowlisted, the service answers.
+    esc.control(esc.inside(reach, **_granted(esc, host, port)))
+    server.settle()
+    accepted, attempts = server.accepted, len(esc.connector.attempts)
+    # The allowlist names only ALLOWED, which resolves to the host's loopback: refused.
+    outcome = esc.inside(reach, allow=[ALLOWED], ports=[port])
+    esc.must_block(outcome)
+    assert "loopback address" in outcome.detail
+    server.settle()
+    assert server.accepted == accepted, "the host's loopback service saw a connection"
+    assert len(esc.connector.attempts) == attempts, "the proxy tried to connect"
+
+
+def test_the_proxy_refuses_a_host_process_without_the_token(
+    esc: Escape, listen: Callable[[str], Listener]
+) -> None:
+    server = listen("tcp4")
+    host, port = _host(server.address)
+    # Outside the jail: hand a loopback TCP connection to the proxy's socket, as the relay
+    # does, then CONNECT with the credentials in $AUTH (or none).
+    outside = """
+import base64
+path, target, auth = sys.argv[1], sys.argv[2], os.environ.get("AUTH", "")
+with socket.socket() as listener:
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    ours = socket.create_connection(listener.getsockname(), timeout=10)
+    theirs, _ = listener.accept()
+relay = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+relay.connect(path)
+rights = theirs.fileno().to_bytes(4, sys.byteorder)
+relay.sendmsg([b"C"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+theirs.close()
+head = f"CONNECT {target} HTTP/1.1\\r\\nHost: {target}\\r\\n"
+if auth:
+    head += "Proxy-Authorization: Basic " + base64.b64encode(auth.encode()).decode() + "\\r\\n"
+ours.sendall((head + "\\r\\n").encode())
+answer = ours.recv(4096).split(b"\\r\\n", 1)[0].decode()
+if " 200 " in answer + " ":
+    ok(answer)
+blocked(answer)
+"""
+    options = _granted(esc, host, port)
+    target = _target(ALLOWED, port)
+    with esc.open(**options) as session, esc.open(**options) as neighbour:
+        assert session.bridge is not None
+        assert neighbour.bridge is not None
+        path = session.bridge.socket_path
+        mode = stat.S_IMODE(Path(session.bridge.directory).stat().st_mode)
+        assert mode == 0o700, "the proxy's socket must sit in a private directory"
+
+        def attempt(auth: str) -> Outcome:
+            argv = esc.py(outside)
+            return esc.outside_run([*argv, path, target], env={**os.environ, "AUTH": auth})
+
+        user, token = session.bridge.proxy.credentials("cmd-9")
+        esc.control(attempt(f"{user}:{token}"))
+        wrong = [
+            "",
+            f"{user}:{'0' * len(token)}",
+            "session:" + neighbour.bridge.proxy.credentials()[1],
+            "cmd-8:" + token,
+        ]
+        for auth in wrong:
+            outcome = attempt(auth)
+            esc.must_block(outcome)
+            assert "407" in outcome.detail
+
+
+# ---------------------------------------------------------------------- a dead proxy
+
+
+def test_a_dead_proxy_leaves_the_jail_without_any_route(
+    esc: Escape, listen: Callable[[str], Listener]
+) -> None:
+    server = listen("tcp4")
+    host, port = _host(server.address)
+    options = _granted(esc, host, port)
+    ready, go = esc.ws / "ready", esc.ws / "go"
+    probe = (
+        PROXY
+        + f"""
+import time
+if sys.argv[1] == "mid":  # a command running when the proxy dies: it had a tunnel before
+    first, _ = connect_via({_target(ALLOWED, port)!r})
+    if " 200 " not in first + " ":
+        print("RESULT control-failed", first, flush=True)
+        sys.exit(0)
+    open({str(ready)!r}, "w").close()
+    deadline = time.monotonic() + {WAIT_S}
+    while not os.path.exists({str(go)!r}) and time.monotonic() < deadline:
+        time.sleep(0.02)
+line, why = connect_via({_target(ALLOWED, port)!r})
+if " 200 " in line + " ":
+    ok("the proxy still answered: " + line)
+if "egress proxy cannot be reached" not in why:
+    ok("no reason given: " + line)
+s = socket.socket()
+s.settimeout(5)
+try:
+    s.connect({(host, port)!r})
+except OSError as exc:
+    blocked(f"{{line}} ({{why}}); direct: {{err(exc)}}")
+ok("a direct route appeared")
+"""
+    )
+    with esc.open(**options) as session:
+        assert session.bridge is not None
+        results: list[ExecResult] = []
+        running = threading.Thread(
+            target=lambda: results.append(session.run([*esc.py(probe), "mid"], timeout_ms=120_000)),
+            daemon=True,
+        )
+        running.start()
+        deadline = time.monotonic() + WAIT_S
+        while not ready.exists() and running.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not ready.exists():
+            running.join(WAIT_S)
+            pytest.fail(f"inconclusive: control failed: no tunnel before the kill: {results!r}")
+        session.bridge.proxy.close()  # the proxy dies mid-command
+        assert not session.bridge.alive
+        go.touch()
+        running.join(WAIT_S * 2)
+        assert results, "the probe did not finish"
+        during = results[0]
+        after = session.run([*esc.py(probe), "late"], timeout_ms=120_000)
+    esc.must_block(
+        esc.parse("after the proxy died", during.stdout, during.stderr, during.exit_code)
+    )
+    # A command started after the death: the relay answers with the reason; no route.
+    late = esc.parse("started after the proxy died", after.stdout, after.stderr, after.exit_code)
+    esc.must_block(late)
+    server.settle()
+    assert server.accepted == 1, "only the control's tunnel may have reached the listener"
