@@ -33,7 +33,6 @@ def test_every_policy_field_is_declared_exactly_once() -> None:
 @pytest.mark.parametrize(
     ("doc", "field"),
     [
-        ({"net": {"allow": ["api.github.com"]}}, "net.allow"),
         ({"limits": {"pids": 64}}, "limits.pids"),
         ({"limits": {"disk_bytes": 1 << 30}}, "limits.disk_bytes"),
         ({"limits": {"mem_bytes": 1 << 30}}, "limits.mem_bytes"),
@@ -48,12 +47,20 @@ def test_unenforceable_fields_are_refused_by_name(doc: dict[str, object], field:
     assert field in str(info.value)
 
 
-def test_an_allowlist_is_refused_with_deny_and_ports() -> None:
+def test_an_allowlist_is_enforced_by_the_proxy_and_refused_when_it_cannot_start() -> None:
     policy = policy_from_dict(
         {"net": {"allow": ["api.github.com"], "deny": ["x.github.com"], "ports": [443]}}
     ).with_workspace("/w")
-    refused = [r.field for r in check_policy(policy, declared_capabilities())]
-    assert refused == ["net.allow", "net.deny", "net.ports"]
+    assert check_policy(policy, declared_capabilities()) == ()
+    assert check_policy(policy, host_capabilities()) == ()
+    for field in ("net.allow", "net.deny", "net.ports"):
+        entry = declared_capabilities().for_field(field)
+        assert entry is not None
+        assert entry.support is Support.STRICT
+        assert "egress proxy" in entry.mechanism
+    refused = check_policy(policy, host_capabilities(proxy_reason="it could not start: EADDRINUSE"))
+    assert [r.field for r in refused] == ["net.allow", "net.deny", "net.ports"]
+    assert all("could not start: EADDRINUSE" in r.reason for r in refused)
 
 
 def test_what_the_tier_enforces_is_accepted() -> None:
@@ -81,10 +88,11 @@ def test_reads_are_a_partial_guarantee_and_the_table_says_why() -> None:
 def test_host_table_never_grants_more_than_the_declared_one() -> None:
     declared = {f.field: f.support for f in declared_capabilities().fields}
     rank = [Support.NOT_ENFORCED, Support.PARTIAL, Support.STRICT]
-    for entry in host_capabilities().fields:
-        if entry.support is Support.NOT_APPLICABLE:
-            continue
-        assert rank.index(entry.support) <= rank.index(declared[entry.field])
+    for table in (host_capabilities(), host_capabilities(proxy_reason="down")):
+        for entry in table.fields:
+            if entry.support is Support.NOT_APPLICABLE:
+                continue
+            assert rank.index(entry.support) <= rank.index(declared[entry.field])
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="checks the reason given on other OSes")

@@ -5,22 +5,32 @@ the escape suite's job, on macOS.)"""
 from __future__ import annotations
 
 import asyncio
+import base64
+import errno
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import urllib.parse
 from pathlib import Path
 
 import pytest
 
+from panday_core.egress import ProxySettings, ProxyThread, StaticResolver
+from panday_core.egress.testing import LoopbackOnly
 from panday_core.errors import PolicyViolation, TierUnavailable
 from panday_core.policy import policy_from_dict
-from panday_core.types import SessionSpec
+from panday_core.types import SandboxHandle, SandboxTier, SessionSpec
 from panday_tier_macos import T2MacosSandbox
+from panday_tier_macos.profile import SeatbeltProfile
 from panday_tier_macos.sandbox import (
     BASE_ENV,
     START,
+    _Session,  # pyright: ignore[reportPrivateUsage] - the per-command environment under test
     build_environment,
     resolve_session_dir,
+    start_proxy,
     stricter_limit,
 )
 
@@ -45,7 +55,6 @@ def _create(doc: dict[str, object], workspace: str | None = "/w") -> None:
         ({"limits": {"mem_bytes": 1 << 30}}, "limits.mem_bytes"),
         ({"limits": {"cpu_ms": 1000}}, "limits.cpu_ms"),
         ({"limits": {"disk_bytes": 1 << 30}}, "limits.disk_bytes"),
-        ({"net": {"allow": ["api.github.com"]}}, "net.allow"),
     ],
 )
 def test_create_refuses_by_field_name_before_making_anything(
@@ -151,3 +160,123 @@ def test_the_start_step_exits_125_when_the_directory_is_missing(tmp_path: Path) 
     done = _start(str(tmp_path / "missing"), "/usr/bin/env")
     assert done.returncode == 125
     assert done.stdout == b""
+
+
+# ---------------------------------------------------------------------- the egress proxy
+# Everything but sandbox-exec itself runs on any OS: the proxy, its two loopback listeners,
+# the environment each command gets, and the refusal when the proxy cannot start.
+
+
+class _Upstream:
+    """An HTTP server on 127.0.0.1 that answers with a fixed body."""
+
+    def __init__(self) -> None:
+        import http.server  # noqa: PLC0415
+        import threading  # noqa: PLC0415
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = b"hello\n"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+                del format, args
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self.server.server_address[1])
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _settings() -> ProxySettings:
+    return ProxySettings(
+        resolver=StaticResolver({"allowed.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]}),
+        connector=LoopbackOnly(),
+    )
+
+
+def _get_via(env: dict[str, str], url: str, *, family: socket.AddressFamily) -> str:
+    """A plain-HTTP request through the proxy named by `env`, as a tool would send it; the
+    status code of the answer."""
+    proxy = urllib.parse.urlsplit(env["HTTP_PROXY"])
+    auth = base64.b64encode(f"{proxy.username}:{proxy.password}".encode()).decode()
+    where = "::1" if family == socket.AF_INET6 else proxy.hostname
+    with socket.create_connection((where, proxy.port), timeout=10) as sock:
+        sock.sendall(
+            f"GET {url} HTTP/1.1\r\nHost: x\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode()
+        )
+        return sock.recv(4096).split(b"\r\n", 1)[0].decode().split(" ")[1]
+
+
+def test_the_session_proxy_serves_both_loopbacks_with_per_command_credentials(
+    tmp_path: Path,
+) -> None:
+    upstream = _Upstream()
+    policy = policy_from_dict(
+        {"net": {"allow": ["allowed.test", "127.0.0.1"], "ports": [upstream.port]}}
+    ).with_workspace(str(tmp_path))
+    proxy, endpoint = start_proxy(policy, "t2m-test", _settings())
+    try:
+        assert endpoint.host == "127.0.0.1"
+        profile = SeatbeltProfile.from_policy(policy, endpoint)
+        assert f'(remote tcp "localhost:{endpoint.port}")' in profile.text
+        session = _Session(
+            session_id="t2m-test",
+            policy=policy,
+            profile=profile,
+            params={},
+            workspace=str(tmp_path),
+            tmpdir=str(tmp_path),
+            files=SandboxHandle(id="t2m-test", tier=SandboxTier.T0, workspace=str(tmp_path)),
+            proxy=proxy,
+        )
+        first, second = session.env_for(None), session.env_for("build-7")
+        assert first["HTTP_PROXY"].startswith("http://cmd-1:")
+        assert first["HTTP_PROXY"].endswith(f"@127.0.0.1:{endpoint.port}")
+        assert first["ALL_PROXY"].startswith("socks5h://cmd-1:")
+        assert second["HTTP_PROXY"].startswith("http://build-7:")
+        assert first["NO_PROXY"] == "localhost,127.0.0.1,::1"
+        with pytest.raises(ValueError, match="command_id"):
+            session.env_for("not an id")
+        for family in (socket.AF_INET, socket.AF_INET6):
+            url = f"http://allowed.test:{upstream.port}/"
+            assert _get_via(first, url, family=family) == "200"
+            url = f"http://other.test:{upstream.port}/"
+            assert _get_via(second, url, family=family) == "403"
+    finally:
+        proxy.close()
+        upstream.close()
+    assert not proxy.alive
+
+
+def test_a_proxy_that_cannot_start_refuses_the_net_fields_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_port(self: ProxyThread) -> int:
+        del self
+        raise OSError(errno.EADDRINUSE, "no port is free on both 127.0.0.1 and ::1")
+
+    monkeypatch.setattr(ProxyThread, "start_loopback", no_port)
+    threads = threading.active_count()
+    policy = policy_from_dict({"net": {"allow": ["allowed.test"]}}).with_workspace(str(tmp_path))
+    with pytest.raises(PolicyViolation) as refused:
+        start_proxy(policy, "t2m-test", _settings())
+    assert refused.value.field == "net.allow"
+    assert "no port is free" in refused.value.reason
+    assert "refused rather than opening the whole network" in refused.value.reason
+    assert threading.active_count() == threads
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="checks the refusal given off macOS")
+def test_no_proxy_starts_where_the_tier_cannot_run(tmp_path: Path) -> None:
+    threads = threading.active_count()
+    with pytest.raises(TierUnavailable):
+        _create({"net": {"allow": ["allowed.test"]}}, workspace=str(tmp_path))
+    assert threading.active_count() == threads

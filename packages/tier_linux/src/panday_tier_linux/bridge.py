@@ -150,12 +150,9 @@ class Bridge:
 
         Raises `ValueError` for an id the proxy cannot issue credentials for.
         """
-        from panday_core.egress.standalone import proxy_environment  # noqa: PLC0415 - as above
-
-        user, token = self.proxy.credentials(command_id)
-        http = f"http://{user}:{token}@127.0.0.1:{HTTP_PORT}"
-        socks = f"socks5h://{user}:{token}@127.0.0.1:{SOCKS_PORT}"
-        return proxy_environment(http, socks)
+        return self.proxy.environment(
+            command_id, http=("127.0.0.1", HTTP_PORT), socks=("127.0.0.1", SOCKS_PORT)
+        )
 
     @property
     def alive(self) -> bool:

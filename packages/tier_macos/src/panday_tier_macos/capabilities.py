@@ -4,9 +4,9 @@ Two views of the same table:
 
 * `declared_capabilities()` is host-independent. The docs generator renders it on any OS, so
   it must never probe anything.
-* `host_capabilities()` is what `create` and `doctor` use on this machine. Today it equals the
-  declared table; it is the one place where support that depends on the host (for example an
-  egress proxy that could not start) will be narrowed, never widened.
+* `host_capabilities()` is what `create` and `doctor` use on this machine. It equals the
+  declared table, narrowed (never widened) when the session's egress proxy could not start:
+  then ``net.allow``, ``net.deny`` and ``net.ports`` are refused with the cause.
 
 `unavailable_reason()` says, in one line, why the tier cannot run here. On macOS it does not
 trust that `/usr/bin/sandbox-exec` exists: it runs it once with a profile that denies one file
@@ -20,11 +20,11 @@ import functools
 import sys
 
 from panday_core.capabilities import (
-    NO_EGRESS_PROXY,
     FieldSupport,
     Guarantee,
     Support,
     TierCapabilities,
+    no_egress_proxy,
 )
 from panday_core.types import SandboxTier
 from panday_tier_macos.profile import (
@@ -62,7 +62,38 @@ _SETSID = (
 )
 
 
-def _fields() -> tuple[FieldSupport, ...]:
+_PROXY = (
+    "the session's egress proxy (panday_core.egress) on 127.0.0.1 and ::1 at one port; the "
+    "profile allows outbound TCP to localhost at that port and nothing else"
+)
+_NET_FIELDS = {
+    "net.allow": f"{_PROXY}; the proxy admits a host only when it matches net.allow, resolves "
+    "it itself and refuses loopback, private, link-local and metadata answers unless that IP "
+    "literal is listed",
+    "net.deny": "the egress proxy refuses matching hosts (and listed IP literals) even when "
+    "net.allow covers them",
+    "net.ports": "the egress proxy refuses every destination port not listed",
+}
+
+
+def _net_fields(proxy_reason: str | None) -> tuple[FieldSupport, ...]:
+    if proxy_reason is None:
+        return tuple(
+            FieldSupport(field=name, support=Support.STRICT, mechanism=mechanism)
+            for name, mechanism in _NET_FIELDS.items()
+        )
+    return tuple(
+        FieldSupport(
+            field=name,
+            support=Support.NOT_ENFORCED,
+            mechanism=mechanism,
+            note=no_egress_proxy(proxy_reason),
+        )
+        for name, mechanism in _NET_FIELDS.items()
+    )
+
+
+def _fields(proxy_reason: str | None = None) -> tuple[FieldSupport, ...]:
     return (
         FieldSupport(
             field="version",
@@ -91,25 +122,7 @@ def _fields() -> tuple[FieldSupport, ...]:
             "placed after the workspace rule so it holds inside the workspace too",
             note="a staged path inside a protected path is refused",
         ),
-        FieldSupport(
-            field="net.allow",
-            support=Support.NOT_ENFORCED,
-            mechanism="none yet (the profile generator already pins outbound TCP to the egress "
-            "proxy's loopback port)",
-            note=NO_EGRESS_PROXY,
-        ),
-        FieldSupport(
-            field="net.deny",
-            support=Support.NOT_ENFORCED,
-            mechanism="none yet (the egress proxy applies it)",
-            note=NO_EGRESS_PROXY,
-        ),
-        FieldSupport(
-            field="net.ports",
-            support=Support.NOT_ENFORCED,
-            mechanism="none yet (the egress proxy applies it)",
-            note=NO_EGRESS_PROXY,
-        ),
+        *_net_fields(proxy_reason),
         FieldSupport(
             field="limits.cpu_ms", support=Support.NOT_ENFORCED, mechanism="none", note=_CPU
         ),
@@ -171,10 +184,11 @@ def _guarantees() -> tuple[Guarantee, ...]:
             name="No network except the egress proxy",
             mechanism="(deny network*) always; with an allowlist, one rule allows outbound TCP "
             "to the proxy's loopback port; no bind, no inbound, no DNS (the resolver's socket "
-            "is a network operation)",
+            "is a network operation; the proxy resolves names)",
             support=Support.STRICT,
-            note="no egress proxy is wired to this tier yet, so a non-empty net.allow is "
-            "refused and every session has no network",
+            note="the proxy holds its port on 127.0.0.1 and ::1 (Seatbelt's localhost names "
+            "both), so no other process can listen where the profile points; it admits only "
+            "requests with the session's credentials, to allowlisted hosts",
         ),
         Guarantee(
             name="Other processes cannot be signalled, inspected or have their environment read",
@@ -221,9 +235,17 @@ def declared_capabilities() -> TierCapabilities:
     return TierCapabilities(tier=SandboxTier.T2_MACOS, fields=_fields(), guarantees=_guarantees())
 
 
-def host_capabilities() -> TierCapabilities:
-    """The table as it holds on this host (`create` and `doctor` use this one)."""
-    return declared_capabilities()
+def host_capabilities(proxy_reason: str | None = None) -> TierCapabilities:
+    """The table as it holds on this host (`create` and `doctor` use this one).
+
+    `proxy_reason` is why the session's egress proxy could not start; the net fields are then
+    refused with it (never approximated by no network, nor by the whole network).
+    """
+    if proxy_reason is None:
+        return declared_capabilities()
+    return TierCapabilities(
+        tier=SandboxTier.T2_MACOS, fields=_fields(proxy_reason), guarantees=_guarantees()
+    )
 
 
 _PROBE_SECRET = b"panday-probe-secret\n"

@@ -4,7 +4,14 @@ A session is a policy, its generated Seatbelt profile, the parameter values the 
 needs (resolved paths), a private temp dir and the environment commands get. `create` does,
 in this order and before anything is spawned: refuse every field this tier cannot enforce
 (`require_enforceable`, by field name), check that the tier can run here, resolve the
-workspace and staged paths (refusing any inside a protected path), then make the temp dir.
+workspace and staged paths (refusing any inside a protected path), start the session's
+egress proxy when the policy has ``net.allow`` (refusing the net fields by name if it cannot
+start), then make the temp dir.
+
+The egress proxy runs on a loop thread of its own (`ProxyThread`), listening on 127.0.0.1
+and ::1 at one port, because Seatbelt can name loopback only as ``localhost``, which covers
+both. The profile allows outbound TCP to that port and nothing else; each command's
+environment carries the proxy variables with credentials issued for its command id.
 
 Each command is started by the shared exec machinery (`panday_core.execution`): posix_spawn
 into a new session, output streamed and capped, the wall clock killing the process group.
@@ -25,7 +32,7 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from panday_core.capabilities import Refusal, require_enforceable
+from panday_core.capabilities import Refusal, no_egress_proxy, require_enforceable
 from panday_core.errors import Internal, PolicyViolation, SandboxError, TierUnavailable
 from panday_core.policy import SandboxPolicy
 from panday_core.types import SandboxHandle, SandboxTier, SessionSpec
@@ -36,6 +43,7 @@ from panday_tier_macos.profile import (
     PARAM_STAGED,
     PARAM_TMPDIR,
     PARAM_WORKSPACE,
+    ProxyEndpoint,
     SeatbeltProfile,
     protecting,
 )
@@ -44,6 +52,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping, Sequence
 
     from panday_core.capabilities import TierCapabilities
+    from panday_core.egress.thread import ProxySettings, ProxyThread
     from panday_core.execution import ChildProcess
     from panday_core.t0.sandbox import T0Sandbox
     from panday_core.types import ExecEvent, ExecSpec, Snapshot
@@ -114,8 +123,39 @@ def stricter_limit(a: int | None, b: int | None) -> int | None:
     return min(present) if present else None
 
 
+def start_proxy(
+    policy: SandboxPolicy, session_id: str, settings: ProxySettings | None
+) -> tuple[ProxyThread, ProxyEndpoint]:
+    """The session's egress proxy for `policy.net` and where the profile must point, or
+    `PolicyViolation` naming ``net.allow`` (and the cause) when it cannot start."""
+    from panday_core.egress.thread import ProxyThread  # noqa: PLC0415 - sessions with net.allow only
+
+    proxy = ProxyThread(policy.net, session_id=session_id, settings=settings)
+    try:
+        port = proxy.start_loopback()
+        return proxy, ProxyEndpoint(host="127.0.0.1", port=port)
+    except (OSError, RuntimeError, TimeoutError) as exc:
+        proxy.close()
+        caps = capabilities.host_capabilities(proxy_reason=f"it could not start: {exc}")
+        require_enforceable(policy, caps)
+        raise PolicyViolation(
+            str(TIER), [Refusal(field="net.allow", reason=no_egress_proxy(str(exc)))]
+        ) from exc
+
+
 class _Session:
-    __slots__ = ("files", "id", "params", "policy", "profile", "running", "tmpdir", "workspace")
+    __slots__ = (
+        "commands",
+        "files",
+        "id",
+        "params",
+        "policy",
+        "profile",
+        "proxy",
+        "running",
+        "tmpdir",
+        "workspace",
+    )
 
     def __init__(
         self,
@@ -127,6 +167,7 @@ class _Session:
         workspace: str,
         tmpdir: str,
         files: SandboxHandle,
+        proxy: ProxyThread | None = None,
     ) -> None:
         self.id = session_id
         self.policy = policy
@@ -135,11 +176,25 @@ class _Session:
         self.workspace = workspace
         self.tmpdir = tmpdir
         self.files = files
+        self.proxy = proxy
         self.running: set[ChildProcess] = set()
+        self.commands = 0
 
     @property
     def env(self) -> dict[str, str]:
         return build_environment(self.policy, self.workspace, self.tmpdir)
+
+    def env_for(self, command_id: str | None) -> dict[str, str]:
+        """A command's environment: the session's, then the proxy variables with
+        credentials issued for its id (the caller's, else ``cmd-N``)."""
+        env = self.env
+        if self.proxy is not None:
+            self.commands += 1
+            try:
+                env.update(self.proxy.environment(command_id or f"cmd-{self.commands}"))
+            except ValueError as exc:
+                raise ValueError(f"command_id: {exc}") from None
+        return env
 
     def cwd(self, cwd: str | None) -> str:
         if cwd is None:
@@ -182,9 +237,12 @@ async def _check_profile_applies(session: _Session) -> None:
 class T2MacosSandbox:
     """The T2 macOS tier: Seatbelt through `/usr/bin/sandbox-exec`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, egress: ProxySettings | None = None) -> None:
+        """`egress` configures the egress proxy of sessions with ``net.allow`` (resolver,
+        audit callback or JSONL file, limits); the defaults suit real use."""
         self._sessions: dict[str, _Session] = {}
         self._t0: T0Sandbox | None = None
+        self._egress = egress
 
     @property
     def tier(self) -> SandboxTier:
@@ -219,10 +277,41 @@ class T2MacosSandbox:
             resolve_session_dir(f"fs.staged_ro[{i}]", path, homes)
             for i, path in enumerate(policy.fs.staged_ro)
         ]
-        profile = SeatbeltProfile.from_policy(policy)
         session_id = spec.session_id or f"t2m-{secrets.token_hex(6)}"
         if session_id in self._sessions:
             raise SandboxError(f"session {session_id!r} is already open")
+        proxy, endpoint = (
+            start_proxy(policy, session_id, self._egress) if policy.net.allow else (None, None)
+        )
+        try:
+            session = await self._open(
+                policy,
+                session_id=session_id,
+                workspace=workspace,
+                staged=staged,
+                homes=homes,
+                endpoint=endpoint,
+            )
+        except BaseException:
+            if proxy is not None:
+                proxy.close()
+            raise
+        session.proxy = proxy
+        self._sessions[session_id] = session
+        return SandboxHandle(id=session_id, tier=TIER, workspace=workspace)
+
+    async def _open(
+        self,
+        policy: SandboxPolicy,
+        *,
+        session_id: str,
+        workspace: str,
+        staged: list[str],
+        homes: tuple[str, str],
+        endpoint: ProxyEndpoint | None,
+    ) -> _Session:
+        """Profile, files, temp dir; a session whose profile applies here (or nothing left)."""
+        profile = SeatbeltProfile.from_policy(policy, endpoint)
         files_policy = SandboxPolicy(fs=msgspec.structs.replace(policy.fs, workspace=workspace))
         files = await self._files.create(SessionSpec(policy=files_policy, session_id=session_id))
         try:
@@ -256,8 +345,7 @@ class T2MacosSandbox:
 
             shutil.rmtree(tmpdir, ignore_errors=True)
             raise
-        self._sessions[session_id] = session
-        return SandboxHandle(id=session_id, tier=TIER, workspace=workspace)
+        return session
 
     def _session(self, handle: SandboxHandle) -> _Session:
         session = self._sessions.get(handle.id)
@@ -273,7 +361,7 @@ class T2MacosSandbox:
         limits = session.policy.limits
         command = ["/bin/sh", "-c", START, "panday", session.cwd(spec.cwd), *spec.argv]
         argv = session.profile.argv(command, session.params)
-        proc = spawn(argv, env=session.env, stdin=spec.stdin is not None)
+        proc = spawn(argv, env=session.env_for(spec.command_id), stdin=spec.stdin is not None)
         session.running.add(proc)
         try:
             async for event in astream(
@@ -305,6 +393,8 @@ class T2MacosSandbox:
 
         for proc in list(session.running):
             Supervisor().kill(proc)
+        if session.proxy is not None:
+            session.proxy.close()
         await self._files.destroy(session.files)
         import shutil  # noqa: PLC0415 - only destroy needs it
 

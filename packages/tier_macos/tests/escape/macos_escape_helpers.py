@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, NoReturn
 import pytest
 
 if TYPE_CHECKING:
+    from panday_core.egress import ProxySettings
     from panday_core.types import ExecResult, SandboxHandle
     from panday_tier_macos.sandbox import T2MacosSandbox
 
@@ -84,10 +85,10 @@ def guarded(setup: str, action: str, success: str | None) -> str:
 class Jail:
     """Sessions of the real T2 macOS tier, driven synchronously for the tests."""
 
-    def __init__(self) -> None:
+    def __init__(self, egress: ProxySettings | None = None) -> None:
         from panday_tier_macos import T2MacosSandbox  # noqa: PLC0415 - macOS only
 
-        self.sandbox: T2MacosSandbox = T2MacosSandbox()
+        self.sandbox: T2MacosSandbox = T2MacosSandbox(egress=egress)
         self.handles: list[SandboxHandle] = []
 
     def create(self, workspace: Path, doc: dict[str, object] | None = None) -> SandboxHandle:
@@ -203,3 +204,28 @@ class UdpEcho(_Server):
         data, peer = self.sock.recvfrom(512)
         self.count += 1
         self.sock.sendto(data, peer)
+
+
+class HttpUpstream(_Server):
+    """An HTTP server on 127.0.0.1 that answers every request 200 and counts them."""
+
+    def __init__(self) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        super().__init__(sock)
+
+    def answer(self) -> None:
+        conn, _ = self.sock.accept()
+        with conn:
+            conn.settimeout(5)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                data += chunk
+            self.count += 1
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nhello\n"
+            )

@@ -14,17 +14,21 @@ from typing import TYPE_CHECKING
 import pytest
 from macos_escape_helpers import (
     PROBE_TIMEOUT_S,
+    HttpUpstream,
     Jail,
     Listener,
     UdpEcho,
     control,
     guarded,
     inconclusive,
+    outside,
 )
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
+
+    from panday_core.types import SandboxHandle
 
 CONNECT = guarded(
     "import socket, sys\n"
@@ -161,8 +165,8 @@ def test_with_a_proxy_only_its_loopback_port_is_reachable(
 ) -> None:
     """The profile variant for an allowlist: the proxy's port is open, nothing else is.
 
-    The egress proxy is not wired to this tier yet, so this runs the generated profile with
-    `sandbox-exec` directly; a plain listener stands in for the proxy.
+    This runs the generated profile with `sandbox-exec` directly, a plain listener standing
+    in for the proxy, to show the profile alone: the port is open, nothing else is.
     """
     from panday_core.policy import policy_from_dict  # noqa: PLC0415
     from panday_tier_macos.profile import ProxyEndpoint, SeatbeltProfile  # noqa: PLC0415
@@ -246,3 +250,122 @@ def test_with_a_proxy_only_its_loopback_port_is_reachable(
         }
     finally:
         other.close()
+
+
+# ---------------------------------------------------------------------- through the proxy
+# Sessions with an allowlist, served by the real egress proxy. Names come from a table
+# (no real DNS) and the proxy's connector refuses anything off loopback.
+
+ALLOWED = "allowed.test"
+CURL = "/usr/bin/curl"
+
+
+@pytest.fixture
+def proxy_jail() -> Iterator[Jail]:
+    from panday_core.egress import ProxySettings, StaticResolver  # noqa: PLC0415
+    from panday_core.egress.testing import LoopbackOnly  # noqa: PLC0415
+
+    table = {ALLOWED: ["127.0.0.1"], "other.test": ["127.0.0.1"]}
+    j = Jail(ProxySettings(resolver=StaticResolver(table), connector=LoopbackOnly()))
+    try:
+        yield j
+    finally:
+        j.close()
+
+
+@pytest.fixture
+def http_upstream() -> Iterator[HttpUpstream]:
+    srv = HttpUpstream()
+    try:
+        yield srv
+    finally:
+        srv.close()
+
+
+def _allow(upstream: HttpUpstream, *hosts: str) -> dict[str, object]:
+    return {"net": {"allow": list(hosts), "ports": [upstream.port]}}
+
+
+def _curl(jail: Jail, handle: SandboxHandle, url: str) -> tuple[int, str]:
+    """curl through the session's proxy variables: (HTTP status, X-Panday-Refused)."""
+    result = jail.run(handle, CURL, "-sS", "-i", "--max-time", "20", url)
+    head = result.stdout.decode("latin-1").split("\r\n\r\n", 1)[0].split("\r\n")
+    if not head or not head[0].startswith("HTTP/"):
+        return 0, result.stderr.decode("utf-8", "replace")
+    why = next(
+        (h.split(":", 1)[1].strip() for h in head if h.lower().startswith("x-panday-refused:")), ""
+    )
+    return int(head[0].split(" ")[1]), why
+
+
+def test_through_the_proxy_an_allowlisted_host_answers_and_another_is_refused(
+    proxy_jail: Jail, workspace: Path, http_upstream: HttpUpstream
+) -> None:
+    handle = proxy_jail.create(workspace, _allow(http_upstream, ALLOWED, "127.0.0.1"))
+    status, _ = _curl(proxy_jail, handle, f"http://{ALLOWED}:{http_upstream.port}/")
+    if status != 200:
+        inconclusive("the allowlisted host answers through the proxy", status)
+    assert http_upstream.count == 1
+    status, why = _curl(proxy_jail, handle, f"http://other.test:{http_upstream.port}/")
+    assert (status, why) == (403, "other.test is not in net.allow")
+    assert http_upstream.count == 1
+
+
+def test_a_command_ignoring_the_proxy_reaches_nothing(
+    proxy_jail: Jail, workspace: Path, http_upstream: HttpUpstream, udp_echo: UdpEcho
+) -> None:
+    control(CONNECT, "127.0.0.1", str(http_upstream.port), want="CONNECTED")
+    control(UDP, str(udp_echo.port), want="ANSWERED")
+    handle = proxy_jail.create(workspace, _allow(http_upstream, ALLOWED, "127.0.0.1"))
+    status, _ = _curl(proxy_jail, handle, f"http://{ALLOWED}:{http_upstream.port}/")
+    if status != 200:
+        inconclusive("the same session reaches the host through the proxy", status)
+    before = http_upstream.count
+    assert proxy_jail.py(handle, CONNECT, "127.0.0.1", str(http_upstream.port)) == "DENIED"
+    assert proxy_jail.py(handle, CONNECT, "::1", str(http_upstream.port)) == "DENIED"
+    assert proxy_jail.py(handle, UDP, str(udp_echo.port)) == "DENIED"
+    assert proxy_jail.py(handle, BIND) == "DENIED"
+    assert http_upstream.count == before
+    assert udp_echo.received == 1  # the control's datagram only
+
+
+def test_a_host_loopback_service_cannot_be_reached_through_the_proxy(
+    proxy_jail: Jail, workspace: Path, http_upstream: HttpUpstream
+) -> None:
+    granted = proxy_jail.create(workspace, _allow(http_upstream, ALLOWED, "127.0.0.1"))
+    status, _ = _curl(proxy_jail, granted, f"http://{ALLOWED}:{http_upstream.port}/")
+    if status != 200:
+        inconclusive("with 127.0.0.1 allowlisted the service answers", status)
+    before = http_upstream.count
+    handle = proxy_jail.create(workspace, _allow(http_upstream, ALLOWED))
+    status, why = _curl(proxy_jail, handle, f"http://{ALLOWED}:{http_upstream.port}/")
+    assert status == 403
+    assert "loopback address" in why
+    status, _ = _curl(proxy_jail, handle, f"http://127.0.0.1:{http_upstream.port}/")
+    assert status == 403
+    assert http_upstream.count == before
+
+
+def test_the_proxy_refuses_a_process_without_the_token(
+    proxy_jail: Jail, workspace: Path, http_upstream: HttpUpstream
+) -> None:
+    handle = proxy_jail.create(workspace, _allow(http_upstream, ALLOWED, "127.0.0.1"))
+    url = proxy_jail.run(handle, "/bin/sh", "-c", 'printf %s "$HTTP_PROXY"').stdout.decode()
+    creds, _, where = url.removeprefix("http://").rpartition("@")
+    port = int(where.rsplit(":", 1)[1])
+    target = f"http://{ALLOWED}:{http_upstream.port}/"
+    probe = (
+        "import base64, socket, sys\n"
+        "s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=10)\n"
+        "auth = sys.argv[3]\n"
+        "head = f'GET {sys.argv[2]} HTTP/1.1\\r\\nHost: x\\r\\n'\n"
+        "if auth:\n"
+        "    basic = base64.b64encode(auth.encode()).decode()\n"
+        "    head += f'Proxy-Authorization: Basic {basic}\\r\\n'\n"
+        "s.sendall((head + '\\r\\n').encode())\n"
+        "print(s.recv(4096).split(b' ')[1].decode())\n"
+    )
+    control(probe, str(port), target, creds, want="200")
+    user, _, token = creds.partition(":")
+    for wrong in ("", f"{user}:{'0' * len(token)}", f"session:{token}"):
+        assert outside(probe, str(port), target, wrong) == "407"

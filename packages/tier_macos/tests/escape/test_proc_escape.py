@@ -292,15 +292,6 @@ def test_unenforceable_ceilings_are_refused_by_name(
     assert info.value.field == f"limits.{field}"
 
 
-def test_an_allowlist_is_refused_until_the_proxy_serves_this_tier(
-    jail: Jail, workspace: Path
-) -> None:
-    with pytest.raises(PolicyViolation) as info:
-        jail.create(workspace, {"net": {"allow": ["api.github.com"]}})
-    assert info.value.field == "net.allow"
-    assert "egress proxy" in info.value.reason
-
-
 def test_output_beyond_the_cap_is_discarded_and_reported(jail: Jail, workspace: Path) -> None:
     handle = jail.create(workspace, {"limits": {"output_bytes": 4096}})
     result = jail.run(handle, sys.executable, "-I", "-c", "print('x' * 100000)")

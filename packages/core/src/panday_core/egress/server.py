@@ -663,12 +663,20 @@ class EgressProxy:
             return False, None
         return True, None if user == SESSION_USER else user
 
-    def url(self, command_id: str | None = None, *, scheme: str = "http") -> str:
-        """The proxy URL with credentials (``http`` or ``socks5h``) for the TCP listener."""
-        if self.tcp_address is None:
+    def url(
+        self,
+        command_id: str | None = None,
+        *,
+        scheme: str = "http",
+        address: tuple[str, int] | None = None,
+    ) -> str:
+        """The proxy URL with credentials (``http`` or ``socks5h``) for the TCP listener, or
+        for `address` (where a relay in front of the proxy listens)."""
+        where = address or self.tcp_address
+        if where is None:
             raise RuntimeError("the proxy has no TCP listener; call start() first")
         user, password = self.credentials(command_id)
-        host, port = self.tcp_address
+        host, port = where
         shown = f"[{host}]" if ":" in host else host
         return f"{scheme}://{user}:{password}@{shown}:{port}"
 

@@ -118,6 +118,27 @@ class ProxyThread:
         """(user, token) for `command_id` (see `EgressProxy.credentials`); thread-safe."""
         return self.proxy.credentials(command_id)
 
+    def environment(
+        self,
+        command_id: str,
+        *,
+        http: tuple[str, int] | None = None,
+        socks: tuple[str, int] | None = None,
+    ) -> dict[str, str]:
+        """The proxy variables for one command, with credentials issued for its id.
+
+        The URLs name `http` and `socks` (where a relay listens), or by default the proxy's
+        own TCP listener (which sniffs the protocol, so one port serves both). Raises
+        `ValueError` for an id the proxy cannot issue credentials for.
+        """
+        from panday_core.egress.standalone import proxy_environment  # noqa: PLC0415 - no cycle
+
+        proxy = self.proxy
+        return proxy_environment(
+            proxy.url(command_id, address=http),
+            proxy.url(command_id, scheme="socks5h", address=socks),
+        )
+
     def close(self, timeout: float = START_TIMEOUT_S) -> None:
         """Stop the loop (which closes the proxy) and wait for the thread."""
         if self._thread.is_alive():
