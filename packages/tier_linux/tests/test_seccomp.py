@@ -130,3 +130,10 @@ def test_no_home_means_no_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os.path, "expanduser", lambda _path: "relative/home")  # pyright: ignore[reportUnknownLambdaType, reportUnknownArgumentType] - a stand-in
     assert seccomp.cache_dir() is None
     assert seccomp.program(seccomp.FilterSpec())
+
+
+def test_inet_sockets_only_with_the_egress_bridge() -> None:
+    assert seccomp.socket_families(bridge=False) == frozenset({seccomp.AF_UNIX})
+    assert seccomp.socket_families(bridge=True) == frozenset(
+        {seccomp.AF_UNIX, seccomp.AF_INET, seccomp.AF_INET6}
+    )
