@@ -10,11 +10,18 @@ standalone proxy (``python -m panday_core.egress``). Measured:
   rounds alternate direct and proxied, and the ratio of the medians is reported;
 * added latency: a 1 KiB request and 1 KiB answer on a new connection (plus the CONNECT
   for the proxied case), p50/p99 over many requests, and inside an already open tunnel;
-* memory: the proxy's resident set size with 1,000 tunnels open at once (Linux /proc).
+* memory: the proxy's resident set size with 1,000 tunnels open at once (Linux /proc);
+* through a T2 Linux jail (when the tier runs here): a client inside a jail of a session
+  with ``net.allow``, through the jail's relay and the session's proxy (on its loop thread
+  in this process), against the same client outside any jail connecting directly; the
+  same 256 MiB download and new-connection latency. The client is the host's
+  /usr/bin/python3 on both sides (the jail shows /usr), timing itself, so the jail's
+  start-up is not counted.
 
 Budgets (issue 5): throughput >= 0.7x direct, p50 added latency <= 1 ms, RSS <= 100 MB at
-1,000 tunnels. Results are merged into the results file under the key ``egress``; the
-exit status is 1 when a budget is missed.
+1,000 tunnels; the figures through the jail are recorded beside them. Results are merged
+into the results file under the key ``egress``; the exit status is 1 when a budget is
+missed.
 """
 
 from __future__ import annotations
@@ -318,6 +325,113 @@ def memory(proxy: Proxy, port: int, tunnels: int) -> tuple[dict[str, object], bo
     }, rss <= BUDGET_RSS_MB and errors == 0
 
 
+# The client of the through-the-jail measurement: the same program outside (direct) and
+# inside the jail (through the relay at $HTTP_PROXY). It prints one JSON value.
+JAIL_CLIENT = r"""
+import base64, json, os, socket, sys, time, urllib.parse
+mode, how, port, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+def conn():
+    if how == "direct":
+        s = socket.create_connection(("127.0.0.1", port))
+    else:
+        u = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+        s = socket.create_connection((u.hostname, u.port))
+        auth = base64.b64encode(f"{u.username}:{u.password}".encode())
+        head = b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nProxy-Authorization: Basic %s\r\n\r\n"
+        s.sendall(head % (port, auth))
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            head += s.recv(4096)
+        assert head.startswith(b"HTTP/1.1 200"), head
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+if mode == "tp":
+    buf = memoryview(bytearray(1 << 20))
+    with conn() as s:
+        start = time.perf_counter()
+        s.sendall(b"N%d\n" % n)
+        got = 0
+        while got < n:
+            k = s.recv_into(buf)
+            assert k, "short download"
+            got += k
+        print(json.dumps(n / (time.perf_counter() - start)))
+else:
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        with conn() as s:
+            s.sendall(bytes(1024))
+            got = 0
+            while got < 1024:
+                got += len(s.recv(1024 - got))
+        out.append((time.perf_counter() - start) * 1000)
+    print(json.dumps(out))
+"""
+SYSTEM_PY = "/usr/bin/python3"
+
+
+def through_jail(port: int, size: int, rounds: int, count: int) -> dict[str, object] | str:
+    """The same client outside (direct) and inside a T2 Linux jail (through the relay)."""
+    try:
+        from panday_core.policy import FsPolicy, NetPolicy, SandboxPolicy  # noqa: PLC0415
+        from panday_tier_linux.probe import unavailable_reason  # noqa: PLC0415
+        from panday_tier_linux.session import open_session  # noqa: PLC0415
+    except ImportError:
+        return "not measured: T2 Linux is not installed"
+    reason = unavailable_reason()
+    if reason is not None:
+        return f"not measured: {reason}"
+    import tempfile  # noqa: PLC0415
+
+    def outside(*args: str) -> object:
+        done = subprocess.run(
+            [SYSTEM_PY, "-I", "-c", JAIL_CLIENT, *args], capture_output=True, check=True
+        )
+        return json.loads(done.stdout)
+
+    with tempfile.TemporaryDirectory() as ws:
+        net = NetPolicy(allow=("127.0.0.1",), ports=(port,))
+        with open_session(SandboxPolicy(fs=FsPolicy(workspace=ws), net=net)) as session:
+
+            def inside(*args: str) -> object:
+                result = session.run([SYSTEM_PY, "-I", "-c", JAIL_CLIENT, *args])
+                if result.exit_code != 0:
+                    raise SystemExit(f"egress bench: jailed client failed: {result.stderr!r}")
+                return json.loads(result.stdout)
+
+            direct: list[float] = []
+            jailed: list[float] = []
+            for _ in range(rounds):
+                direct.append(cast("float", outside("tp", "direct", str(port), str(size))))
+                jailed.append(cast("float", inside("tp", "proxy", str(port), str(size))))
+            lat_direct: list[float] = []
+            lat_jailed: list[float] = []
+            for _ in range(3):
+                lat_direct += cast("list[float]", outside("lat", "direct", str(port), str(count)))
+                lat_jailed += cast("list[float]", inside("lat", "proxy", str(port), str(count)))
+    paired = [b / a for a, b in zip(direct, jailed, strict=True)]
+    return {
+        "client": SYSTEM_PY,
+        "throughput": {
+            "bytes": size,
+            "rounds": rounds,
+            "direct_MBps": round(statistics.median(direct) / MIB, 1),
+            "jail_MBps": round(statistics.median(jailed) / MIB, 1),
+            "ratio": round(statistics.median(paired), 3),
+            "round_ratios": [round(r, 3) for r in paired],
+        },
+        "new_connection_ms": {
+            "requests": len(lat_direct),
+            "direct_p50": round(_pct(lat_direct, 0.5), 3),
+            "jail_p50": round(_pct(lat_jailed, 0.5), 3),
+            "added_p50": round(_pct(lat_jailed, 0.5) - _pct(lat_direct, 0.5), 3),
+            "direct_p99": round(_pct(lat_direct, 0.99), 3),
+            "jail_p99": round(_pct(lat_jailed, 0.99), 3),
+        },
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="Egress proxy benchmark (see the module doc).")
     parser.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
@@ -331,6 +445,7 @@ def main() -> int:
         print("egress bench: RSS is read from /proc; run it on Linux")
         return 1
     _raise_nofile()
+    load = os.getloadavg()[0]
     size = (32 if args.quick else 256) * MIB
     upstream = subprocess.Popen(
         [sys.executable, __file__, "--serve-upstream"],
@@ -344,6 +459,8 @@ def main() -> int:
         tp, tp_ok = throughput(proxy, port, size, 3 if args.quick else 5)
         lat, lat_ok = latency(proxy, port, 200 if args.quick else 1000)
         mem, mem_ok = memory(proxy, port, 1000)
+        proxy.stop()
+        jail = through_jail(port, size, 3 if args.quick else 5, 100 if args.quick else 300)
     finally:
         proxy.stop()
         upstream.terminate()
@@ -357,6 +474,8 @@ def main() -> int:
         "throughput": tp,
         "latency": lat,
         "memory": mem,
+        "through_jail": jail,
+        "loadavg_1m_at_start": round(load, 2),
         "budgets_met": checks,
     }
     path: Path = args.results
