@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Self, TypeAlias, cast
 
 import msgspec
 
-from panday_core.egress import socks5
+from panday_core.egress import socks5, splicing
 from panday_core.egress.audit import AuditEvent, ClientProtocol, JsonlAuditLog, Verdict
 from panday_core.egress.http_head import (
     HttpRefusal,
@@ -93,6 +93,9 @@ class ProxyLimits(msgspec.Struct, frozen=True, kw_only=True):
     """Bytes a transport may hold unsent before the other side stops reading."""
     pooled_buffers: int = 64
     """Free read buffers kept for reuse; beyond this they are released."""
+    splice_after: int | None = 1024 * 1024
+    """Bytes one direction of a tunnel relays through buffers before it switches to
+    ``splice(2)`` (Linux; see `splicing`); None never switches."""
 
 
 class _Pool:
@@ -138,6 +141,10 @@ class _End(asyncio.BufferedProtocol):
         self.lost: bool = False
         self.count: int = 0
         self.last: float = time.monotonic()
+        self.splice: splicing.Direction | None = None
+
+    def tunnel(self) -> _Client:
+        raise NotImplementedError
 
     def get_buffer(self, sizehint: int) -> bytearray:  # noqa: ARG002 - fixed-size buffers
         buf = self.buf
@@ -158,8 +165,15 @@ class _End(asyncio.BufferedProtocol):
         if out.get_write_buffer_size():
             # The peer transport may hold a view of `buf` until it drains; see module doc.
             self.lent.append(buf)
-        else:
-            self.proxy.pool.put(buf)
+            return
+        self.proxy.pool.put(buf)
+        after = self.proxy.limits.splice_after
+        if after is not None and self.count >= after and splicing.AVAILABLE:
+            # Bulk traffic: the kernel moves it from here on (nothing is unsent, so the
+            # order of bytes is kept).
+            direction = splicing.Direction(self.proxy.loop, self.tunnel(), self, peer)
+            if direction.start():
+                self.splice = direction
 
     def buffer_updated(self, nbytes: int) -> None:
         self.relay(nbytes)
@@ -178,7 +192,7 @@ class _End(asyncio.BufferedProtocol):
             for buf in peer.lent:
                 pool.put(buf)
             peer.lent.clear()
-        if peer.transport is not None and not peer.eof:
+        if peer.transport is not None and not peer.eof and peer.splice is None:
             peer.transport.resume_reading()
 
     def eof_received(self) -> bool:
@@ -196,12 +210,18 @@ class _End(asyncio.BufferedProtocol):
             self.proxy.pool.put(self.buf)
             self.buf = None
         self.lent = []  # possibly still referenced by a closing transport: never reused
+        if self.splice is not None:
+            self.splice.stop()
+            self.splice = None
 
 
 class _Upstream(_End):
     def __init__(self, client: _Client) -> None:
         super().__init__(client.proxy)
         self.client = client
+
+    def tunnel(self) -> _Client:
+        return self.client
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast("asyncio.Transport", transport)
@@ -237,6 +257,27 @@ class _Client(_End):
         self.establishing = False
         self.timer: asyncio.TimerHandle | None = None
         self.reported = False
+
+    def tunnel(self) -> _Client:
+        return self
+
+    # ------------------------------------------------------------------ spliced directions
+    def direction_done(self, src: object) -> None:
+        """A spliced direction delivered everything up to its end of file: pass the end on
+        (half-close), or close the tunnel when the other direction has ended too."""
+        src_end, dst = (self, self.up) if src is self else (self.up, self)
+        if dst is None or dst.transport is None or dst.lost:
+            return
+        if dst.eof or not dst.transport.can_write_eof():
+            if src_end is not None and src_end.transport is not None:
+                src_end.transport.close()
+            return
+        dst.transport.write_eof()
+
+    def direction_failed(self, exc: OSError) -> None:  # noqa: ARG002 - either way the tunnel ends
+        for end in (self, self.up):
+            if end is not None and end.transport is not None and not end.lost:
+                end.transport.abort()
 
     # ------------------------------------------------------------------ life cycle
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
