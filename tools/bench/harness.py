@@ -98,15 +98,15 @@ def host_info() -> Json:
 
 def record(name: str, entry: Json) -> None:
     """Merge one benchmark's entry into results.json (other benchmarks' keys untouched)."""
-    doc: Json = {"benchmarks": {}}
+    doc: Json = {}
     if RESULTS.exists():
         doc = cast("Json", json.loads(RESULTS.read_text(encoding="utf-8")))
-    benchmarks = cast("Json", doc.setdefault("benchmarks", {}))
+    doc.pop("benchmarks", None)  # the old nested layout: every key is a benchmark now
     entry = {
         **entry,
         "measured": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
-    benchmarks[name] = entry
+    doc[name] = entry
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
