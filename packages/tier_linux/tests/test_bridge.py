@@ -11,7 +11,6 @@ this world 127.0.0.1 plays the public address.
 from __future__ import annotations
 
 import asyncio
-import http.server
 import os
 import shutil
 import stat
@@ -24,7 +23,7 @@ import pytest
 
 from panday_core.capabilities import Support, check_policy
 from panday_core.egress import AuditEvent, ProxySettings, StaticResolver
-from panday_core.egress.testing import LoopbackOnly
+from panday_core.egress.testing import HttpUpstream, LoopbackOnly
 from panday_core.errors import Internal, PolicyViolation
 from panday_core.execution import acollect, collect
 from panday_core.policy import FsPolicy, NetPolicy, SandboxPolicy
@@ -47,39 +46,9 @@ OTHER = "other.test"
 CURL = "/usr/bin/curl"
 
 
-class Upstream:
-    """An HTTP server on the host's loopback that answers with its name and counts requests."""
-
-    def __init__(self) -> None:
-        self.requests: list[str] = []
-        upstream = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                upstream.requests.append(self.headers.get("Host", ""))
-                body = b"hello from the upstream\n"
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
-                del format, args
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = int(self.server.server_address[1])
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(10)
-
-
 @pytest.fixture
-def upstream() -> Iterator[Upstream]:
-    server = Upstream()
+def upstream() -> Iterator[HttpUpstream]:
+    server = HttpUpstream()
     try:
         yield server
     finally:
@@ -89,7 +58,7 @@ def upstream() -> Iterator[Upstream]:
 class World:
     """One allowlist session's ingredients: policy, resolver, audit events."""
 
-    def __init__(self, workspace: Path, upstream: Upstream) -> None:
+    def __init__(self, workspace: Path, upstream: HttpUpstream) -> None:
         self.workspace = workspace
         self.upstream = upstream
         self.events: list[AuditEvent] = []
@@ -112,7 +81,7 @@ class World:
 
 
 @pytest.fixture
-def world(tmp_path: Path, upstream: Upstream) -> World:
+def world(tmp_path: Path, upstream: HttpUpstream) -> World:
     if not os.access(CURL, os.X_OK):
         pytest.fail(f"inconclusive: these tests need {CURL} (CI installs curl)")
     return World(tmp_path, upstream)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from panday_core.egress import ProxySettings, ProxyThread, StaticResolver
-from panday_core.egress.testing import LoopbackOnly
+from panday_core.egress.testing import HttpUpstream, LoopbackOnly
 from panday_core.errors import PolicyViolation, TierUnavailable
 from panday_core.policy import policy_from_dict
 from panday_core.types import SandboxHandle, SandboxTier, SessionSpec
@@ -167,34 +167,6 @@ def test_the_start_step_exits_125_when_the_directory_is_missing(tmp_path: Path) 
 # the environment each command gets, and the refusal when the proxy cannot start.
 
 
-class _Upstream:
-    """An HTTP server on 127.0.0.1 that answers with a fixed body."""
-
-    def __init__(self) -> None:
-        import http.server  # noqa: PLC0415
-        import threading  # noqa: PLC0415
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = b"hello\n"
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
-                del format, args
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = int(self.server.server_address[1])
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def _settings() -> ProxySettings:
     return ProxySettings(
         resolver=StaticResolver({"allowed.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]}),
@@ -218,7 +190,7 @@ def _get_via(env: dict[str, str], url: str, *, family: socket.AddressFamily) -> 
 def test_the_session_proxy_serves_both_loopbacks_with_per_command_credentials(
     tmp_path: Path,
 ) -> None:
-    upstream = _Upstream()
+    upstream = HttpUpstream()
     policy = policy_from_dict(
         {"net": {"allow": ["allowed.test", "127.0.0.1"], "ports": [upstream.port]}}
     ).with_workspace(str(tmp_path))

@@ -88,6 +88,28 @@ def no_egress_proxy(cause: str) -> str:
     )
 
 
+def egress_fields(
+    mechanisms: Mapping[str, str], unavailable: str | None
+) -> tuple[FieldSupport, ...]:
+    """The net fields of a tier whose egress proxy enforces them: `mechanisms` maps each
+    field to how; strict, or refused with `no_egress_proxy(unavailable)` when the proxy
+    cannot serve sessions here."""
+    if unavailable is None:
+        return tuple(
+            FieldSupport(field=name, support=Support.STRICT, mechanism=mechanism)
+            for name, mechanism in mechanisms.items()
+        )
+    return tuple(
+        FieldSupport(
+            field=name,
+            support=Support.NOT_ENFORCED,
+            mechanism=mechanism,
+            note=no_egress_proxy(unavailable),
+        )
+        for name, mechanism in mechanisms.items()
+    )
+
+
 def _sections() -> tuple[tuple[str, type[msgspec.Struct]], ...]:
     return (("fs", FsPolicy), ("net", NetPolicy), ("limits", Limits))
 

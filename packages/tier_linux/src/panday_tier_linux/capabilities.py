@@ -18,7 +18,7 @@ from panday_core.capabilities import (
     Guarantee,
     Support,
     TierCapabilities,
-    no_egress_proxy,
+    egress_fields,
 )
 from panday_core.types import SandboxTier
 
@@ -193,23 +193,6 @@ GUARANTEES = (
 )
 
 
-def _net_fields(bridge_reason: str | None) -> list[FieldSupport]:
-    if bridge_reason is None:
-        return [
-            FieldSupport(field=name, support=Support.STRICT, mechanism=mechanism)
-            for name, mechanism in _NET_FIELDS.items()
-        ]
-    return [
-        FieldSupport(
-            field=name,
-            support=Support.NOT_ENFORCED,
-            mechanism=mechanism,
-            note=no_egress_proxy(bridge_reason),
-        )
-        for name, mechanism in _NET_FIELDS.items()
-    ]
-
-
 def _fields(cgroup_reasons: dict[str, str], bridge_reason: str | None) -> tuple[FieldSupport, ...]:
     fields = [
         FieldSupport(
@@ -228,7 +211,7 @@ def _fields(cgroup_reasons: dict[str, str], bridge_reason: str | None) -> tuple[
             support=Support.STRICT,
             mechanism="--ro-bind at the same path",
         ),
-        *_net_fields(bridge_reason),
+        *egress_fields(_NET_FIELDS, bridge_reason),
     ]
     for name, (mechanism, note) in _CGROUP_FIELDS.items():
         reason = cgroup_reasons.get(name)

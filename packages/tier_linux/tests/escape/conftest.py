@@ -195,6 +195,26 @@ def jail_usable() -> None:
         pytest.fail(f"the escape probes need {SYSTEM_PY} (install python3)")
 
 
+def families_probe(names: Sequence[str]) -> str:
+    """A probe that tries a socket in each family of `names`: ok (naming those it could
+    create) or blocked (none)."""
+    return f"""
+made = []
+for name in {tuple(names)!r}:
+    family = getattr(socket, name, None)
+    if family is None:
+        continue
+    try:
+        socket.socket(family, socket.SOCK_DGRAM if name != "AF_PACKET" else socket.SOCK_RAW).close()
+        made.append(name)
+    except OSError:
+        pass
+if made:
+    ok(",".join(made))
+blocked("none of " + ",".join({tuple(names)!r}))
+"""
+
+
 class Escape:
     """One test's probe runner: a workspace, a place outside it, and the three ways to run."""
 
@@ -352,6 +372,7 @@ class Escape:
     must_block = staticmethod(must_block)
     count_refusal = staticmethod(count_refusal)
     held = staticmethod(held)
+    families_probe = staticmethod(families_probe)
 
     def compile_c(self, name: str, source: str, *extra: str) -> Path:
         return compile_c(source, self.tmp / name, *extra)

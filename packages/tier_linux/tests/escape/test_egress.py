@@ -219,21 +219,9 @@ blocked(f"interfaces {names}, no IPv4 route")
 
 
 def test_an_allowlist_admits_inet_sockets_and_nothing_more(esc: Escape) -> None:
-    families = """
-made = []
-for name in ("AF_NETLINK", "AF_PACKET", "AF_VSOCK", "AF_ALG", "AF_BLUETOOTH", "AF_X25"):
-    family = getattr(socket, name, None)
-    if family is None:
-        continue
-    try:
-        socket.socket(family, socket.SOCK_DGRAM if name != "AF_PACKET" else socket.SOCK_RAW).close()
-        made.append(name)
-    except OSError:
-        pass
-if made:
-    ok(",".join(made))
-blocked("none of the other families")
-"""
+    families = esc.families_probe(
+        ("AF_NETLINK", "AF_PACKET", "AF_VSOCK", "AF_ALG", "AF_BLUETOOTH", "AF_X25")
+    )
     esc.control(esc.outside(families))
     inet = """
 try:

@@ -95,22 +95,9 @@ def test_a_host_unix_socket(esc: Escape, listen: Callable[[str], Listener], kind
 
 
 def test_only_unix_sockets_can_be_created(esc: Escape) -> None:
-    code = """
-made = []
-families = ("AF_INET", "AF_INET6", "AF_NETLINK", "AF_PACKET", "AF_VSOCK", "AF_ALG", "AF_BLUETOOTH")
-for name in families:
-    family = getattr(socket, name, None)
-    if family is None:
-        continue
-    try:
-        socket.socket(family, socket.SOCK_DGRAM if name != "AF_PACKET" else socket.SOCK_RAW).close()
-        made.append(name)
-    except OSError:
-        pass
-if made:
-    ok(",".join(made))
-blocked("none of the non-unix families")
-"""
+    code = esc.families_probe(
+        ("AF_INET", "AF_INET6", "AF_NETLINK", "AF_PACKET", "AF_VSOCK", "AF_ALG", "AF_BLUETOOTH")
+    )
     esc.control(esc.outside(code))
     esc.must_block(esc.inside(code))
     unix = """

@@ -24,7 +24,7 @@ from panday_core.capabilities import (
     Guarantee,
     Support,
     TierCapabilities,
-    no_egress_proxy,
+    egress_fields,
 )
 from panday_core.types import SandboxTier
 from panday_tier_macos.profile import (
@@ -76,23 +76,6 @@ _NET_FIELDS = {
 }
 
 
-def _net_fields(proxy_reason: str | None) -> tuple[FieldSupport, ...]:
-    if proxy_reason is None:
-        return tuple(
-            FieldSupport(field=name, support=Support.STRICT, mechanism=mechanism)
-            for name, mechanism in _NET_FIELDS.items()
-        )
-    return tuple(
-        FieldSupport(
-            field=name,
-            support=Support.NOT_ENFORCED,
-            mechanism=mechanism,
-            note=no_egress_proxy(proxy_reason),
-        )
-        for name, mechanism in _NET_FIELDS.items()
-    )
-
-
 def _fields(proxy_reason: str | None = None) -> tuple[FieldSupport, ...]:
     return (
         FieldSupport(
@@ -122,7 +105,7 @@ def _fields(proxy_reason: str | None = None) -> tuple[FieldSupport, ...]:
             "placed after the workspace rule so it holds inside the workspace too",
             note="a staged path inside a protected path is refused",
         ),
-        *_net_fields(proxy_reason),
+        *egress_fields(_NET_FIELDS, proxy_reason),
         FieldSupport(
             field="limits.cpu_ms", support=Support.NOT_ENFORCED, mechanism="none", note=_CPU
         ),

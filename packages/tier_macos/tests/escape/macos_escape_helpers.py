@@ -204,28 +204,3 @@ class UdpEcho(_Server):
         data, peer = self.sock.recvfrom(512)
         self.count += 1
         self.sock.sendto(data, peer)
-
-
-class HttpUpstream(_Server):
-    """An HTTP server on 127.0.0.1 that answers every request 200 and counts them."""
-
-    def __init__(self) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(16)
-        super().__init__(sock)
-
-    def answer(self) -> None:
-        conn, _ = self.sock.accept()
-        with conn:
-            conn.settimeout(5)
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(4096)
-                if not chunk:
-                    return
-                data += chunk
-            self.count += 1
-            conn.sendall(
-                b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nhello\n"
-            )

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 import pytest
 from macos_escape_helpers import (
     PROBE_TIMEOUT_S,
-    HttpUpstream,
     Jail,
     Listener,
     UdpEcho,
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
+    from panday_core.egress.testing import HttpUpstream
     from panday_core.types import SandboxHandle
 
 CONNECT = guarded(
@@ -275,6 +275,8 @@ def proxy_jail() -> Iterator[Jail]:
 
 @pytest.fixture
 def http_upstream() -> Iterator[HttpUpstream]:
+    from panday_core.egress.testing import HttpUpstream  # noqa: PLC0415
+
     srv = HttpUpstream()
     try:
         yield srv

@@ -29,3 +29,41 @@ class LoopbackOnly:
         if not ipaddress.ip_address(host).is_loopback:
             raise ConnectionRefusedError(f"test connector: {host} is not loopback; not connecting")
         return await asyncio.get_running_loop().create_connection(factory, host=host, port=port)
+
+
+class HttpUpstream:
+    """An HTTP server on 127.0.0.1, in a thread: every GET gets 200 and `body`; the Host
+    header of each request is recorded. For tests that need an allowlisted upstream."""
+
+    def __init__(self, body: bytes = b"hello from the upstream\n") -> None:
+        import http.server  # noqa: PLC0415 - tests only
+        import threading  # noqa: PLC0415
+
+        self.requests: list[str] = []
+        upstream = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                upstream.requests.append(self.headers.get("Host", ""))
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+                del format, args
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self.server.server_address[1])
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def count(self) -> int:
+        """Requests answered so far."""
+        return len(self.requests)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(10)
