@@ -309,3 +309,13 @@ def test_the_async_protocol_carries_the_bridge(world: World) -> None:
 
     ok, no = asyncio.run(scenario())
     assert (ok.stdout, no.stdout) == (b"200", b"403")
+
+
+@linux
+def test_the_enforcement_report_holds_with_the_bridge(world: World) -> None:
+    with world.open() as session:
+        report = session.enforcement()
+    assert report.problems() == []
+    assert any(m.startswith("/run/panday ") and m.endswith(" ro") for m in report.mounts)
+    net = next(n for n in report.namespaces if n.name == "net")
+    assert net.isolated
