@@ -63,15 +63,16 @@ def _listen(port: int) -> socket.socket:
     return sock
 
 
-def _control(path: str) -> socket.socket | None:
+def _control(path: str) -> tuple[socket.socket | None, str]:
+    """A connection to the proxy's socket, or (None, why not)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, 0)
     sock.settimeout(SEND_TIMEOUT_S)
     try:
         sock.connect(path)
-    except OSError:
+    except OSError as exc:
         sock.close()
-        return None
-    return sock
+        return None, f"connecting to its socket: {exc.strerror or exc}"
+    return sock, ""
 
 
 def _refusal(first: bytes, reason: str) -> bytes:
@@ -123,9 +124,9 @@ class Relay:
         self.refusing = 0
 
     def connect(self) -> None:
-        self.control = _control(self.path)
+        self.control, why = _control(self.path)
         if self.control is None:
-            self.problem = "its socket refused the connection"
+            self.problem = why
 
     def hand(self, fd: int) -> None:
         """Pass the accepted connection `fd` to the proxy, then close our copy."""
