@@ -21,6 +21,7 @@ Deliberately free of `re` and heavy imports: this module is on the CLI's start-u
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 
 _MAX_NAME = 253
@@ -44,7 +45,12 @@ def _label_problem(label: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def _ip_literal(text: str) -> str | None:
+    """The canonical form of an IP literal, None for anything else. Cached, and names are
+    ruled out without parsing: the egress proxy asks this several times per request."""
+    if not (text[:1].isdigit() or ":" in text):
+        return None  # an IPv4 literal starts with a digit; an IPv6 one has a colon
     try:
         return str(ipaddress.ip_address(text))
     except ValueError:
