@@ -1,0 +1,122 @@
+"""What the synchronous and asynchronous sessions share: the policy a session opens with,
+the `ExecSpec` a call builds, and how a command that never started is reported."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from panday_core.errors import CommandNotFound, TierUnavailable
+from panday_core.types import ExecSpec, OutputChunk
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from panday_core.policy import SandboxPolicy
+    from panday_core.types import ExecEvent
+
+DEFAULT_GET_BYTES = 16 * 1024 * 1024
+"""`get` reads at most this much unless told otherwise."""
+
+_EXECVP = "bwrap: execvp "
+_ENOENT = "No such file or directory"
+
+
+def resolve_policy(
+    policy: SandboxPolicy | Mapping[str, object] | str | os.PathLike[str] | None,
+) -> SandboxPolicy:
+    """The policy a session opens with: the embedded default when None, a loaded file for a
+    path, a validated document for a mapping; the workspace filled in with the current
+    directory when the policy leaves it out."""
+    from panday_core.policy import SandboxPolicy  # noqa: PLC0415 - lazy, see panday.cli
+
+    if policy is None:
+        from panday.defaults import default_policy  # noqa: PLC0415
+
+        return default_policy()
+    if isinstance(policy, SandboxPolicy):
+        resolved = policy
+    elif isinstance(policy, str | os.PathLike):
+        from panday_core.policy import load_policy  # noqa: PLC0415
+
+        resolved = load_policy(os.fspath(policy))
+    else:
+        from panday_core.policy import policy_from_dict  # noqa: PLC0415
+
+        resolved = policy_from_dict(policy)
+    if resolved.fs.workspace is None:
+        resolved = resolved.with_workspace(os.getcwd())
+    return resolved
+
+
+def exec_spec(
+    cmd: Sequence[str],
+    *,
+    stdin: bytes | str | None,
+    cwd: str | None,
+    timeout: float | None,
+) -> ExecSpec:
+    """One command's spec; `cmd` is a list of arguments and is never given to a shell."""
+    if isinstance(cmd, str | bytes):
+        raise TypeError(
+            "cmd: pass the program and its arguments as a list (['ls', '-l']); a string is "
+            "never split or given to a shell (write ['sh', '-c', line] to run a shell line)"
+        )
+    argv = tuple(cmd)
+    for i, arg in enumerate(argv):
+        if not isinstance(arg, str):  # pyright: ignore[reportUnnecessaryIsInstance] - callers may not be typed
+            raise TypeError(f"cmd[{i}]: {arg!r} is not a string")
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    timeout_ms = None
+    if timeout is not None:
+        if isinstance(timeout, bool) or not timeout > 0:
+            raise ValueError(f"timeout: {timeout!r} must be a positive number of seconds")
+        timeout_ms = max(1, round(timeout * 1000))
+    return ExecSpec(argv=argv, stdin=data, cwd=cwd, timeout_ms=timeout_ms)
+
+
+class StartGuard:
+    """Reports a command that never started as `CommandNotFound`, not as a broken tier.
+
+    When bubblewrap cannot exec the command (no such program, not executable), the T2 Linux
+    tier sees bwrap exit without the command's status and raises `TierUnavailable` with
+    bwrap's message, after passing that message on as the command's first stderr chunk. The
+    sandbox works; the command is what is missing. So the first stderr chunk is held back
+    while it reads like a bwrap message (one event at most: the next event releases it),
+    and that failure becomes `CommandNotFound` (exit code 127, or 126 when the program
+    exists but cannot be executed), without the message also appearing as output.
+    """
+
+    __slots__ = ("first", "held")
+
+    def __init__(self) -> None:
+        self.first = True
+        self.held: OutputChunk | None = None
+
+    def feed(self, event: ExecEvent) -> list[ExecEvent]:
+        if self.first:
+            self.first = False
+            if (
+                isinstance(event, OutputChunk)
+                and event.stream == "stderr"
+                and event.data.startswith(b"bwrap: ")
+            ):
+                self.held = event
+                return []
+        if self.held is None:
+            return [event]
+        held, self.held = self.held, None
+        return [held, event]
+
+    def failure(self, exc: BaseException) -> BaseException:
+        """The error to raise instead of `exc` (itself unless the command never started)."""
+        if not isinstance(exc, TierUnavailable) or not exc.reason.startswith(_EXECVP):
+            return exc
+        program, _, why = exc.reason.removeprefix(_EXECVP).rpartition(": ")
+        if not program:
+            return exc
+        if why == _ENOENT:
+            return CommandNotFound(program, "not found inside the sandbox", exit_code=127)
+        return CommandNotFound(
+            program, f"cannot be executed inside the sandbox ({why})", exit_code=126
+        )
