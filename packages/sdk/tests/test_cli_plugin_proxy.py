@@ -90,26 +90,38 @@ def _panday() -> str:
     return exe
 
 
+def _read_until(fd: int, marker: bytes, within: float) -> bytes:
+    """Bytes from `fd` until `marker` and the end of its line, or fail after `within` s."""
+    import os  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    data = b""
+    deadline = time.monotonic() + within
+    while not (marker in data and data.endswith(b"\n")):
+        left = deadline - time.monotonic()
+        ready, _, _ = select.select([fd], [], [], max(0.0, left))
+        if not ready:
+            pytest.fail(f"no {marker!r} line within {within} s: {data!r}")
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            pytest.fail(f"the proxy exited before printing {marker!r}: {data!r}")
+        data += chunk
+    return data
+
+
 def test_proxy_starts_prints_its_variables_and_stops_on_ctrl_c() -> None:
     proc = subprocess.Popen(
         [_panday(), "proxy", "--allow", "example.com", "--listen-port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
-        text=True,
     )
     try:
         assert proc.stdout is not None
-        lines: list[str] = []
-        while not any(line.startswith("export HTTP_PROXY=") for line in lines):
-            ready, _, _ = select.select([proc.stdout], [], [], 20)
-            assert ready, f"the proxy printed nothing within 20 s: {lines}"
-            line = proc.stdout.readline()
-            assert line, f"the proxy exited: {lines} {proc.stderr.read() if proc.stderr else ''}"
-            lines.append(line)
-        proxy_url = next(line for line in lines if line.startswith("export HTTP_PROXY="))
+        lines = _read_until(proc.stdout.fileno(), b"export HTTP_PROXY=", 60).decode()
+        proxy_url = next(x for x in lines.splitlines() if x.startswith("export HTTP_PROXY="))
         assert "@127.0.0.1:" in proxy_url
-        assert "allow ['example.com']" in lines[0]
+        assert "allow ['example.com']" in lines.splitlines()[0]
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=20)
     finally:

@@ -318,3 +318,35 @@ def test_aio_cancellation_kills_the_command(ws: Path) -> None:
 
     asyncio.run(main())
     assert _gone(token)
+
+
+def test_the_start_guard_holds_only_what_may_be_one_bwrap_line() -> None:
+    from panday._shared import StartGuard  # noqa: PLC0415
+
+    def out(stream: str, data: bytes) -> OutputChunk:
+        return OutputChunk(stream=stream, data=data)  # pyright: ignore[reportArgumentType] - test data
+
+    end = ExecExit(exit_code=0, wall_ms=1.0)
+    # bwrap's line in pieces is held; the start failure then drops it.
+    guard = StartGuard()
+    assert guard.feed(out("stderr", b"bw")) == []
+    assert guard.feed(out("stderr", b"rap: execvp x: No such")) == []
+    assert guard.feed(out("stderr", b" file or directory\n")) == []
+    failure = guard.failure(
+        TierUnavailable("t2-linux", "bwrap: execvp x: No such file or directory")
+    )
+    assert isinstance(failure, CommandNotFound)
+    assert failure.exit_code == 127
+    # A command's own output is released unchanged and in order by whatever comes next.
+    for follow in (out("stdout", b"o"), out("stderr", b"more\n"), end):
+        guard = StartGuard()
+        assert guard.feed(out("stderr", b"bwrap: looks like it\n")) == []
+        assert guard.feed(follow) == [out("stderr", b"bwrap: looks like it\n"), follow]
+    guard = StartGuard()
+    assert guard.feed(out("stderr", b"bwrap: a\nb")) == [out("stderr", b"bwrap: a\nb")]
+    assert guard.feed(out("stderr", b"x")) == [out("stderr", b"x")]
+    guard = StartGuard()
+    assert guard.feed(out("stderr", b"warning\n")) == [out("stderr", b"warning\n")]
+    # Anything but bwrap's exec failure is passed on as it is.
+    other = TierUnavailable("t2-linux", "bwrap: setting up uid map: Permission denied")
+    assert StartGuard().failure(other) is other

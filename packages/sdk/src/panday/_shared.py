@@ -80,33 +80,39 @@ class StartGuard:
 
     When bubblewrap cannot exec the command (no such program, not executable), the T2 Linux
     tier sees bwrap exit without the command's status and raises `TierUnavailable` with
-    bwrap's message, after passing that message on as the command's first stderr chunk. The
-    sandbox works; the command is what is missing. So the first stderr chunk is held back
-    while it reads like a bwrap message (one event at most: the next event releases it),
-    and that failure becomes `CommandNotFound` (exit code 127, or 126 when the program
-    exists but cannot be executed), without the message also appearing as output.
+    bwrap's message, after passing that message on as the command's stderr. The sandbox
+    works; the command is what is missing. So while the start of stderr still reads like
+    one bwrap line (``bwrap: ...``, possibly in several chunks), it is held back: anything
+    else (stdout, more stderr after that line, the exit) releases it unchanged, in order;
+    the tier's start failure drops it, and `failure` turns that into `CommandNotFound`
+    (exit code 127, or 126 when the program exists but cannot be executed).
     """
 
-    __slots__ = ("first", "held")
+    __slots__ = ("deciding", "held")
+
+    _MARK = b"bwrap: "
 
     def __init__(self) -> None:
-        self.first = True
-        self.held: OutputChunk | None = None
+        self.deciding = True
+        self.held: list[OutputChunk] = []
+
+    def _could_be_bwrap(self, data: bytes) -> bool:
+        if not data.startswith(self._MARK):
+            return self._MARK.startswith(data)
+        end = data.find(b"\n")
+        return end < 0 or end == len(data) - 1  # one line so far, and nothing after it
 
     def feed(self, event: ExecEvent) -> list[ExecEvent]:
-        if self.first:
-            self.first = False
-            if (
-                isinstance(event, OutputChunk)
-                and event.stream == "stderr"
-                and event.data.startswith(b"bwrap: ")
-            ):
-                self.held = event
-                return []
-        if self.held is None:
+        if not self.deciding:
             return [event]
-        held, self.held = self.held, None
-        return [held, event]
+        if isinstance(event, OutputChunk) and event.stream == "stderr":
+            so_far = b"".join(c.data for c in self.held) + event.data
+            if self._could_be_bwrap(so_far):
+                self.held.append(event)
+                return []
+        self.deciding = False
+        held, self.held = self.held, []
+        return [*held, event]
 
     def failure(self, exc: BaseException) -> BaseException:
         """The error to raise instead of `exc` (itself unless the command never started)."""
