@@ -197,5 +197,39 @@ def render() -> None:
             f"{host.get('cpus', '?')} CPUs, Python {host.get('python', '?')}, "
             f"load average {host.get('loadavg_1m_at_start', '?')} at the start."
         )
+        if "difference_ms" in entry:
+            lines += [f"Difference of the medians, (b) - (a): **{entry['difference_ms']} ms**.", ""]
         lines += [f"![{name}]({_chart(name, entry)})", "", measured, ""]
+        if "where_the_time_goes" in entry:
+            lines += _where(cast("Json", entry["where_the_time_goes"]))
     DOC.write_text("\n".join(lines), encoding="utf-8")
+
+
+def _where(where: Json) -> list[str]:
+    """The "Where the time goes" section of a benchmark entry that records one."""
+    lines = ["### Where the time goes", ""]
+    lines += [str(p) + "\n" for p in cast("list[str]", where.get("notes", []))]
+    split = cast("dict[str, float]", where.get("split_of_b_ms", {}))
+    if split:
+        lines += ["| part of (b), from the medians | ms |", "|---|---|"]
+        lines += [f"| {part} | {ms:.1f} |" for part, ms in split.items()]
+        lines.append("")
+    owners = cast("dict[str, float]", where.get("by_owner_ms", {}))
+    if owners:
+        runs = where.get("importtime_runs", "?")
+        lines += [
+            f"Import time by first importer (`-X importtime`, median of {runs} runs; the tool's",
+            "own overhead inflates every figure, so read them as shares):",
+            "",
+            "| imported first by | ms |",
+            "|---|---|",
+        ]
+        lines += [f"| {owner} | {ms:.1f} |" for owner, ms in owners.items()]
+        lines.append("")
+    top = cast("dict[str, float]", where.get("top_modules_self_ms", {}))
+    if top:
+        lines += ["The costliest modules (self time):", ""]
+        lines += ["| module | ms |", "|---|---|"]
+        lines += [f"| `{module}` | {ms:.2f} |" for module, ms in top.items()]
+        lines.append("")
+    return lines
