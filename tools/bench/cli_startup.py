@@ -224,13 +224,7 @@ def _notes(med: dict[str, float], top: dict[str, float]) -> list[str]:
 
 
 def main(rounds: int, warmup: int) -> dict[str, object]:
-    if not sys.platform.startswith("linux"):
-        raise SystemExit(f"{NAME}: needs Linux; this host is {sys.platform}")
-    from panday_tier_linux.host import find_bwrap  # noqa: PLC0415
-
-    bwrap = find_bwrap()
-    if bwrap is None:
-        raise SystemExit(f"{NAME}: bwrap not found")
+    shown, raw = harness.raw_bwrap(NAME)
     panday = shutil.which("panday", path=str(Path(sys.executable).parent))
     if panday is None:
         raise SystemExit(f"{NAME}: no panday console script beside {sys.executable}")
@@ -240,7 +234,6 @@ def main(rounds: int, warmup: int) -> dict[str, object]:
     here = Path.cwd()
     os.chdir(workspace)  # the default policy's workspace is the current directory
     try:
-        raw = [bwrap.path, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "/bin/true"]
         imports = "import " + ", ".join(RUN_IMPORTS)
         variants = [
             harness.Variant("raw_bwrap", "(a) raw bwrap --unshare-all", _spawner(raw)),
@@ -282,7 +275,7 @@ def main(rounds: int, warmup: int) -> dict[str, object]:
     return {
         "title": "CLI start-up: panday run -- /bin/true",
         "description": __doc__.split("\n\n", 1)[1].strip() if __doc__ else "",
-        "bwrap": f"{bwrap.path} ({bwrap.source})",
+        "bwrap": shown,
         "host": info,
         "rounds": rounds,
         "variants": s,

@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +84,20 @@ def interleave(variants: Sequence[Variant], *, rounds: int, warmup: int) -> None
             elapsed = time.perf_counter() - start
             if i >= warmup:
                 variant.samples.append(elapsed)
+
+
+def raw_bwrap(benchmark: str) -> tuple[str, list[str]]:
+    """The bwrap a session uses ("path (source)") and the raw jail every startup benchmark
+    compares with: `bwrap --unshare-all --die-with-parent --ro-bind / / /bin/true`."""
+    if not sys.platform.startswith("linux"):
+        raise SystemExit(f"{benchmark}: needs Linux; this host is {sys.platform}")
+    from panday_tier_linux.host import find_bwrap  # noqa: PLC0415 - Linux only
+
+    bwrap = find_bwrap()
+    if bwrap is None:
+        raise SystemExit(f"{benchmark}: bwrap not found")
+    argv = [bwrap.path, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "/bin/true"]
+    return f"{bwrap.path} ({bwrap.source})", argv
 
 
 def host_info() -> Json:

@@ -30,6 +30,12 @@ def panday_exe() -> str:
 
 
 @pytest.fixture
+def exe() -> str:
+    """The installed `panday` console script, for tests that drive it with Popen."""
+    return panday_exe()
+
+
+@pytest.fixture
 def cli(tmp_path: Path) -> Cli:
     """Run the installed `panday` with `args` (in a fresh directory unless `cwd` is given)."""
 

@@ -6,8 +6,6 @@ import select
 import signal
 import socket
 import subprocess
-import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -17,6 +15,7 @@ from panday_core.capabilities import Support
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
     from subprocess import CompletedProcess
 
     Cli = Callable[..., CompletedProcess[str]]
@@ -82,14 +81,6 @@ def test_plugin_inspect_bad_input(  # noqa: PLR0917 - fixtures and parameters
     assert fragment in clean_line(result)
 
 
-def _panday() -> str:
-    import shutil  # noqa: PLC0415
-
-    exe = shutil.which("panday", path=str(Path(sys.executable).parent))
-    assert exe is not None
-    return exe
-
-
 def _read_until(fd: int, marker: bytes, within: float) -> bytes:
     """Bytes from `fd` until `marker` and the end of its line, or fail after `within` s."""
     import os  # noqa: PLC0415
@@ -109,9 +100,9 @@ def _read_until(fd: int, marker: bytes, within: float) -> bytes:
     return data
 
 
-def test_proxy_starts_prints_its_variables_and_stops_on_ctrl_c() -> None:
+def test_proxy_starts_prints_its_variables_and_stops_on_ctrl_c(exe: str) -> None:
     proc = subprocess.Popen(
-        [_panday(), "proxy", "--allow", "example.com", "--listen-port", "0"],
+        [exe, "proxy", "--allow", "example.com", "--listen-port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,

@@ -41,15 +41,6 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.usefixtures("linux_tier")
 
 
-def _exe() -> str:
-    import shutil  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-
-    exe = shutil.which("panday", path=str(Path(sys.executable).parent))
-    assert exe is not None
-    return exe
-
-
 def _cgroups_here() -> bool:
     entry = tiers.host_capabilities("t2-linux").for_field("limits.pids")
     return entry is not None and entry.support is not Support.NOT_ENFORCED
@@ -93,7 +84,7 @@ def test_a_signal_that_ends_the_command_exits_128_plus_n(cli: Cli, sig: int) -> 
     assert result.returncode == exitcodes.SIGNAL_BASE + sig, result.stderr
 
 
-def test_output_streams_live(tmp_path: Path) -> None:
+def test_output_streams_live(tmp_path: Path, exe: str) -> None:
     """The first line arrives while the command still runs (it waits for our go)."""
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -101,7 +92,7 @@ def test_output_streams_live(tmp_path: Path) -> None:
     wait = f"i=0; while [ ! -e {go} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done"
     script = f"echo first; {wait}; echo second"
     proc = subprocess.Popen(
-        [_exe(), "run", "--workspace", str(ws), "--", "sh", "-c", script],
+        [exe, "run", "--workspace", str(ws), "--", "sh", "-c", script],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
@@ -339,12 +330,12 @@ def test_help_is_printed(cli: Cli) -> None:
 
 
 def _start_sleeper(
-    extra: list[str], token: str, procs: Procs
+    exe: str, extra: list[str], token: str, procs: Procs
 ) -> tuple[subprocess.Popen[bytes], list[int]]:
     """`panday run` holding a jailed tree (a shell and two sleeps); its processes, once seen."""
     script = f"echo ready; sleep 300 & sleep 300; : {token}"
     proc = subprocess.Popen(
-        [_exe(), "run", *extra, "--", "sh", "-c", script],
+        [exe, "run", *extra, "--", "sh", "-c", script],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
@@ -366,10 +357,10 @@ def _start_sleeper(
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_to_panday_kills_the_jailed_tree_and_leaves_nothing(
-    sig: int, procs: Procs
+    sig: int, procs: Procs, exe: str
 ) -> None:
     extra = ["--pids", "256"] if _cgroups_here() else []
-    proc, tree = _start_sleeper(extra, f"panday-signal-test-{os.getpid()}", procs)
+    proc, tree = _start_sleeper(exe, extra, f"panday-signal-test-{os.getpid()}", procs)
     try:
         # Control: the tree (and, with a ceiling, its cgroup) exists before the signal.
         if len(tree) < 4:
@@ -391,9 +382,9 @@ def test_a_signal_to_panday_kills_the_jailed_tree_and_leaves_nothing(
     assert procs.cgroups_of(proc.pid) == [], "a session cgroup outlived panday"
 
 
-def test_a_closed_pipe_stops_the_command(tmp_path: Path) -> None:
+def test_a_closed_pipe_stops_the_command(tmp_path: Path, exe: str) -> None:
     proc = subprocess.Popen(
-        [_exe(), "run", "--", "yes"],
+        [exe, "run", "--", "yes"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,

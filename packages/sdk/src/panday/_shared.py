@@ -12,6 +12,7 @@ from panday_core.types import ExecSpec, OutputChunk
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from panday_core.capabilities import Guarantee, TierCapabilities
     from panday_core.policy import SandboxPolicy
     from panday_core.types import ExecEvent
 
@@ -20,6 +21,33 @@ DEFAULT_GET_BYTES = 16 * 1024 * 1024
 
 _EXECVP = "bwrap: execvp "
 _ENOENT = "No such file or directory"
+
+
+class SessionInfo:
+    """What a session says about itself, the same in its synchronous and async faces."""
+
+    def __init__(
+        self, *, session_id: str, tier: str, workspace: str, policy: SandboxPolicy
+    ) -> None:
+        self.id = session_id
+        self.tier = tier
+        """The tier that enforces the policy: the one asked for, or what ``auto`` picked."""
+        self.workspace = workspace
+        self.policy = policy
+        """The policy this session enforces (workspace filled in)."""
+        self._caps: TierCapabilities | None = None
+
+    def capabilities(self) -> TierCapabilities:
+        """This tier's table as it holds on this host (every policy field, every guarantee)."""
+        if self._caps is None:
+            from panday import tiers  # noqa: PLC0415 - reports only
+
+            self._caps = tiers.host_capabilities(self.tier)
+        return self._caps
+
+    def guarantees(self) -> tuple[Guarantee, ...]:
+        """What this session's tier guarantees here, each with its mechanism and support."""
+        return self.capabilities().guarantees
 
 
 def resolve_policy(

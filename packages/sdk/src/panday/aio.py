@@ -19,13 +19,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Self
 
 from panday import tiers
-from panday._shared import DEFAULT_GET_BYTES, StartGuard, exec_spec, resolve_policy
+from panday._shared import (
+    DEFAULT_GET_BYTES,
+    SessionInfo,
+    StartGuard,
+    exec_spec,
+    resolve_policy,
+)
 
 if TYPE_CHECKING:
     import os
     from collections.abc import AsyncIterator, Generator, Mapping, Sequence
 
-    from panday_core.capabilities import Guarantee, TierCapabilities
     from panday_core.policy import SandboxPolicy
     from panday_core.protocol import Sandbox
     from panday_core.types import ExecEvent, ExecResult, ExecSpec, SandboxHandle, Snapshot
@@ -49,20 +54,16 @@ def sandbox_for(tier: str) -> Sandbox:
     raise KeyError(tier)
 
 
-class AsyncSession:
+class AsyncSession(SessionInfo):
     """One open session on one tier (asynchronous). Close it, or use ``async with``."""
 
     def __init__(self, sandbox: Sandbox, handle: SandboxHandle, policy: SandboxPolicy) -> None:
+        super().__init__(
+            session_id=handle.id, tier=str(handle.tier), workspace=handle.workspace, policy=policy
+        )
         self.sandbox = sandbox
         """The tier's `Sandbox` this session is open on."""
         self._handle: SandboxHandle | None = handle
-        self.policy = policy
-        """The policy this session enforces (workspace filled in)."""
-        self.id = handle.id
-        self.tier = str(handle.tier)
-        """The tier that enforces it (the one asked for, or what ``auto`` picked)."""
-        self.workspace = handle.workspace
-        self._caps: TierCapabilities | None = None
 
     @property
     def handle(self) -> SandboxHandle:
@@ -142,16 +143,6 @@ class AsyncSession:
             raise Unsupported(f"tier {self.tier} has no enforcement read-back")
         report: Enforcement = await read(self.handle)
         return report
-
-    def capabilities(self) -> TierCapabilities:
-        """This tier's table as it holds on this host (every policy field, every guarantee)."""
-        if self._caps is None:
-            self._caps = tiers.host_capabilities(self.tier)
-        return self._caps
-
-    def guarantees(self) -> tuple[Guarantee, ...]:
-        """What this session's tier guarantees here, each with its mechanism and support."""
-        return self.capabilities().guarantees
 
     async def close(self) -> None:
         """End the session: its processes, cgroups and temporary files are gone. Idempotent."""

@@ -153,6 +153,13 @@ def _parser(prog: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
+def _file_action(action: argparse.ArgumentParser, file: str) -> None:
+    """A subcommand's FILE, --json and --debug."""
+    action.add_argument("file", help=file)
+    action.add_argument("--json", action="store_true", help="machine-readable output")
+    action.add_argument("--debug", action="store_true", help="show a traceback with an error")
+
+
 def _doctor(args: list[str]) -> int:
     parser = _parser("panday doctor", "What this host enforces, tier by tier.")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
@@ -168,10 +175,10 @@ def _doctor(args: list[str]) -> int:
 def _policy(args: list[str]) -> int:
     parser = _parser("panday policy", "Check a policy file or print its schema.")
     sub = parser.add_subparsers(dest="action", required=True, parser_class=type(parser))
-    check = sub.add_parser("check", help="validate a policy and say where it is enforceable")
-    check.add_argument("file", help="policy file (.toml or .json)")
-    check.add_argument("--json", action="store_true", help="machine-readable output")
-    check.add_argument("--debug", action="store_true", help="show a traceback with an error")
+    _file_action(
+        sub.add_parser("check", help="validate a policy and say where it is enforceable"),
+        "policy file (.toml or .json)",
+    )
     schema = sub.add_parser("schema", help="print the policy's JSON Schema")
     schema.add_argument("--debug", action="store_true", help="show a traceback with an error")
     ns = parser.parse_args(args)
@@ -185,10 +192,10 @@ def _policy(args: list[str]) -> int:
 def _plugin(args: list[str]) -> int:
     parser = _parser("panday plugin", "Inspect a plugin manifest.")
     sub = parser.add_subparsers(dest="action", required=True, parser_class=type(parser))
-    inspect = sub.add_parser("inspect", help="the consent summary of a plugin.toml for this host")
-    inspect.add_argument("file", help="the plugin's plugin.toml")
-    inspect.add_argument("--json", action="store_true", help="machine-readable output")
-    inspect.add_argument("--debug", action="store_true", help="show a traceback with an error")
+    _file_action(
+        sub.add_parser("inspect", help="the consent summary of a plugin.toml for this host"),
+        "the plugin's plugin.toml",
+    )
     ns = parser.parse_args(args)
     from panday import cli_misc  # noqa: PLC0415
 

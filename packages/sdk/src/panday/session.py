@@ -19,7 +19,13 @@ import contextlib
 from typing import TYPE_CHECKING, Protocol, Self
 
 from panday import tiers
-from panday._shared import DEFAULT_GET_BYTES, StartGuard, exec_spec, resolve_policy
+from panday._shared import (
+    DEFAULT_GET_BYTES,
+    SessionInfo,
+    StartGuard,
+    exec_spec,
+    resolve_policy,
+)
 
 if TYPE_CHECKING:
     import asyncio
@@ -27,7 +33,6 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Generator, Iterator, Mapping, Sequence
 
     from panday.aio import AsyncSession
-    from panday_core.capabilities import Guarantee, TierCapabilities
     from panday_core.policy import SandboxPolicy
     from panday_core.types import ExecEvent, ExecResult, ExecSpec, Snapshot
     from panday_tier_linux.enforcement import Enforcement
@@ -133,7 +138,7 @@ async def _next(events: AsyncIterator[ExecEvent]) -> ExecEvent | None:
         return None
 
 
-class Session:
+class Session(SessionInfo):
     """One open session on one tier (synchronous). Close it, or use it in ``with``.
 
     Closing kills every command still running and removes what the session created
@@ -142,15 +147,11 @@ class Session:
     """
 
     def __init__(self, backend: _Backend, *, tier: str, policy: SandboxPolicy) -> None:
+        super().__init__(
+            session_id=backend.id, tier=tier, workspace=backend.workspace, policy=policy
+        )
         self._backend = backend
-        self.policy = policy
-        """The policy this session enforces (workspace filled in)."""
-        self.tier = tier
-        """The tier that enforces it: the one asked for, or what ``auto`` picked."""
-        self.id = backend.id
-        self.workspace = backend.workspace
         self.closed = False
-        self._caps: TierCapabilities | None = None
 
     def run(
         self,
@@ -227,16 +228,6 @@ class Session:
         built exactly like the session's commands. `Unsupported` on tiers that cannot read
         it back yet."""
         return self._backend.enforcement()
-
-    def capabilities(self) -> TierCapabilities:
-        """This tier's table as it holds on this host (every policy field, every guarantee)."""
-        if self._caps is None:
-            self._caps = tiers.host_capabilities(self.tier)
-        return self._caps
-
-    def guarantees(self) -> tuple[Guarantee, ...]:
-        """What this session's tier guarantees here, each with its mechanism and support."""
-        return self.capabilities().guarantees
 
     def close(self) -> None:
         """End the session (idempotent): running commands killed, cgroups and temporary
