@@ -113,15 +113,15 @@ def host_info() -> Json:
 
 def record(name: str, entry: Json) -> None:
     """Merge one benchmark's entry into results.json (other benchmarks' keys untouched)."""
-    doc: Json = {"benchmarks": {}}
+    doc: Json = {}
     if RESULTS.exists():
         doc = cast("Json", json.loads(RESULTS.read_text(encoding="utf-8")))
-    benchmarks = cast("Json", doc.setdefault("benchmarks", {}))
-    entry = {
+    # An older harness nested its entries under "benchmarks"; each now has its own key.
+    doc.pop("benchmarks", None)
+    doc[name] = {
         **entry,
         "measured": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
-    benchmarks[name] = entry
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
