@@ -221,30 +221,32 @@ def render() -> None:
 
 
 def _where(where: Json) -> list[str]:
-    """The "Where the time goes" section of a benchmark entry that records one."""
+    """The "Where the time goes" section of a benchmark entry that records one: its notes,
+    then tables given as lists of rows (first column a name, then figures)."""
     lines = ["### Where the time goes", ""]
     lines += [str(p) + "\n" for p in cast("list[str]", where.get("notes", []))]
-    split = cast("dict[str, float]", where.get("split_of_b_ms", {}))
-    if split:
-        lines += ["| part of (b), from the medians | ms |", "|---|---|"]
-        lines += [f"| {part} | {ms:.1f} |" for part, ms in split.items()]
-        lines.append("")
-    owners = cast("dict[str, float]", where.get("by_owner_ms", {}))
-    if owners:
-        runs = where.get("importtime_runs", "?")
-        lines += [
-            f"Import time by first importer (`-X importtime`, median of {runs} runs; the tool's",
-            "own overhead inflates every figure, so read them as shares):",
-            "",
-            "| imported first by | ms |",
-            "|---|---|",
-        ]
-        lines += [f"| {owner} | {ms:.1f} |" for owner, ms in owners.items()]
-        lines.append("")
-    top = cast("dict[str, float]", where.get("top_modules_self_ms", {}))
-    if top:
-        lines += ["The costliest modules (self time):", ""]
-        lines += ["| module | ms |", "|---|---|"]
-        lines += [f"| `{module}` | {ms:.2f} |" for module, ms in top.items()]
+    tables = (
+        ("split_of_b_ms", "part of (b), from the medians of the variants", ("ms",)),
+        ("by_owner_ms", "imported first by", ("ms", "its costliest modules (self ms)")),
+        ("top_modules_self_ms", "module (self time)", ("ms", "imported first by")),
+    )
+    for key, head, columns in tables:
+        rows = cast("list[list[object]]", where.get(key, []))
+        if not rows:
+            continue
+        if key == "by_owner_ms":
+            runs = where.get("importtime_runs", "?")
+            lines += [
+                (
+                    f"Import time by first importer (`-X importtime`, median of {runs} runs; "
+                    "a module counts once, for whoever imported it first, and the tool's own "
+                    "overhead inflates every figure, so read them as shares):"
+                ),
+                "",
+            ]
+        lines += [f"| {head} | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+        for name, *rest in rows:
+            cells = [f"{v:.1f}" if isinstance(v, float) else str(v) for v in rest]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines
