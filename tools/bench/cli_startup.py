@@ -196,8 +196,8 @@ def _breakdown(panday: str) -> dict[str, object]:
 
 def _notes(med: dict[str, float], top: dict[str, float]) -> list[str]:
     """The section's prose, from this run's figures."""
-    b, a = med["panday_run"], med["raw_bwrap"]
-    c, d, e = med["python"], med["python_msgspec"], med["python_run_imports"]
+    b, a = med["b_panday_run"], med["a_raw_bwrap"]
+    c, d, e = med["c_python"], med["d_python_msgspec"], med["e_python_run_imports"]
     verdict = (
         f"within the {BUDGET_MS:.0f} ms budget"
         if b <= BUDGET_MS
@@ -254,9 +254,9 @@ def main(rounds: int, warmup: int) -> dict[str, object]:
         leave = "import os; os._exit(0)"
         imports = "import " + ", ".join(RUN_IMPORTS) + "; " + leave
         variants = [
-            harness.Variant("raw_bwrap", "(a) raw bwrap --unshare-all", _spawner(raw)),
+            harness.Variant("a_raw_bwrap", "(a) raw bwrap --unshare-all", _spawner(raw)),
             harness.Variant(
-                "panday_run",
+                "b_panday_run",
                 "(b) panday run -- /bin/true",
                 _spawner([panday, "run", "--", "/bin/true"]),
             ),
@@ -264,12 +264,12 @@ def main(rounds: int, warmup: int) -> dict[str, object]:
                 "python", "(c) python, nothing imported", _spawner([python, "-c", leave])
             ),
             harness.Variant(
-                "python_msgspec",
+                "d_python_msgspec",
                 "(d) python importing msgspec",
                 _spawner([python, "-c", "import msgspec; " + leave]),
             ),
             harness.Variant(
-                "python_run_imports",
+                "e_python_run_imports",
                 "(e) python importing what run imports",
                 _spawner([python, "-c", imports]),
             ),
@@ -283,21 +283,21 @@ def main(rounds: int, warmup: int) -> dict[str, object]:
     s = {v.name: v.summary() for v in variants}
     med = {name: summary["median_ms"] for name, summary in s.items()}
     split: list[tuple[str, float]] = [
-        ("interpreter start-up and exit, (c)", med["python"]),
+        ("interpreter start-up and exit, (c)", med["c_python"]),
         (
             "msgspec and what it imports (typing, re, enum, datetime, decimal, uuid), (d)-(c)",
-            med["python_msgspec"] - med["python"],
+            med["d_python_msgspec"] - med["c_python"],
         ),
         (
             "panday's modules, the core's and the tier's, (e)-(d)",
-            med["python_run_imports"] - med["python_msgspec"],
+            med["e_python_run_imports"] - med["d_python_msgspec"],
         ),
         (
             "after the imports: policy, session, jail, output, close, (b)-(e)",
-            med["panday_run"] - med["python_run_imports"],
+            med["b_panday_run"] - med["e_python_run_imports"],
         ),
     ]
-    within = med["panday_run"] <= BUDGET_MS
+    within = med["b_panday_run"] <= BUDGET_MS
     top = cast("list[list[object]]", breakdown["top_modules_self_ms"])
     notes = _notes(med, {str(row[0]): cast("float", row[1]) for row in top})
     return {
@@ -308,12 +308,12 @@ def main(rounds: int, warmup: int) -> dict[str, object]:
         "rounds": rounds,
         "variants": s,
         "labels": {v.name: v.label for v in variants},
-        "ratio": round(med["panday_run"] / med["raw_bwrap"], 2),
+        "ratio": round(med["b_panday_run"] / med["a_raw_bwrap"], 2),
         "ratio_of": "(b) / (a), medians",
-        "difference_ms": round(med["panday_run"] - med["raw_bwrap"], 2),
+        "difference_ms": round(med["b_panday_run"] - med["a_raw_bwrap"], 2),
         "budget": f"(b) median <= {BUDGET_MS:.0f} ms",
         "within_budget": within,
-        "over_budget_ms": round(max(0.0, med["panday_run"] - BUDGET_MS), 2),
+        "over_budget_ms": round(max(0.0, med["b_panday_run"] - BUDGET_MS), 2),
         "where_the_time_goes": {
             "notes": notes,
             "split_of_b_ms": [[k, round(v, 2)] for k, v in split],
