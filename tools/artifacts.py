@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any  # noqa: TID251 - JSON reports are Any at this boundary
 
 from gatelib import REPO, GateError, Member, die, run, workspace_members
 
@@ -97,15 +98,7 @@ def smoke(venv: Path, where: Path) -> list[str]:
     run([panday, "--help"], cwd=where, env=env)
     policy = where / EXAMPLE.name
     shutil.copyfile(EXAMPLE, policy)
-    proc = subprocess.run(
-        [panday, "policy", "check", "--json", policy.name],
-        cwd=where, env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    try:
-        report = json.loads(proc.stdout)
-    except ValueError as exc:
-        detail = f"(exit {proc.returncode}): {proc.stderr.strip()}"
-        raise GateError(f"`panday policy check --json` printed no JSON {detail}") from exc
+    proc, report = _json_command([panday, "policy", "check", "--json", policy.name], where, env)
     enforceable = bool(report.get("enforceable_here"))
     if report.get("valid") is not True or (proc.returncode == 0) != enforceable:
         detail = f"exit {proc.returncode} disagrees with its report: {proc.stdout.strip()}"
@@ -120,6 +113,22 @@ def smoke(venv: Path, where: Path) -> list[str]:
     ]
 
 
+def _json_command(
+    argv: list[str], where: Path, env: dict[str, str]
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """Run a `panday ... --json` command; its process and the JSON object it printed."""
+    proc = subprocess.run(
+        argv, cwd=where, env=env, capture_output=True, text=True, check=False, timeout=300
+    )
+    try:
+        report: dict[str, Any] = json.loads(proc.stdout)
+    except ValueError as exc:
+        shown = " ".join(["panday", *argv[1:]])
+        detail = f"(exit {proc.returncode}): {proc.stderr.strip()}"
+        raise GateError(f"`{shown}` printed no JSON {detail}") from exc
+    return proc, report
+
+
 def _doctor(panday: str, where: Path, env: dict[str, str]) -> list[str]:
     """`panday doctor --json` from the wheels: a report naming this host's tier, whose exit
     code agrees with it and with what the source tree sees here; when the tier runs, one
@@ -128,15 +137,7 @@ def _doctor(panday: str, where: Path, env: dict[str, str]) -> list[str]:
 
     host_tier = tiers.host_command_tier()
     usable_here = host_tier is not None and tiers.unavailable_reason(host_tier) is None
-    proc = subprocess.run(
-        [panday, "doctor", "--json"],
-        cwd=where, env=env, capture_output=True, text=True, check=False, timeout=300,
-    )  # fmt: skip
-    try:
-        report = json.loads(proc.stdout)
-    except ValueError as exc:
-        detail = f"(exit {proc.returncode}): {proc.stderr.strip()}"
-        raise GateError(f"`panday doctor --json` printed no JSON {detail}") from exc
+    proc, report = _json_command([panday, "doctor", "--json"], where, env)
     if report.get("host_tier") != host_tier:
         raise GateError(
             f"`panday doctor` names tier {report.get('host_tier')!r}, not {host_tier!r}"

@@ -35,6 +35,21 @@ def exe() -> str:
     return panday_exe()
 
 
+def finish(proc: subprocess.Popen[bytes]) -> None:
+    """Kill `proc` if it still runs (bounded), and close our ends of its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
+@pytest.fixture
+def finished() -> Callable[[subprocess.Popen[bytes]], None]:
+    return finish
+
+
 @pytest.fixture
 def cli(tmp_path: Path) -> Cli:
     """Run the installed `panday` with `args` (in a fresh directory unless `cwd` is given)."""

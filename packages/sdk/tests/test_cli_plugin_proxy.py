@@ -100,7 +100,9 @@ def _read_until(fd: int, marker: bytes, within: float) -> bytes:
     return data
 
 
-def test_proxy_starts_prints_its_variables_and_stops_on_ctrl_c(exe: str) -> None:
+def test_proxy_starts_prints_its_variables_and_stops_on_ctrl_c(
+    exe: str, finished: Callable[[subprocess.Popen[bytes]], None]
+) -> None:
     proc = subprocess.Popen(
         [exe, "proxy", "--allow", "example.com", "--listen-port", "0"],
         stdout=subprocess.PIPE,
@@ -116,12 +118,7 @@ def test_proxy_starts_prints_its_variables_and_stops_on_ctrl_c(exe: str) -> None
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=20)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+        finished(proc)
     assert code == exitcodes.OK
 
 

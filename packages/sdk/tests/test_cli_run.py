@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     Cli = Callable[..., CompletedProcess[str]]
     Line = Callable[[CompletedProcess[str]], str]
     Validate = Callable[[str, str], dict[str, object]]
+    Finish = Callable[[subprocess.Popen[bytes]], None]
 
     class Procs(Protocol):
         """The `procs` fixture (conftest.Procs)."""
@@ -44,16 +45,6 @@ pytestmark = pytest.mark.usefixtures("linux_tier")
 def _cgroups_here() -> bool:
     entry = tiers.host_capabilities("t2-linux").for_field("limits.pids")
     return entry is not None and entry.support is not Support.NOT_ENFORCED
-
-
-def _finish(proc: subprocess.Popen[bytes]) -> None:
-    """Kill `proc` if it still runs (bounded), and close our ends of its pipes."""
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait(timeout=10)
-    for pipe in (proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
 
 
 # ---------------------------------------------------------------------- the README command
@@ -84,7 +75,7 @@ def test_a_signal_that_ends_the_command_exits_128_plus_n(cli: Cli, sig: int) -> 
     assert result.returncode == exitcodes.SIGNAL_BASE + sig, result.stderr
 
 
-def test_output_streams_live(tmp_path: Path, exe: str) -> None:
+def test_output_streams_live(tmp_path: Path, exe: str, finished: Finish) -> None:
     """The first line arrives while the command still runs (it waits for our go)."""
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -106,7 +97,7 @@ def test_output_streams_live(tmp_path: Path, exe: str) -> None:
         go.touch()
         out, _err = proc.communicate(timeout=30)
     finally:
-        _finish(proc)
+        finished(proc)
     assert out == b"second\n"
     assert proc.returncode == 0
 
@@ -330,7 +321,7 @@ def test_help_is_printed(cli: Cli) -> None:
 
 
 def _start_sleeper(
-    exe: str, extra: list[str], token: str, procs: Procs
+    exe: str, extra: list[str], token: str, procs: Procs, finished: Finish
 ) -> tuple[subprocess.Popen[bytes], list[int]]:
     """`panday run` holding a jailed tree (a shell and two sleeps); its processes, once seen."""
     script = f"echo ready; sleep 300 & sleep 300; : {token}"
@@ -343,7 +334,7 @@ def _start_sleeper(
     assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], 30)
     if not ready or proc.stdout.readline() != b"ready\n":
-        _finish(proc)
+        finished(proc)
         pytest.fail("inconclusive: control failed: the jailed command did not start")
     deadline = time.monotonic() + 10
     tree: list[int] = []
@@ -357,10 +348,10 @@ def _start_sleeper(
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_to_panday_kills_the_jailed_tree_and_leaves_nothing(
-    sig: int, procs: Procs, exe: str
+    sig: int, procs: Procs, exe: str, finished: Finish
 ) -> None:
     extra = ["--pids", "256"] if _cgroups_here() else []
-    proc, tree = _start_sleeper(exe, extra, f"panday-signal-test-{os.getpid()}", procs)
+    proc, tree = _start_sleeper(exe, extra, f"panday-signal-test-{os.getpid()}", procs, finished)
     try:
         # Control: the tree (and, with a ceiling, its cgroup) exists before the signal.
         if len(tree) < 4:
@@ -372,7 +363,7 @@ def test_a_signal_to_panday_kills_the_jailed_tree_and_leaves_nothing(
         assert proc.stderr is not None
         stderr = proc.stderr.read()
     finally:
-        _finish(proc)
+        finished(proc)
     assert b"Traceback" not in stderr
     assert code == exitcodes.SIGNAL_BASE + sig
     deadline = time.monotonic() + 10
@@ -382,7 +373,7 @@ def test_a_signal_to_panday_kills_the_jailed_tree_and_leaves_nothing(
     assert procs.cgroups_of(proc.pid) == [], "a session cgroup outlived panday"
 
 
-def test_a_closed_pipe_stops_the_command(tmp_path: Path, exe: str) -> None:
+def test_a_closed_pipe_stops_the_command(tmp_path: Path, exe: str, finished: Finish) -> None:
     proc = subprocess.Popen(
         [exe, "run", "--", "yes"],
         stdout=subprocess.PIPE,
@@ -398,6 +389,6 @@ def test_a_closed_pipe_stops_the_command(tmp_path: Path, exe: str) -> None:
         assert proc.stderr is not None
         stderr = proc.stderr.read()
     finally:
-        _finish(proc)
+        finished(proc)
     assert code == exitcodes.SIGNAL_BASE + signal.SIGPIPE
     assert b"Traceback" not in stderr
