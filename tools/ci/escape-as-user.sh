@@ -40,7 +40,7 @@ REPO=$(pwd)
 
 need=()
 command -v bwrap >/dev/null || need+=(bubblewrap)
-ldconfig -p | grep -q 'libseccomp\.so\.2' || need+=(libseccomp2)
+{ /sbin/ldconfig -p 2>/dev/null || ldconfig -p; } | grep -q 'libseccomp\.so\.2' || need+=(libseccomp2)
 command -v gcc >/dev/null || need+=(gcc libc6-dev)
 [[ -x $SYSTEM_PYTHON ]] || need+=(python3)
 "$SYSTEM_PYTHON" -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
@@ -99,7 +99,7 @@ runuser -u "$ESCAPE_USER" -- env -i "${passthrough[@]}" \
   UV_PROJECT_ENVIRONMENT="$WORK/venv" \
   PANDAY_ESCAPE_SUID_HELPER="$SUID_DIR/suid-helper" \
   PANDAY_ESCAPE_REQUIRE_CGROUPS=0 \
-  bash -c 'cd "$1/src" && uv sync --frozen --quiet && uv run --frozen pytest "$2" -q -p no:cacheprovider' \
+  bash -c 'cd "$1/src" && uv sync --frozen --quiet --no-default-groups --group test && uv run --frozen --no-default-groups --group test pytest "$2" -q -ra -p no:cacheprovider' \
   _ "$WORK" "$SUITE" || status=1
 
 if ((status)); then
