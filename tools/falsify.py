@@ -216,6 +216,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(f"          {outcome.detail}".replace("\n", "\n          "))
     print(f"falsify: {killed}/{len(outcomes)} mutations killed")
+    import results  # noqa: PLC0415 - tools/ is on sys.path when this script runs
+
+    status = "ok" if killed == len(outcomes) else "failed"
+    label = f"falsify {killed}/{len(outcomes)}"
+    results.record("falsify", label, status=status, killed=killed, total=len(outcomes))
     return 0 if killed == len(outcomes) else 1
 
 

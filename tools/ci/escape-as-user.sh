@@ -19,11 +19,14 @@ set -euo pipefail
 
 ESCAPE_USER=${ESCAPE_USER:-panday-escape}
 ROOT_RUN=1
-for arg in "$@"; do
-  case $arg in
+JUNIT=""
+while (($#)); do
+  case $1 in
     --user-only) ROOT_RUN=0 ;;
-    *) echo "escape-as-user: unknown argument $arg (known: --user-only)" >&2; exit 2 ;;
+    --junit) JUNIT=$2; shift ;;
+    *) echo "escape-as-user: unknown argument $1 (known: --user-only, --junit PATH)" >&2; exit 2 ;;
   esac
+  shift
 done
 SUITE=packages/tier_linux/tests/escape
 SYSTEM_PYTHON=${SYSTEM_PYTHON:-/usr/bin/python3}
@@ -99,8 +102,13 @@ runuser -u "$ESCAPE_USER" -- env -i "${passthrough[@]}" \
   UV_PROJECT_ENVIRONMENT="$WORK/venv" \
   PANDAY_ESCAPE_SUID_HELPER="$SUID_DIR/suid-helper" \
   PANDAY_ESCAPE_REQUIRE_CGROUPS=0 \
-  bash -c 'cd "$1/src" && uv sync --frozen --quiet --no-default-groups --group test && uv run --frozen --no-default-groups --group test pytest "$2" -q -ra -p no:cacheprovider' \
+  bash -c 'cd "$1/src" && uv sync --frozen --quiet --no-default-groups --group test && uv run --frozen --no-default-groups --group test pytest "$2" -q -ra -p no:cacheprovider --junitxml "$1/junit-user.xml"' \
   _ "$WORK" "$SUITE" || status=1
+
+# The unprivileged run's per-probe results, for the run report (`--junit PATH`).
+if [[ -n $JUNIT && -f $WORK/junit-user.xml ]]; then
+  cp "$WORK/junit-user.xml" "$JUNIT"
+fi
 
 if ((status)); then
   echo "escape-as-user: FAILED (see the runs above)" >&2
