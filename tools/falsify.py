@@ -115,6 +115,7 @@ def _env(root: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([*src, str(root / "tools")])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.pop("PANDAY_GATE_RUN", None)  # the mutated tests' tools must not record gate results
     return env
 
 

@@ -26,7 +26,13 @@ def run_id() -> str:
 
 
 def record(gate: str, label: str | None = None, *, status: str = "ok", **figures: object) -> None:
-    """Write (or overwrite) this gate's result for the current run."""
+    """Write (or overwrite) this gate's result for the current run.
+
+    Outside a nox run (no run id: a tool run by hand, or a tool's own tests calling its
+    `main`) nothing is recorded, so test fixtures never reach the report.
+    """
+    if not run_id():
+        return
     RESULTS.mkdir(parents=True, exist_ok=True)
     doc = {
         "gate": gate,

@@ -66,8 +66,10 @@ if ! id "$ESCAPE_USER" >/dev/null 2>&1; then
   useradd --create-home --shell /bin/bash "$ESCAPE_USER"
 fi
 USER_HOME=$(getent passwd "$ESCAPE_USER" | cut -d: -f6)
-WORK=$USER_HOME/panday-escape
-rm -rf "$WORK"
+# A fresh directory per run (two runs at once must not delete each other's tree), removed
+# on exit.
+WORK=$(mktemp -d "$USER_HOME/panday-escape.XXXXXX")
+chmod 0755 "$WORK"
 mkdir -p "$WORK/src" "$WORK/bin"
 tar -C "$REPO" --exclude=./.venv --exclude=./.nox --exclude=./.git --exclude='*/__pycache__' \
   --exclude=./.pytest_cache --exclude=./.ruff_cache -cf - . | tar -C "$WORK/src" -xf -
@@ -82,7 +84,7 @@ SUID_DIR=$(mktemp -d /var/tmp/panday-escape-suid.XXXXXX)
 chmod 0755 "$SUID_DIR"
 gcc -O1 -o "$SUID_DIR/suid-helper" "$SUITE/probes/suid_helper.c"
 chmod 4755 "$SUID_DIR/suid-helper"
-trap 'rm -rf "$SUID_DIR"' EXIT
+trap 'rm -rf "$SUID_DIR" "$WORK"' EXIT
 
 # What the user's uv needs to reach the package index as root's does (proxies, CAs).
 passthrough=()
@@ -96,7 +98,7 @@ runuser -u "$ESCAPE_USER" -- env -i "${passthrough[@]}" \
   HOME="$USER_HOME" \
   PATH="$WORK/bin:/usr/local/bin:/usr/bin:/bin" \
   LANG=C.UTF-8 \
-  UV_CACHE_DIR="$WORK/uv-cache" \
+  UV_CACHE_DIR="$USER_HOME/.cache/panday-escape-uv" \
   UV_PYTHON="$SYSTEM_PYTHON" \
   UV_PYTHON_DOWNLOADS=never \
   UV_PROJECT_ENVIRONMENT="$WORK/venv" \
