@@ -373,6 +373,18 @@ def bench(session: nox.Session) -> None:
     )  # fmt: skip
 
 
+@nox.session(venv_backend="none", default=False)
+def mutmut(session: nox.Session) -> None:
+    """mutmut over the policy, host-pattern and path modules; prints the kill rate (slow)."""
+    env_dir = REPO / ".nox" / "_mutmut"
+    _uv_sync(session, env_dir, sys.executable, "test", "mutation")
+    session.run(
+        str(env_dir / "bin" / "python"), str(TOOLS / "mutmut_run.py"), *session.posargs,
+        env={"VIRTUAL_ENV": str(env_dir)},
+        external=True,
+    )  # fmt: skip
+
+
 # ---------------------------------------------------------------------------- run report
 # Last on purpose: a plain `nox` runs sessions in the order they are defined, so this one
 # reads the results every other gate of the same run recorded.

@@ -178,6 +178,10 @@ def run_one(mutation: Mutation, base: Path) -> Outcome:
     return Outcome(mutation, "error", f"pytest exit {code}: {tail}", seconds)
 
 
+def _via_control(outcome: Outcome) -> bool:
+    return outcome.status == "killed" and "inconclusive" in outcome.detail
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="apply each guard mutation; its tests must fail")
     parser.add_argument("--jobs", type=int, default=2)
@@ -211,7 +215,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     killed = 0
     for outcome in outcomes:
         mark = "killed  " if outcome.status == "killed" else outcome.status.upper().ljust(8)
-        print(f"falsify: {mark} {outcome.mutation.name} ({outcome.seconds:.1f}s)")
+        # A kill through a failed positive control still counts (the mutation broke the
+        # permitted path too, e.g. an inverted allowlist), but it is named as such.
+        how = " (through an inconclusive control)" if _via_control(outcome) else ""
+        print(f"falsify: {mark} {outcome.mutation.name}{how} ({outcome.seconds:.1f}s)")
         if outcome.status == "killed":
             killed += 1
         else:
