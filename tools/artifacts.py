@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any  # noqa: TID251 - JSON reports are Any at this boundary
 
+import results
 from gatelib import REPO, GateError, Member, die, run, workspace_members
 
 DIST = REPO / "dist" / "packages"
@@ -192,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"build: {len(wheels)} wheels and {sdists} sdists in {shown}; twine check --strict ok")
     for line in checked:
         print(f"build: installed outside the tree: {line}")
+    results.record("build", f"build ({len(wheels)} wheels, {sdists} sdists)", wheels=len(wheels))
     return 0
 
 
