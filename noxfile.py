@@ -11,14 +11,20 @@ declared with `default=False` so that a plain `nox` leaves them out.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
+import time
 import tomllib
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nox
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 nox.needs_version = ">=2025.5.1"
 nox.options.default_venv_backend = "uv"
@@ -29,6 +35,32 @@ nox.options.error_on_external_run = True
 
 REPO = Path(__file__).resolve().parent
 TOOLS = REPO / "tools"
+sys.path.insert(0, str(TOOLS))
+import results  # noqa: E402 - tools/results.py, importable once tools/ is on the path
+
+# One id per `nox` invocation: every gate's result record carries it, so the run report
+# never mixes figures from different runs. Tools inherit it through the environment.
+os.environ.setdefault(results.RUN_ENV, f"{os.getpid()}-{int(time.time())}")
+
+
+def _gate(name: str) -> Callable[[Callable[[nox.Session], None]], Callable[[nox.Session], None]]:
+    """Record the gate's outcome for the run report: failed if the session raised, else ok
+    (with the figures the gate's tool recorded, or a bare record if it recorded none)."""
+
+    def wrap(fn: Callable[[nox.Session], None]) -> Callable[[nox.Session], None]:
+        @functools.wraps(fn)
+        def run(session: nox.Session) -> None:
+            try:
+                fn(session)
+            except BaseException:
+                results.record(name, f"{name} FAILED", status="failed")
+                raise
+            if not results.recorded_this_run(name):
+                results.record(name)
+
+        return run
+
+    return wrap
 
 
 # The static gates share one environment (every tool of the `dev` group, every workspace
@@ -71,6 +103,7 @@ def _tool(session: nox.Session, script: str, *args: str) -> None:
 
 
 @nox.session(venv_backend="none", tags=["static"])
+@_gate("fmt")
 def fmt(session: nox.Session) -> None:
     """ruff format --check over the whole repository."""
     ruff = str(_shared(session) / "ruff")
@@ -83,6 +116,7 @@ def fmt(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none", tags=["static"])
+@_gate("lint")
 def lint(session: nox.Session) -> None:
     """ruff check with every rule selected (config: pyproject.toml); any finding fails."""
     ruff = str(_shared(session) / "ruff")
@@ -95,6 +129,7 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none", tags=["static"])
+@_gate("typecheck")
 def typecheck(session: nox.Session) -> None:
     """pyright, strict, over packages (with their tests), tools/ and this noxfile."""
     bin_dir = _shared(session)
@@ -117,9 +152,11 @@ def typecheck(session: nox.Session) -> None:
     if errors or warnings:
         session.error(f"pyright: {errors} errors, {warnings} warnings in {files} files")
     print(f"typecheck: {files} files analysed by pyright {report['version']} (strict), 0 errors")
+    results.record("typecheck", f"typecheck ({files} files)", files=files)
 
 
 @nox.session(tags=["matrix"])
+@_gate("tests")
 def tests(session: nox.Session) -> None:
     """pytest (+ hypothesis) over every package's tests and tools/tests.
 
@@ -141,6 +178,8 @@ def tests(session: nox.Session) -> None:
         "no:cacheprovider",
         *session.posargs,
         success_codes=[0, 5],  # 5 (nothing collected) is turned into a failure below
+        # The tools' tests call their `main`; without a run id they record nothing.
+        env={results.RUN_ENV: ""},
     )
     suites = ET.parse(junit).getroot()  # noqa: S314 - pytest's own report, written just now
     totals = {
@@ -155,15 +194,21 @@ def tests(session: nox.Session) -> None:
         f"tests: {passed} passed, {skipped}, {totals['tests']} collected from {len(dirs)} "
         f"test directories on {sys.platform}"
     )
+    failed = totals["failures"] + totals["errors"]
+    results.record(
+        "tests", f"{totals['tests']} tests, {failed} failed", passed=passed, counts=totals
+    )
 
 
 @nox.session(venv_backend="none", tags=["static"])
+@_gate("schemas")
 def schemas(session: nox.Session) -> None:
     """The committed JSON Schemas in schemas/ match what the code generates."""
     _tool(session, "schemas.py")
 
 
 @nox.session(venv_backend="none", tags=["static"])
+@_gate("lock")
 def lock(session: nox.Session) -> None:
     """uv.lock is current with every pyproject.toml."""
     session.run("uv", "lock", "--check", external=True)
@@ -174,12 +219,14 @@ def lock(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none", tags=["static"])
+@_gate("sbom")
 def sbom(session: nox.Session) -> None:
     """CycloneDX 1.6 SBOMs per package and for the workspace, validated and reproducible."""
     _tool(session, "sbom.py", "--check-reproducible")
 
 
 @nox.session(venv_backend="none", tags=["static"])
+@_gate("audit")
 def audit(session: nox.Session) -> None:
     """pip-audit, strict, over every locked pin; offline when PANDAY_ADVISORY_DB is set."""
     db = os.environ.get("PANDAY_ADVISORY_DB")
@@ -189,36 +236,44 @@ def audit(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none", tags=["static"], requires=["sbom"])
+@_gate("licenses")
 def licenses(session: nox.Session) -> None:
     """The licence policy (tools/licenses.toml) over every SBOM component."""
     _tool(session, "licenses.py")
 
 
 @nox.session(venv_backend="none", tags=["static"])
+@_gate("actions")
 def actions(session: nox.Session) -> None:
     """GitHub workflows: schema-valid and clean under zizmor's strictest persona (offline)."""
     _tool(session, "workflows.py")
 
 
 @nox.session(venv_backend="none", tags=["static"])
+@_gate("build")
 def build(session: nox.Session) -> None:
     """sdists and wheels for every package; metadata checked; wheels run from outside the tree."""
     _tool(session, "artifacts.py")
 
 
 @nox.session(venv_backend="none", tags=["static"])
+@_gate("docs")
 def docs(session: nox.Session) -> None:
     """The generated tables in docs/ (fields, enforcement, guarantees) match the code."""
     _tool(session, "gen_docs.py", "--check")
 
 
 @nox.session(venv_backend="none", tags=["static"])
+@_gate("fields")
 def fields(session: nox.Session) -> None:
     """Every policy and manifest field is read, refused or n/a (with a reason) on every tier."""
     _tool(session, "fields_lint.py")
 
 
-@nox.session(venv_backend="none", tags=["static"])
+# Not tagged `static`: CI runs it in its own step as root (see ci.yml), because guards on
+# cgroup ceilings can only be exercised by a caller that can create cgroups.
+@nox.session(venv_backend="none", tags=["falsify"])
+@_gate("falsify")
 def falsify(session: nox.Session) -> None:
     """Every registered guard mutation turns its named tests red (tools/mutations.toml)."""
     _tool(session, "falsify.py", *session.posargs)
@@ -235,18 +290,69 @@ def falsify(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none", tags=["matrix"])
+@_gate("escape")
 def escape(session: nox.Session) -> None:
-    """The escape suites (must-fail probes, each with a positive control), -ra shows skips."""
+    """The escape suites (must-fail probes, each with a positive control), -ra shows skips.
+
+    Every suite runs as the current user; the host's own suite fails, never skips, when its
+    jail cannot run, and the other OS's is skipped with the reason. On Linux as root, the
+    Linux suite then runs again as an unprivileged user (tools/ci/escape-as-user.sh creates
+    `panday-escape`), because the jail must hold for both kinds of caller. As an ordinary
+    user the second pass cannot be made here, and the session says so.
+    """
     bin_dir = _shared(session)
     suites = [str(p.relative_to(REPO)) for p in sorted(REPO.glob("packages/*/tests/escape"))]
     if not suites:
         session.error("no escape suite found: a gate that runs nothing fails")
+    who = "root" if hasattr(os, "geteuid") and os.geteuid() == 0 else "user"
+    print(f"=== escape suites as {who} ({', '.join(suites)}) ===")
+    results.RESULTS.mkdir(parents=True, exist_ok=True)
+    first = results.RESULTS / f"escape-{who}.xml"
     session.run(
         str(bin_dir / "python"), "-m", "pytest", *suites,
-        "-q", "-p", "no:cacheprovider", *session.posargs,
-        env={"VIRTUAL_ENV": str(SHARED_ENV)},
+        "-q", "-ra", "-p", "no:cacheprovider", f"--junitxml={first}", *session.posargs,
+        env={
+            "VIRTUAL_ENV": str(SHARED_ENV),
+            # As root the cgroup ceilings must be there; an ordinary user gets them refused.
+            "PANDAY_ESCAPE_REQUIRE_CGROUPS": "1" if who == "root" else "0",
+        },
         external=True,
     )  # fmt: skip
+    host = "linux" if sys.platform.startswith("linux") else "macos"
+    passes = [(f"escape {host} {who}", first)]
+    if host == "linux" and who == "root":
+        second = results.RESULTS / "escape-unprivileged.xml"
+        second.unlink(missing_ok=True)
+        script = str(TOOLS / "ci" / "escape-as-user.sh")
+        session.run("bash", script, "--user-only", "--junit", str(second), external=True)
+        passes.append((f"escape {host} user", second))
+    elif host == "linux":
+        print("escape: the root pass was not run (not root); CI runs both (see .ci/run)")
+    labels: list[str] = []
+    for label, junit in passes:
+        passed, total = _junit_counts(junit, f"tier_{host}")
+        if total == 0:
+            session.error(f"{label}: no probe of the {host} suite ran")
+        labels.append(f"{label} {passed}/{total}")
+    results.record("escape", " · ".join(labels))
+
+
+def _junit_counts(path: Path, package: str) -> tuple[int, int]:
+    """(passed, run) for one package's test cases in a JUnit report; skips do not count."""
+    if not path.is_file():
+        return 0, 0
+    passed = total = 0
+    for case in ET.parse(path).getroot().iter("testcase"):  # noqa: S314 - pytest's own report
+        where = f"{case.get('classname', '')} {case.get('file', '')}"
+        if package not in where.replace("/", ".").replace("-", "_"):
+            continue
+        outcomes = {child.tag for child in case}
+        if "skipped" in outcomes:
+            continue
+        total += 1
+        if not outcomes & {"failure", "error"}:
+            passed += 1
+    return passed, total
 
 
 @nox.session(venv_backend="none", default=False)
@@ -267,3 +373,26 @@ def bench(session: nox.Session) -> None:
         env={"VIRTUAL_ENV": str(env_dir)},
         external=True,
     )  # fmt: skip
+
+
+@nox.session(venv_backend="none", default=False)
+def mutmut(session: nox.Session) -> None:
+    """mutmut over the policy, host-pattern and path modules; prints the kill rate (slow)."""
+    env_dir = REPO / ".nox" / "_mutmut"
+    _uv_sync(session, env_dir, sys.executable, "test", "mutation")
+    session.run(
+        str(env_dir / "bin" / "python"), str(TOOLS / "mutmut_run.py"), *session.posargs,
+        env={"VIRTUAL_ENV": str(env_dir)},
+        external=True,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- run report
+# Last on purpose: a plain `nox` runs sessions in the order they are defined, so this one
+# reads the results every other gate of the same run recorded.
+
+
+@nox.session(venv_backend="none")
+def report(session: nox.Session) -> None:
+    """Write RUN-REPORT.md from this run's gate results (commit it)."""
+    _tool(session, "report.py")

@@ -18,7 +18,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any  # noqa: TID251 - JSON reports are Any at this boundary
 
+import results
 from gatelib import REPO, GateError, Member, die, run, workspace_members
 
 DIST = REPO / "dist" / "packages"
@@ -97,26 +99,74 @@ def smoke(venv: Path, where: Path) -> list[str]:
     run([panday, "--help"], cwd=where, env=env)
     policy = where / EXAMPLE.name
     shutil.copyfile(EXAMPLE, policy)
-    proc = subprocess.run(
-        [panday, "policy", "check", "--json", policy.name],
-        cwd=where, env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    try:
-        report = json.loads(proc.stdout)
-    except ValueError as exc:
-        detail = f"(exit {proc.returncode}): {proc.stderr.strip()}"
-        raise GateError(f"`panday policy check --json` printed no JSON {detail}") from exc
+    proc, report = _json_command([panday, "policy", "check", "--json", policy.name], where, env)
     enforceable = bool(report.get("enforceable_here"))
     if report.get("valid") is not True or (proc.returncode == 0) != enforceable:
         detail = f"exit {proc.returncode} disagrees with its report: {proc.stdout.strip()}"
         raise GateError(f"`panday policy check` {detail}")
-    # TODO(doctor): when `panday doctor --json` lands, run it here too and require exit 0
-    # and a parseable report naming this host's tier.
+    doctor = _doctor(panday, where, env)
     verdict = "enforceable here" if enforceable else "valid, not enforceable on this host yet"
     return [
         f"{len(origins)} modules imported from the fresh environment",
         "`panday --help` ran",
         f"`panday policy check {EXAMPLE.name}`: {verdict} (exit {proc.returncode})",
+        *doctor,
+    ]
+
+
+def _json_command(
+    argv: list[str], where: Path, env: dict[str, str]
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """Run a `panday ... --json` command; its process and the JSON object it printed."""
+    proc = subprocess.run(
+        argv, cwd=where, env=env, capture_output=True, text=True, check=False, timeout=300
+    )
+    try:
+        report: dict[str, Any] = json.loads(proc.stdout)
+    except ValueError as exc:
+        shown = " ".join(["panday", *argv[1:]])
+        detail = f"(exit {proc.returncode}): {proc.stderr.strip()}"
+        raise GateError(f"`{shown}` printed no JSON {detail}") from exc
+    return proc, report
+
+
+def _doctor(panday: str, where: Path, env: dict[str, str]) -> list[str]:
+    """`panday doctor --json` from the wheels: a report naming this host's tier, whose exit
+    code agrees with it and with what the source tree sees here; when the tier runs, one
+    jailed command too."""
+    from panday import exitcodes, tiers  # noqa: PLC0415 - tools import packages lazily
+
+    host_tier = tiers.host_command_tier()
+    usable_here = host_tier is not None and tiers.unavailable_reason(host_tier) is None
+    proc, report = _json_command([panday, "doctor", "--json"], where, env)
+    if report.get("host_tier") != host_tier:
+        raise GateError(
+            f"`panday doctor` names tier {report.get('host_tier')!r}, not {host_tier!r}"
+        )
+    rows = [r for r in report.get("tiers", []) if r.get("host_tier")]
+    available = bool(rows) and all(r.get("available") for r in rows)
+    want = exitcodes.OK if usable_here else exitcodes.TIER_UNAVAILABLE
+    if available != usable_here or proc.returncode != want:
+        raise GateError(
+            f"`panday doctor` from the wheels: exit {proc.returncode}, available={available}, "
+            f"but the source tree finds {host_tier} {'usable' if usable_here else 'unusable'} "
+            f"here: {proc.stderr.strip() or proc.stdout.strip()[:400]}"
+        )
+    if not usable_here:
+        why = rows[0].get("unavailable_reason") if rows else "no command tier for this OS"
+        return [f"`panday doctor`: {host_tier} unavailable on this host ({why}); exit {want}"]
+    jailed = subprocess.run(
+        [panday, "run", "--", "sh", "-c", "echo jailed; test ! -e /etc/shadow"],
+        cwd=where, env=env, capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    if jailed.returncode != 0 or jailed.stdout != "jailed\n":
+        raise GateError(
+            f"`panday run` from the wheels (exit {jailed.returncode}): "
+            f"{jailed.stdout.strip()} {jailed.stderr.strip()}"
+        )
+    return [
+        f"`panday doctor --json`: {host_tier} available (exit 0)",
+        "`panday run -- sh -c ...`: ran in the jail (no /etc/shadow inside)",
     ]
 
 
@@ -143,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"build: {len(wheels)} wheels and {sdists} sdists in {shown}; twine check --strict ok")
     for line in checked:
         print(f"build: installed outside the tree: {line}")
+    results.record("build", f"build ({len(wheels)} wheels, {sdists} sdists)", wheels=len(wheels))
     return 0
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import msgspec
 
+import results
 from gatelib import REPO, GateError, canonical, die, run, workspace_members
 
 ONLINE_URL = "https://api.osv.dev/v1/query"
@@ -361,6 +362,13 @@ def _audit(args: argparse.Namespace) -> int:
         packages = len({f.package for f in remaining})
         die("audit", f"{len(remaining)} known vulnerabilities in {packages} packages")
     print(f"audit: 0 known vulnerabilities ({len(found) - len(remaining)} accepted by exceptions)")
+    source = "online OSV"
+    if db_path is not None:
+        from osv_server import snapshot_date  # noqa: PLC0415 - offline only
+
+        taken = re.search(r"\d{4}-\d{2}-\d{2}", snapshot_date(db_path))
+        source = f"offline snapshot {taken.group(0) if taken else 'of unknown date'}"
+    results.record("audit", f"audit ({source}, {names} packages)", packages=names, source=source)
     return 0
 
 

@@ -115,6 +115,7 @@ def _env(root: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([*src, str(root / "tools")])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.pop("PANDAY_GATE_RUN", None)  # the mutated tests' tools must not record gate results
     return env
 
 
@@ -177,6 +178,10 @@ def run_one(mutation: Mutation, base: Path) -> Outcome:
     return Outcome(mutation, "error", f"pytest exit {code}: {tail}", seconds)
 
 
+def _via_control(outcome: Outcome) -> bool:
+    return outcome.status == "killed" and "inconclusive" in outcome.detail
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="apply each guard mutation; its tests must fail")
     parser.add_argument("--jobs", type=int, default=2)
@@ -210,12 +215,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     killed = 0
     for outcome in outcomes:
         mark = "killed  " if outcome.status == "killed" else outcome.status.upper().ljust(8)
-        print(f"falsify: {mark} {outcome.mutation.name} ({outcome.seconds:.1f}s)")
+        # A kill through a failed positive control still counts (the mutation broke the
+        # permitted path too, e.g. an inverted allowlist), but it is named as such.
+        how = " (through an inconclusive control)" if _via_control(outcome) else ""
+        print(f"falsify: {mark} {outcome.mutation.name}{how} ({outcome.seconds:.1f}s)")
         if outcome.status == "killed":
             killed += 1
         else:
             print(f"          {outcome.detail}".replace("\n", "\n          "))
     print(f"falsify: {killed}/{len(outcomes)} mutations killed")
+    import results  # noqa: PLC0415 - tools/ is on sys.path when this script runs
+
+    status = "ok" if killed == len(outcomes) else "failed"
+    label = f"falsify {killed}/{len(outcomes)}"
+    results.record("falsify", label, status=status, killed=killed, total=len(outcomes))
     return 0 if killed == len(outcomes) else 1
 
 

@@ -254,6 +254,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fields: {len(problems)} field(s) without a reader or a reason", file=sys.stderr)
         return 1
     print(f"fields: OK ({checked} field/tier pairs)")
+    import results  # noqa: PLC0415 - tools/ is on sys.path when this script runs
+
+    results.record("fields", f"fields ({checked} field/tier pairs)", pairs=checked)
     return 0
 
 

@@ -34,6 +34,7 @@ from license_expression import (
     get_spdx_licensing,
 )
 
+import results
 from gatelib import REPO, GateError, canonical, die
 
 POLICY = REPO / "tools" / "licenses.toml"
@@ -242,6 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"licenses: {len(components)} components from {len(files)} SBOMs checked, "
         f"{len(expressions)} distinct licences declared, all allowed"
+    )
+    results.record(
+        "licenses",
+        f"licenses ({len(components)} components, {len(expressions)} licences)",
+        components=len(components),
+        licences=len(expressions),
     )
     return 0
 

@@ -26,6 +26,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import results
 from gatelib import REPO, GateError, Member, canonical, die, run, workspace_members
 
 PLATFORMS = ("linux", "macos")
@@ -222,6 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     note = ", byte-identical on a second run" if args.check_reproducible else ""
     print(
         f"sbom: {len(sboms)} CycloneDX {SPEC_VERSION} SBOMs written to {shown} (schema-valid{note})"
+    )
+    counts = {name: count for name, (_, count) in sorted(sboms.items())}
+    workspace = max(counts.values())
+    results.record(
+        "sbom", f"sbom ({len(sboms)} SBOMs, up to {workspace} components)", counts=counts
     )
     return 0
 

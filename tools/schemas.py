@@ -1,8 +1,10 @@
 """Check (default) or rewrite (`--write`) the committed JSON Schemas in `schemas/`.
 
-The schemas are generated from the code (`panday_core.schema.rendered_schemas()`); the
-committed copies exist so that users and reviewers can read them. A hand edit, a model
-change without regeneration, a missing file or a stale extra file all fail the check.
+The schemas are generated from the code: the documents users write or read
+(`panday_core.schema.rendered_schemas()`: policy, plugin manifest) and every `--json`
+output of the CLI (`panday.reports.rendered_schemas()`: ``cli-*``). The committed copies
+exist so that users and reviewers can read them. A hand edit, a model change without
+regeneration, a missing file or a stale extra file all fail the check.
 """
 
 from __future__ import annotations
@@ -17,12 +19,20 @@ FIX = "uv run python tools/schemas.py --write"
 
 
 def expected() -> dict[str, str]:
-    from panday_core.schema import rendered_schemas  # noqa: PLC0415 - tools import packages lazily
+    # Tools import packages lazily.
+    from panday.reports import rendered_schemas as cli_schemas  # noqa: PLC0415
+    from panday_core.schema import rendered_schemas  # noqa: PLC0415
 
     schemas = rendered_schemas()
     if not schemas:
         raise GateError("panday_core.schema.rendered_schemas() returned no schemas")
-    return schemas
+    cli = cli_schemas()
+    if not cli:
+        raise GateError("panday.reports.rendered_schemas() returned no schemas")
+    clash = sorted(set(schemas) & set(cli))
+    if clash:
+        raise GateError(f"schema names defined twice (core and CLI): {', '.join(clash)}")
+    return {**schemas, **cli}
 
 
 def problems(directory: Path, schemas: dict[str, str]) -> list[str]:

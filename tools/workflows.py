@@ -14,6 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
+import results
 from gatelib import REPO, GateError, die, run
 
 
@@ -49,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         die("actions", str(exc))
     names = ", ".join(f.name for f in files)
     print(f"actions: {len(files)} workflows linted (schema + zizmor auditor, offline): {names}")
+    results.record("actions", f"actions ({len(files)} workflows)", workflows=len(files))
     return 0
 
 

@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +86,20 @@ def interleave(variants: Sequence[Variant], *, rounds: int, warmup: int) -> None
                 variant.samples.append(elapsed)
 
 
+def raw_bwrap(benchmark: str) -> tuple[str, list[str]]:
+    """The bwrap a session uses ("path (source)") and the raw jail every startup benchmark
+    compares with: `bwrap --unshare-all --die-with-parent --ro-bind / / /bin/true`."""
+    if not sys.platform.startswith("linux"):
+        raise SystemExit(f"{benchmark}: needs Linux; this host is {sys.platform}")
+    from panday_tier_linux.host import find_bwrap  # noqa: PLC0415 - Linux only
+
+    bwrap = find_bwrap()
+    if bwrap is None:
+        raise SystemExit(f"{benchmark}: bwrap not found")
+    argv = [bwrap.path, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "/bin/true"]
+    return f"{bwrap.path} ({bwrap.source})", argv
+
+
 def host_info() -> Json:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
     return {
@@ -101,12 +116,12 @@ def record(name: str, entry: Json) -> None:
     doc: Json = {}
     if RESULTS.exists():
         doc = cast("Json", json.loads(RESULTS.read_text(encoding="utf-8")))
-    doc.pop("benchmarks", None)  # the old nested layout: every key is a benchmark now
-    entry = {
+    # An older harness nested its entries under "benchmarks"; each now has its own key.
+    doc.pop("benchmarks", None)
+    doc[name] = {
         **entry,
         "measured": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
-    doc[name] = entry
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
@@ -197,5 +212,41 @@ def render() -> None:
             f"{host.get('cpus', '?')} CPUs, Python {host.get('python', '?')}, "
             f"load average {host.get('loadavg_1m_at_start', '?')} at the start."
         )
+        if "difference_ms" in entry:
+            lines += [f"Difference of the medians, (b) - (a): **{entry['difference_ms']} ms**.", ""]
         lines += [f"![{name}]({_chart(name, entry)})", "", measured, ""]
+        if "where_the_time_goes" in entry:
+            lines += _where(cast("Json", entry["where_the_time_goes"]))
     DOC.write_text("\n".join(lines), encoding="utf-8")
+
+
+def _where(where: Json) -> list[str]:
+    """The "Where the time goes" section of a benchmark entry that records one: its notes,
+    then tables given as lists of rows (first column a name, then figures)."""
+    lines = ["### Where the time goes", ""]
+    lines += [str(p) + "\n" for p in cast("list[str]", where.get("notes", []))]
+    tables = (
+        ("split_of_b_ms", "part of (b), from the medians of the variants", ("ms",)),
+        ("by_owner_ms", "imported first by", ("ms", "its costliest modules (self ms)")),
+        ("top_modules_self_ms", "module (self time)", ("ms", "imported first by")),
+    )
+    for key, head, columns in tables:
+        rows = cast("list[list[object]]", where.get(key, []))
+        if not rows:
+            continue
+        if key == "by_owner_ms":
+            runs = where.get("importtime_runs", "?")
+            lines += [
+                (
+                    f"Import time by first importer (`-X importtime`, median of {runs} runs; "
+                    "a module counts once, for whoever imported it first, and the tool's own "
+                    "overhead inflates every figure, so read them as shares):"
+                ),
+                "",
+            ]
+        lines += [f"| {head} | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+        for name, *rest in rows:
+            cells = [f"{v:.1f}" if isinstance(v, float) else str(v) for v in rest]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines

@@ -17,7 +17,7 @@ from typing import cast
 
 import harness
 
-BENCHMARKS = ("t2_linux_startup",)
+BENCHMARKS = ("t2_linux_startup", "cli_startup")
 """Modules in this directory with ``NAME`` and ``main(rounds, warmup) -> entry``."""
 SCRIPTS = {
     p.stem.removeprefix("bench_"): p for p in sorted(Path(__file__).parent.glob("bench_*.py"))

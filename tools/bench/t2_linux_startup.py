@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import sys
 import tempfile
 
 import harness
@@ -35,22 +34,11 @@ BUDGET = 1.5
 
 
 def main(rounds: int, warmup: int) -> dict[str, object]:
-    if not sys.platform.startswith("linux"):
-        raise SystemExit(f"{NAME}: needs Linux; this host is {sys.platform}")
+    shown, raw_argv = harness.raw_bwrap(NAME)
     bwrap = find_bwrap()
-    if bwrap is None:
-        raise SystemExit(f"{NAME}: bwrap not found")
+    assert bwrap is not None  # noqa: S101 - raw_bwrap found it
     workspace = tempfile.mkdtemp(prefix="panday-bench-")
     policy = SandboxPolicy(fs=FsPolicy(workspace=workspace))
-    raw_argv = [
-        bwrap.path,
-        "--unshare-all",
-        "--die-with-parent",
-        "--ro-bind",
-        "/",
-        "/",
-        "/bin/true",
-    ]
     loop = asyncio.new_event_loop()
     sandbox = T2LinuxSandbox(bwrap=bwrap)
     handle = loop.run_until_complete(sandbox.create(SessionSpec(policy=policy)))
@@ -91,7 +79,7 @@ def main(rounds: int, warmup: int) -> dict[str, object]:
     return {
         "title": "T2 Linux: a jailed /bin/true",
         "description": DESCRIPTION,
-        "bwrap": f"{bwrap.path} ({bwrap.source})",
+        "bwrap": shown,
         "host": info,
         "rounds": rounds,
         "variants": summaries,

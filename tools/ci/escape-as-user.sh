@@ -19,11 +19,14 @@ set -euo pipefail
 
 ESCAPE_USER=${ESCAPE_USER:-panday-escape}
 ROOT_RUN=1
-for arg in "$@"; do
-  case $arg in
+JUNIT=""
+while (($#)); do
+  case $1 in
     --user-only) ROOT_RUN=0 ;;
-    *) echo "escape-as-user: unknown argument $arg (known: --user-only)" >&2; exit 2 ;;
+    --junit) JUNIT=$2; shift ;;
+    *) echo "escape-as-user: unknown argument $1 (known: --user-only, --junit PATH)" >&2; exit 2 ;;
   esac
+  shift
 done
 SUITE=packages/tier_linux/tests/escape
 SYSTEM_PYTHON=${SYSTEM_PYTHON:-/usr/bin/python3}
@@ -40,7 +43,7 @@ REPO=$(pwd)
 
 need=()
 command -v bwrap >/dev/null || need+=(bubblewrap)
-ldconfig -p | grep -q 'libseccomp\.so\.2' || need+=(libseccomp2)
+{ /sbin/ldconfig -p 2>/dev/null || ldconfig -p; } | grep -q 'libseccomp\.so\.2' || need+=(libseccomp2)
 command -v gcc >/dev/null || need+=(gcc libc6-dev)
 [[ -x $SYSTEM_PYTHON ]] || need+=(python3)
 "$SYSTEM_PYTHON" -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
@@ -63,8 +66,10 @@ if ! id "$ESCAPE_USER" >/dev/null 2>&1; then
   useradd --create-home --shell /bin/bash "$ESCAPE_USER"
 fi
 USER_HOME=$(getent passwd "$ESCAPE_USER" | cut -d: -f6)
-WORK=$USER_HOME/panday-escape
-rm -rf "$WORK"
+# A fresh directory per run (two runs at once must not delete each other's tree), removed
+# on exit.
+WORK=$(mktemp -d "$USER_HOME/panday-escape.XXXXXX")
+chmod 0755 "$WORK"
 mkdir -p "$WORK/src" "$WORK/bin"
 tar -C "$REPO" --exclude=./.venv --exclude=./.nox --exclude=./.git --exclude='*/__pycache__' \
   --exclude=./.pytest_cache --exclude=./.ruff_cache -cf - . | tar -C "$WORK/src" -xf -
@@ -79,7 +84,7 @@ SUID_DIR=$(mktemp -d /var/tmp/panday-escape-suid.XXXXXX)
 chmod 0755 "$SUID_DIR"
 gcc -O1 -o "$SUID_DIR/suid-helper" "$SUITE/probes/suid_helper.c"
 chmod 4755 "$SUID_DIR/suid-helper"
-trap 'rm -rf "$SUID_DIR"' EXIT
+trap 'rm -rf "$SUID_DIR" "$WORK"' EXIT
 
 # What the user's uv needs to reach the package index as root's does (proxies, CAs).
 passthrough=()
@@ -93,14 +98,19 @@ runuser -u "$ESCAPE_USER" -- env -i "${passthrough[@]}" \
   HOME="$USER_HOME" \
   PATH="$WORK/bin:/usr/local/bin:/usr/bin:/bin" \
   LANG=C.UTF-8 \
-  UV_CACHE_DIR="$WORK/uv-cache" \
+  UV_CACHE_DIR="$USER_HOME/.cache/panday-escape-uv" \
   UV_PYTHON="$SYSTEM_PYTHON" \
   UV_PYTHON_DOWNLOADS=never \
   UV_PROJECT_ENVIRONMENT="$WORK/venv" \
   PANDAY_ESCAPE_SUID_HELPER="$SUID_DIR/suid-helper" \
   PANDAY_ESCAPE_REQUIRE_CGROUPS=0 \
-  bash -c 'cd "$1/src" && uv sync --frozen --quiet && uv run --frozen pytest "$2" -q -p no:cacheprovider' \
+  bash -c 'cd "$1/src" && uv sync --frozen --quiet --no-default-groups --group test && uv run --frozen --no-default-groups --group test pytest "$2" -q -ra -p no:cacheprovider --junitxml "$1/junit-user.xml"' \
   _ "$WORK" "$SUITE" || status=1
+
+# The unprivileged run's per-probe results, for the run report (`--junit PATH`).
+if [[ -n $JUNIT && -f $WORK/junit-user.xml ]]; then
+  cp "$WORK/junit-user.xml" "$JUNIT"
+fi
 
 if ((status)); then
   echo "escape-as-user: FAILED (see the runs above)" >&2

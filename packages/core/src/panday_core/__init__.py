@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         require_enforceable,
     )
     from panday_core.errors import (
+        CommandNotFound,
         Internal,
         LimitExceeded,
         PathRefused,
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
+    "CommandNotFound": "panday_core.errors",
     "ExecEvent": "panday_core.types",
     "ExecExit": "panday_core.types",
     "ExecResult": "panday_core.types",
@@ -100,6 +102,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "CommandNotFound",
     "ExecEvent",
     "ExecExit",
     "ExecResult",

@@ -74,6 +74,19 @@ class TierUnavailable(SandboxError):  # noqa: N818 - the name is the project's v
         super().__init__(f"tier {tier} is unavailable: {reason}")
 
 
+class CommandNotFound(SandboxError):  # noqa: N818 - the name is the project's vocabulary
+    """The command could not be started inside the sandbox: no such program on the sandbox's
+    PATH or at that path (`exit_code` 127, as a shell reports it), or it is not executable
+    there (126). The sandbox itself works; this is about the command.
+    """
+
+    def __init__(self, program: str, reason: str, *, exit_code: int = 127) -> None:
+        self.program = program
+        self.reason = reason
+        self.exit_code = exit_code
+        super().__init__(f"{program!r}: {reason}")
+
+
 class Internal(SandboxError):  # noqa: N818 - the name is the project's vocabulary
     """panday itself failed (a bug or an unexpected host state); the session is unusable."""
 

@@ -1,149 +1,261 @@
-"""The `panday` command line.
+"""The `panday` command line (docs/cli.md).
 
-Start-up cost matters (it wraps every tool call an agent makes), so this module imports
-only argparse at load time; each subcommand imports what it needs.
+Start-up cost matters: `panday run` wraps every tool call an agent makes. So this module
+imports nothing heavy at load time, `run` has its own small argument parser (no
+argparse), and each command imports what it needs when it runs. Errors are one line on
+stderr with a documented exit code (`panday.exitcodes`); ``--debug`` adds the traceback.
 """
 
 from __future__ import annotations
 
-import argparse
+import os
 import sys
 from typing import TYPE_CHECKING, NoReturn
 
 from panday import exitcodes
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    import argparse
+    from collections.abc import Callable, Sequence
+
+HELP = """\
+usage: panday [--debug] COMMAND ...
+
+Run commands under a fail-closed policy.
+
+commands:
+  run [OPTIONS] -- CMD [ARG]...   run a command in the sandbox (panday run --help)
+  doctor [--json] [--probe]       what this host enforces, and why a tier is unavailable
+  policy check [--json] FILE      validate a policy; say where it is enforceable
+  policy schema                   print the policy's JSON Schema
+  plugin inspect [--json] FILE    a plugin.toml's consent summary for this host
+  proxy [OPTIONS]                 run an egress proxy in the foreground
+
+--debug shows a traceback with an error. Exit codes: docs/cli.md.
+"""
 
 
-class _UsageError(Exception):
-    pass
+class UsageError(Exception):
+    """A bad command line: one line on stderr, exit 64."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of printing usage and exiting with 2."""
-
-    def error(self, message: str) -> NoReturn:
-        raise _UsageError(message)
+class NoInputError(Exception):
+    """An input (workspace, staged path) does not exist: one line, exit 66."""
 
 
-def _build_parser() -> _Parser:
-    parser = _Parser(prog="panday", description="Run commands under a fail-closed policy.")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived: unwind (killing the jailed tree), then exit 128 + N."""
 
-    policy = sub.add_parser("policy", help="check a policy file or print its schema")
-    policy_sub = policy.add_subparsers(dest="policy_command", required=True, parser_class=_Parser)
-    check = policy_sub.add_parser("check", help="validate a policy and say where it is enforceable")
-    check.add_argument("file", help="policy file (.toml or .json)")
-    check.add_argument("--json", action="store_true", help="machine-readable output")
-    policy_sub.add_parser("schema", help="print the policy's JSON Schema")
-    return parser
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"signal {signum}")
 
 
-def _policy_check(file: str, *, as_json: bool) -> int:
-    from panday import tiers  # noqa: PLC0415
-    from panday_core.capabilities import check_policy  # noqa: PLC0415 - lazy, see module doc
-    from panday_core.policy import load_policy  # noqa: PLC0415
+def console() -> NoReturn:
+    """The `panday` console script: `main`, then exit without the interpreter's teardown.
 
-    policy = load_policy(file)
-    if policy.fs.workspace is None:
-        import os  # noqa: PLC0415
+    By the time `main` returns, every session it opened is closed: its processes killed,
+    its cgroups and temporary directories removed (``with`` blocks, also on errors and
+    signals). What would remain is the interpreter tearing down the modules `run` loaded,
+    which costs about as much as the jail itself (docs/benchmarks.md), so the streams are
+    flushed and the process leaves with `os._exit`. Nothing of panday's uses atexit.
+    """
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse's --help, or a SystemExit from below
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    import contextlib  # noqa: PLC0415 - loaded by typing already
 
-        policy = policy.with_workspace(os.getcwd())  # noqa: PTH109 - os is already loaded
-    host_tier = tiers.host_command_tier()
-    report: list[dict[str, object]] = []
-    verdict = False
-    for tier in tiers.COMMAND_TIERS:
-        refusals = check_policy(policy, tiers.declared(tier))
-        unavailable = tiers.unavailable_reason(tier)
-        enforceable = not refusals and unavailable is None
-        if tier == host_tier:
-            verdict = enforceable
-        report.append(
-            {
-                "tier": tier,
-                "host_tier": tier == host_tier,
-                "available": unavailable is None,
-                "unavailable_reason": unavailable,
-                "enforceable": enforceable,
-                "refused": [{"field": r.field, "reason": r.reason} for r in refusals],
-            }
-        )
-    if as_json:
-        import json  # noqa: PLC0415
-
-        doc = {"file": file, "valid": True, "enforceable_here": verdict, "tiers": report}
-        print(json.dumps(doc, indent=2, sort_keys=True))
-    else:
-        where = f"on {host_tier}" if host_tier else "on this OS (panday has no tier for it)"
-        state = "enforceable" if verdict else "NOT enforceable"
-        print(f"{file}: valid policy, {state} {where}")
-        for row in report:
-            mark = " (this host)" if row["host_tier"] else ""
-            if row["enforceable"]:
-                print(f"  {row['tier']}{mark}: enforceable")
-                continue
-            print(f"  {row['tier']}{mark}: not enforceable")
-            if not row["available"]:
-                print(f"    unavailable: {row['unavailable_reason']}")
-            refused: list[dict[str, str]] = row["refused"]  # pyright: ignore[reportAssignmentType] - built above
-            for item in refused:
-                print(f"    refused {item['field']}: {item['reason']}")
-    return exitcodes.OK if verdict else exitcodes.FAILED
-
-
-def _policy_schema() -> int:
-    from panday_core.policy import SandboxPolicy  # noqa: PLC0415
-    from panday_core.schema import json_schema, render  # noqa: PLC0415
-
-    sys.stdout.write(render(json_schema(SandboxPolicy, "policy")))
-    return exitcodes.OK
-
-
-def _dispatch(args: argparse.Namespace) -> int:
-    if args.command == "policy":
-        if args.policy_command == "check":
-            return _policy_check(args.file, as_json=args.json)
-        return _policy_schema()
-    raise _UsageError(f"unknown command {args.command!r}")
+    for stream in (sys.stdout, sys.stderr):
+        # A reader that went away: the exit code already says what happened.
+        with contextlib.suppress(OSError):
+            stream.flush()
+    os._exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `panday` console script; returns the process exit code."""
-    args_list = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in args_list
-    try:
-        args = _build_parser().parse_args(args_list)
-        return _dispatch(args)
-    except _UsageError as exc:
-        print(f"panday: usage: {exc}", file=sys.stderr)
+    """The CLI as a function: the process exit code for `argv` (default: sys.argv[1:])."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    before = args[: args.index("--")] if "--" in args else args
+    debug = "--debug" in before
+    while args and args[0] == "--debug":
+        args.pop(0)
+    if not args:
+        sys.stderr.write(HELP)
         return exitcodes.USAGE
-    except Exception as exc:
-        if debug:
-            raise
-        from panday_core.errors import (  # noqa: PLC0415
-            PolicyError,
-            PolicyViolation,
-            TierUnavailable,
-        )
+    if args[0] in {"-h", "--help"}:
+        sys.stdout.write(HELP)
+        return exitcodes.OK
+    if args[0] == "--version":
+        from panday import __version__  # noqa: PLC0415
 
-        if isinstance(exc, PolicyError):
-            print(f"panday: invalid policy: {exc}", file=sys.stderr)
-            return (
-                exitcodes.NO_INPUT
-                if not exc.field and "cannot read" in exc.reason
-                else exitcodes.INVALID_POLICY
-            )
-        if isinstance(exc, PolicyViolation):
-            print(f"panday: refused: {exc}", file=sys.stderr)
-            return exitcodes.POLICY_REFUSED
-        if isinstance(exc, TierUnavailable):
-            print(f"panday: {exc}", file=sys.stderr)
-            return exitcodes.TIER_UNAVAILABLE
-        name = type(exc).__name__
-        print(f"panday: internal error: {name}: {exc} (--debug shows a traceback)", file=sys.stderr)
-        return exitcodes.INTERNAL
+        print(f"panday {__version__}")
+        return exitcodes.OK
+    command, rest = args[0], args[1:]
+    try:
+        return _handler(command)(rest)
+    except BaseException as exc:  # noqa: BLE001 - every outcome becomes one line and a code
+        return report(exc, debug=debug)
+
+
+def _handler(command: str) -> Callable[[list[str]], int]:
+    if command == "run":
+        from panday.cli_run import run  # noqa: PLC0415 - each command loads its own code
+
+        return run
+    handler = _COMMANDS.get(command)
+    if handler is None:
+        raise UsageError(f"unknown command {command!r}; commands: run, {', '.join(_COMMANDS)}")
+    return handler
+
+
+def report(exc: BaseException, *, debug: bool) -> int:
+    """Print `exc` as one line on stderr (plus a traceback with --debug); its exit code."""
+    if isinstance(exc, SystemExit):
+        raise exc
+    if debug and not isinstance(exc, KeyboardInterrupt | Terminated):
+        import traceback  # noqa: PLC0415 - error path
+
+        traceback.print_exception(exc)
+    code, line = _classify(exc)
+    if line:
+        sys.stderr.write(f"panday: {line}\n")
+    return code
+
+
+def _classify(exc: BaseException) -> tuple[int, str]:  # noqa: C901, PLR0911 - one flat mapping
+    if isinstance(exc, KeyboardInterrupt):
+        return exitcodes.SIGNAL_BASE + 2, ""  # SIGINT, silent as in a shell
+    if isinstance(exc, BrokenPipeError):
+        return exitcodes.SIGNAL_BASE + 13, ""  # our reader went away, as SIGPIPE would
+    if isinstance(exc, Terminated):
+        return exitcodes.SIGNAL_BASE + exc.signum, ""
+    if isinstance(exc, UsageError):
+        return exitcodes.USAGE, f"usage: {exc}"
+    if isinstance(exc, NoInputError):
+        return exitcodes.NO_INPUT, str(exc)
+    from panday_core.errors import (  # noqa: PLC0415 - error path
+        CommandNotFound,
+        LimitExceeded,
+        PolicyError,
+        PolicyViolation,
+        TierUnavailable,
+        Unsupported,
+    )
+
+    if isinstance(exc, PolicyError):
+        if not exc.field and exc.reason.startswith("cannot read"):
+            return exitcodes.NO_INPUT, str(exc)
+        return exitcodes.INVALID_POLICY, f"invalid policy: {exc}"
+    if isinstance(exc, PolicyViolation):
+        fix = "leave those out, or see `panday doctor` for what this host enforces"
+        return exitcodes.POLICY_REFUSED, f"refused: {exc}; {fix}"
+    if isinstance(exc, TierUnavailable):
+        return exitcodes.TIER_UNAVAILABLE, f"{exc} (`panday doctor` shows what this host has)"
+    if isinstance(exc, CommandNotFound):
+        return exc.exit_code, str(exc)
+    if isinstance(exc, Unsupported):  # e.g. a command on T0, which never executes
+        return exitcodes.USAGE, str(exc)
+    if isinstance(exc, LimitExceeded):
+        return exitcodes.LIMITS.get(exc.kind, exitcodes.INTERNAL), str(exc)
+    name = type(exc).__name__
+    return exitcodes.INTERNAL, f"internal error: {name}: {exc} (--debug shows a traceback)"
+
+
+# ------------------------------------------------------------------ argparse commands
+
+
+def _parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """argparse that raises `UsageError` instead of printing usage and exiting with 2."""
+    import argparse  # noqa: PLC0415 - not on `run`'s path
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> None:  # pyright: ignore[reportIncompatibleMethodOverride] - raises instead
+            raise UsageError(f"{self.prog}: {message}")
+
+    parser = Parser(prog=prog, description=description)
+    parser.add_argument("--debug", action="store_true", help="show a traceback with an error")
+    return parser
+
+
+def _file_action(action: argparse.ArgumentParser, file: str) -> None:
+    """A subcommand's FILE, --json and --debug."""
+    action.add_argument("file", help=file)
+    action.add_argument("--json", action="store_true", help="machine-readable output")
+    action.add_argument("--debug", action="store_true", help="show a traceback with an error")
+
+
+def _doctor(args: list[str]) -> int:
+    parser = _parser("panday doctor", "What this host enforces, tier by tier.")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--probe", action="store_true", help="run a fast subset of the escape probes"
+    )
+    ns = parser.parse_args(args)
+    from panday.cli_doctor import doctor  # noqa: PLC0415
+
+    return doctor(as_json=ns.json, probe=ns.probe)
+
+
+def _policy(args: list[str]) -> int:
+    parser = _parser("panday policy", "Check a policy file or print its schema.")
+    sub = parser.add_subparsers(dest="action", required=True, parser_class=type(parser))
+    _file_action(
+        sub.add_parser("check", help="validate a policy and say where it is enforceable"),
+        "policy file (.toml or .json)",
+    )
+    schema = sub.add_parser("schema", help="print the policy's JSON Schema")
+    schema.add_argument("--debug", action="store_true", help="show a traceback with an error")
+    ns = parser.parse_args(args)
+    from panday import cli_misc  # noqa: PLC0415
+
+    if ns.action == "check":
+        return cli_misc.policy_check(ns.file, as_json=ns.json)
+    return cli_misc.policy_schema()
+
+
+def _plugin(args: list[str]) -> int:
+    parser = _parser("panday plugin", "Inspect a plugin manifest.")
+    sub = parser.add_subparsers(dest="action", required=True, parser_class=type(parser))
+    _file_action(
+        sub.add_parser("inspect", help="the consent summary of a plugin.toml for this host"),
+        "the plugin's plugin.toml",
+    )
+    ns = parser.parse_args(args)
+    from panday import cli_misc  # noqa: PLC0415
+
+    return cli_misc.plugin_inspect(ns.file, as_json=ns.json)
+
+
+def _proxy(args: list[str]) -> int:
+    parser = _parser(
+        "panday proxy",
+        "Run an egress proxy in the foreground: it prints the proxy variables, then one JSON "
+        "audit event per line; Ctrl-C stops it.",
+    )
+    parser.add_argument("--policy", help="policy file whose [net] section applies")
+    for option, metavar, what in (
+        ("--allow", "HOST", "host pattern to allow (repeatable)"),
+        ("--deny", "HOST", "host pattern to refuse even when allowed (repeatable)"),
+        ("--port", "N", "destination port (repeatable; default 80 and 443)"),
+    ):
+        parser.add_argument(option, action="append", default=[], metavar=metavar, help=what)
+    parser.add_argument("--listen", default="127.0.0.1", metavar="HOST", help="listen address")
+    parser.add_argument("--listen-port", default="0", metavar="N", help="0: a free port")
+    parser.add_argument("--session-id", help="the session id the proxy authenticates")
+    parser.add_argument("--audit-jsonl", metavar="FILE", help="also append audit events to FILE")
+    ns = parser.parse_args(args)
+    from panday import cli_misc  # noqa: PLC0415
+
+    return cli_misc.proxy(ns)
+
+
+_COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "doctor": _doctor,
+    "policy": _policy,
+    "plugin": _plugin,
+    "proxy": _proxy,
+}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,368 @@
+"""`panday run`: one command in a fresh session, output streamed live, its exit code passed on.
+
+The hot path of the CLI. Its argument parser is hand-written (argparse and its imports
+cost start-up time, and `run`'s grammar is small: options, then ``--``, then the command),
+and the policy model and the tier are imported only after the command line is known to be
+good. What each option means, and every exit code: docs/cli.md.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from panday import exitcodes
+from panday.cli import NoInputError, Terminated, UsageError
+
+if TYPE_CHECKING:
+    from panday.session import Session
+    from panday_core.policy import SandboxPolicy
+    from panday_core.types import ExecExit, ExecResult, ExecSpec
+
+RUN_HELP = """\
+usage: panday run [OPTIONS] [--] CMD [ARG]...
+
+Run CMD in a fresh sandbox session; its output streams live and panday exits with its
+exit code (128+N when signal N ended it). Without --policy the embedded default applies:
+the current directory as the read-write workspace, no network, an environment of PATH,
+HOME (the workspace), LANG, LC_* and TERM only, 10 minutes and 16 MiB of output per stream.
+
+options:
+  --policy FILE       policy file (.toml or .json) instead of the default
+  --workspace DIR     the workspace (default: the policy's, else the current directory)
+  --ro PATH           make PATH visible read-only at the same path (repeatable)
+  --allow HOST        allow egress to HOST through the egress proxy (repeatable)
+  --mem SIZE          memory ceiling for the whole command, e.g. 512M, 2G (binary units)
+  --pids N            ceiling on processes and threads alive at once
+  --cpu DUR           CPU-time ceiling, e.g. 30s, 500ms, 2m (a bare number is seconds)
+  --timeout DUR       wall-clock ceiling for the command
+  --env NAME[=VALUE]  set NAME inside (without a value: copy it from this environment)
+  --stdin             pass this process's standard input to the command (default: empty)
+  --tier TIER         auto (default), t2-linux, t2-macos or t0; a named tier is never replaced
+  --json              print one JSON result object (output not streamed)
+  --debug             show a traceback with an error
+"""
+
+_VALUED = frozenset(
+    {"--policy", "--workspace", "--ro", "--allow", "--mem", "--pids", "--cpu", "--timeout"}
+    | {"--env", "--tier"}
+)
+_REPEATABLE = frozenset({"--ro", "--allow", "--env"})
+_FLAGS = frozenset({"--json", "--stdin", "--debug", "--help", "-h"})
+
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "": 1000}
+
+
+class RunOptions:
+    """The parsed command line of `panday run`."""
+
+    __slots__ = ("command", "flags", "values")
+
+    def __init__(self) -> None:
+        self.values: dict[str, list[str]] = {}
+        self.flags: set[str] = set()
+        self.command: list[str] = []
+
+    def one(self, name: str) -> str | None:
+        found = self.values.get(name)
+        return found[-1] if found else None
+
+    def many(self, name: str) -> list[str]:
+        return self.values.get(name, [])
+
+
+def _unknown(option: str) -> UsageError:
+    import difflib  # noqa: PLC0415 - error path
+
+    close = difflib.get_close_matches(option.split("=", 1)[0], sorted(_VALUED | _FLAGS), n=1)
+    hint = f" (did you mean {close[0]}?)" if close else " (panday run --help lists them)"
+    return UsageError(f"run: unknown option {option!r}{hint}")
+
+
+def parse(args: list[str]) -> RunOptions:
+    """Options up to ``--`` or the first non-option word; the rest is the command."""
+    opts = RunOptions()
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            opts.command = args[i + 1 :]
+            break
+        if not arg.startswith("-") or arg == "-":
+            opts.command = args[i:]
+            break
+        name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if name in _FLAGS:
+            if eq:
+                raise UsageError(f"run: {name} takes no value")
+            opts.flags.add(name)
+            i += 1
+            continue
+        if name not in _VALUED:
+            raise _unknown(arg)
+        if not eq:
+            if i + 1 >= len(args):
+                raise UsageError(f"run: {name} needs a value")
+            value = args[i + 1]
+            i += 1
+        if name in opts.values and name not in _REPEATABLE:
+            raise UsageError(f"run: {name} given twice; give it once")
+        opts.values.setdefault(name, []).append(value)
+        i += 1
+    return opts
+
+
+def parse_size(option: str, text: str) -> int:
+    """``512M``, ``2G``, ``1.5GiB``, ``1048576``: bytes (units are binary: 1K = 1024)."""
+    raw = text.strip().lower().removesuffix("b").removesuffix("i")
+    unit = raw[-1:] if raw[-1:] in _SIZE_UNITS else ""
+    number = raw[: len(raw) - len(unit)]
+    try:
+        value = float(number)
+    except ValueError:
+        raise UsageError(f"{option} {text!r}: not a size; write e.g. 512M, 2G or 1048576") from None
+    if not value > 0 or value != value or value == float("inf"):  # noqa: PLR0124 - NaN check
+        raise UsageError(f"{option} {text!r}: must be a positive size")
+    return int(value * _SIZE_UNITS[unit])
+
+
+def parse_duration(option: str, text: str) -> int:
+    """``500ms``, ``30s``, ``2m``, ``1h``, or a bare number of seconds: milliseconds."""
+    raw = text.strip().lower()
+    unit = next((u for u in ("ms", "s", "m", "h") if raw.endswith(u)), "")
+    number = raw[: len(raw) - len(unit)]
+    try:
+        value = float(number)
+    except ValueError:
+        raise UsageError(
+            f"{option} {text!r}: not a duration; write e.g. 500ms, 30s, 2m or 1h"
+        ) from None
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"{option} {text!r}: must be a positive duration")
+    return max(1, round(value * _DURATION_UNITS[unit]))
+
+
+def _count(option: str, text: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise UsageError(f"{option} {text!r}: not a whole number") from None
+    return value
+
+
+def _directory(option: str, text: str) -> str:
+    path = os.path.abspath(text)
+    if not os.path.exists(path):
+        raise NoInputError(f"{option} {text!r}: no such file or directory")
+    return path
+
+
+def _limits(opts: RunOptions) -> dict[str, int]:
+    """The limits the options set, each checked against the model's range by itself, so an
+    error names the option rather than a policy field the user never wrote."""
+    from panday_core.policy import FieldError, Limits  # noqa: PLC0415 - after the parse
+
+    wanted: dict[str, tuple[str, int]] = {}
+    for option, field, parse_value in (
+        ("--mem", "mem_bytes", parse_size),
+        ("--pids", "pids", _count),
+        ("--cpu", "cpu_ms", parse_duration),
+        ("--timeout", "wall_clock_ms", parse_duration),
+    ):
+        text = opts.one(option)
+        if text is not None:
+            wanted[field] = (option, parse_value(option, text))
+    for field, (option, value) in wanted.items():
+        try:
+            Limits(**{field: value})
+        except FieldError as exc:
+            raise UsageError(f"{option} {opts.one(option)!r}: {exc.reason}") from None
+    return {field: value for field, (_, value) in wanted.items()}
+
+
+def _env(opts: RunOptions) -> dict[str, str]:
+    from panday_core.policy import FieldError, SandboxPolicy  # noqa: PLC0415 - after the parse
+
+    env: dict[str, str] = {}
+    for item in opts.many("--env"):
+        name, eq, value = item.partition("=")
+        if not eq:
+            if name not in os.environ:
+                raise UsageError(
+                    f"--env {name!r}: not set in this environment; write --env {name}=VALUE"
+                )
+            value = os.environ[name]
+        try:
+            SandboxPolicy(env={name: value})
+        except FieldError as exc:
+            raise UsageError(f"--env {item!r}: {exc.reason}") from None
+        env[name] = value
+    return env
+
+
+def _hosts(opts: RunOptions) -> list[str]:
+    from panday_core.domains import normalize_pattern  # noqa: PLC0415 - after the parse
+
+    hosts: list[str] = []
+    for host in opts.many("--allow"):
+        try:
+            hosts.append(normalize_pattern(host))
+        except ValueError as exc:
+            raise UsageError(f"--allow {host!r}: {exc}") from None
+    return hosts
+
+
+def build_policy(opts: RunOptions) -> SandboxPolicy:
+    """The policy file (or the embedded default) with the command line's options applied."""
+    from panday_core.policy import FsPolicy, Limits, NetPolicy, SandboxPolicy  # noqa: PLC0415
+
+    hosts, limits, env = _hosts(opts), _limits(opts), _env(opts)
+    workspace_opt = opts.one("--workspace")
+    workspace = _directory("--workspace", workspace_opt) if workspace_opt else None
+    if workspace is not None and not os.path.isdir(workspace):
+        raise NoInputError(f"--workspace {workspace_opt!r}: not a directory")
+    staged = [_directory("--ro", p) for p in opts.many("--ro")]
+    file = opts.one("--policy")
+    if file is not None:
+        from panday_core.policy import load_policy  # noqa: PLC0415
+
+        base = load_policy(file)
+    else:
+        from panday.defaults import default_policy  # noqa: PLC0415
+
+        base = default_policy(workspace)
+    fs = FsPolicy(
+        workspace=workspace or base.fs.workspace or os.getcwd(),
+        access=base.fs.access,
+        staged_ro=(*base.fs.staged_ro, *staged),
+    )
+    net = NetPolicy(allow=(*base.net.allow, *hosts), deny=base.net.deny, ports=base.net.ports)
+    limit_values = {name: getattr(base.limits, name) for name in Limits.__struct_fields__}
+    limit_values.update(limits)
+    return SandboxPolicy(
+        fs=fs,
+        net=net,
+        limits=Limits(**limit_values),
+        env={**base.env, **env},
+    )
+
+
+def _spec(opts: RunOptions, stdin: bytes | None) -> ExecSpec:
+    from panday._shared import exec_spec  # noqa: PLC0415
+
+    if not opts.command:
+        raise UsageError("run: no command given; write it after --, e.g. panday run -- ls -l")
+    try:
+        return exec_spec(opts.command, stdin=stdin, cwd=None, timeout=None)
+    except ValueError as exc:
+        raise UsageError(f"run: {exc}") from None
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    del frame
+    raise Terminated(signum)
+
+
+def exit_code_of(end: ExecExit | ExecResult) -> int:
+    """What `panday run` exits with for a finished command (docs/cli.md)."""
+    if end.breach is not None:
+        return exitcodes.LIMITS.get(end.breach.kind.value, exitcodes.INTERNAL)
+    if end.exit_code is not None:
+        return end.exit_code
+    return exitcodes.SIGNAL_BASE + (end.signal or 0)
+
+
+def _write(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _breach_line(end: ExecExit) -> str:
+    assert end.breach is not None  # noqa: S101 - only called with a breach
+    ended = (
+        f"exit status {end.exit_code}"
+        if end.exit_code is not None
+        else f"killed by signal {end.signal}"
+    )
+    return f"limit exceeded: {end.breach.kind.value}: {end.breach.detail} (the command: {ended})"
+
+
+def _stream(session: Session, spec: ExecSpec) -> int:
+    from panday_core.types import OutputChunk  # noqa: PLC0415 - loaded with the tier
+
+    events = session.stream(spec.argv, stdin=spec.stdin)
+    try:
+        for event in events:
+            if isinstance(event, OutputChunk):
+                _write(1 if event.stream == "stdout" else 2, event.data)
+                continue
+            if event.breach is not None:
+                sys.stderr.write(f"panday: {_breach_line(event)}\n")
+            return exit_code_of(event)
+    except BrokenPipeError:
+        # Whoever reads our output has gone (`panday run -- yes | head -1`): stop the
+        # command, as a pipeline would with SIGPIPE, and say nothing more.
+        events.close()
+        return exitcodes.SIGNAL_BASE + 13
+    finally:
+        events.close()
+    raise RuntimeError("the command's events ended without an exit")
+
+
+def _json(session: Session, spec: ExecSpec) -> int:
+    from panday.reports import RunReport, encode  # noqa: PLC0415
+    from panday_core.execution import collect  # noqa: PLC0415
+
+    result = collect(session.stream(spec.argv, stdin=spec.stdin))
+    code = exit_code_of(result)
+    report = RunReport(
+        tier=session.tier,
+        session_id=session.id,
+        workspace=session.workspace,
+        argv=spec.argv,
+        exit_code=result.exit_code,
+        signal=result.signal,
+        wall_ms=round(result.wall_ms, 3),
+        breach=result.breach,
+        stdout=result.stdout.decode("utf-8", "replace"),
+        stderr=result.stderr.decode("utf-8", "replace"),
+        truncated_stdout=result.truncated_stdout,
+        truncated_stderr=result.truncated_stderr,
+        panday_exit_code=code,
+    )
+    sys.stdout.write(encode(report))
+    return code
+
+
+def run(args: list[str]) -> int:
+    """`panday run ARGS`: the exit code (errors are raised for `panday.cli.report`)."""
+    opts = parse(args)
+    if "--help" in opts.flags or "-h" in opts.flags:
+        sys.stdout.write(RUN_HELP)
+        return exitcodes.OK
+    if not opts.command:
+        raise UsageError("run: no command given; write it after --, e.g. panday run -- ls -l")
+    import signal  # noqa: PLC0415 - loaded by the exec machinery anyway
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _on_signal)
+    tier = opts.one("--tier") or "auto"
+    if tier != "auto":
+        from panday import tiers  # noqa: PLC0415
+
+        try:
+            tiers.check_name(tier)
+        except ValueError as exc:
+            raise UsageError(f"--tier {exc.args[0].removeprefix('tier: ')}") from None
+    stdin = sys.stdin.buffer.read() if "--stdin" in opts.flags else None
+    spec = _spec(opts, stdin)
+    policy = build_policy(opts)
+    from panday.session import open as open_session  # noqa: PLC0415
+
+    with open_session(policy, tier=tier) as session:
+        if "--json" in opts.flags:
+            return _json(session, spec)
+        return _stream(session, spec)

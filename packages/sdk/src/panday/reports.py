@@ -1,0 +1,129 @@
+"""What the CLI prints with ``--json``: one model per command, each with a committed JSON
+Schema (``schemas/cli-*.schema.json``, rendered by ``tools/schemas.py`` from `cli_models`).
+
+Fields are only ever added; a consumer can validate output against the schema of the
+version it was written for.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from panday_core.capabilities import FieldSupport, Guarantee, Refusal
+from panday_core.types import LimitBreach
+
+
+class _Report(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Immutable; unknown keys refused when read back."""
+
+
+class TierCheck(_Report, frozen=True, kw_only=True):
+    """One tier's answer to `panday policy check`."""
+
+    tier: str
+    host_tier: bool
+    """Whether this is the tier this host runs commands with."""
+    available: bool
+    unavailable_reason: str | None
+    enforceable: bool
+    """Available here and refusing no field (host-probed table for the host's tier)."""
+    refused: tuple[Refusal, ...]
+
+
+class PolicyCheckReport(_Report, frozen=True, kw_only=True):
+    """`panday policy check --json FILE`."""
+
+    file: str
+    valid: bool
+    enforceable_here: bool
+    tiers: tuple[TierCheck, ...]
+
+
+class RunReport(_Report, frozen=True, kw_only=True):
+    """`panday run --json -- CMD`: the finished command (its output is not also streamed)."""
+
+    tier: str
+    session_id: str
+    workspace: str
+    argv: tuple[str, ...]
+    exit_code: int | None
+    """The command's own exit status; None when a signal ended it (see `signal`)."""
+    signal: int | None
+    wall_ms: float
+    breach: LimitBreach | None
+    """The ceiling the command crossed, if any (kind and detail)."""
+    stdout: str
+    """UTF-8; bytes that are not valid UTF-8 are replaced with U+FFFD."""
+    stderr: str
+    truncated_stdout: bool
+    truncated_stderr: bool
+    panday_exit_code: int
+    """What `panday run` exits with (docs/cli.md)."""
+
+
+class TierStatus(_Report, frozen=True, kw_only=True):
+    """One tier in `panday doctor`."""
+
+    tier: str
+    host_tier: bool
+    runs_commands: bool
+    available: bool
+    unavailable_reason: str | None
+    details: dict[str, str]
+    """Host facts the tier depends on (bwrap, user namespaces, libseccomp, cgroups...)."""
+
+
+class ProbeOutcome(_Report, frozen=True, kw_only=True):
+    """One `panday doctor --probe` check: its positive control, then the must-fail probe."""
+
+    name: str
+    guarantee: str
+    verdict: Literal["pass", "fail", "inconclusive"]
+    """pass: the control worked and the probe was blocked; fail: the probe got through;
+    inconclusive: the control did not work here, so the probe would prove nothing."""
+    detail: str
+
+
+class DoctorReport(_Report, frozen=True, kw_only=True):
+    """`panday doctor --json`."""
+
+    panday_version: str
+    platform: str
+    euid: int
+    host_tier: str | None
+    """The tier this host runs commands with (None: panday has none for this OS)."""
+    tiers: tuple[TierStatus, ...]
+    fields: tuple[FieldSupport, ...]
+    """How the host tier treats each policy field here (probed, not only declared)."""
+    guarantees: tuple[Guarantee, ...]
+    probes: tuple[ProbeOutcome, ...] | None
+    """None unless --probe was given."""
+
+
+def cli_models() -> dict[str, type[msgspec.Struct]]:
+    """Schema name -> model for every ``--json`` output."""
+    from panday_core.manifest import ConsentSummary  # noqa: PLC0415 - plugin inspect only
+
+    return {
+        "cli-doctor": DoctorReport,
+        "cli-plugin-inspect": ConsentSummary,
+        "cli-policy-check": PolicyCheckReport,
+        "cli-run": RunReport,
+    }
+
+
+def rendered_schemas() -> dict[str, str]:
+    """File name -> text, rendered like the core's schemas."""
+    from panday_core.schema import json_schema, render  # noqa: PLC0415
+
+    return {
+        f"{name}.schema.json": render(json_schema(model, name))
+        for name, model in sorted(cli_models().items())
+    }
+
+
+def encode(report: msgspec.Struct) -> str:
+    """Stable JSON text: fields in model order, two-space indent, one trailing newline."""
+    return msgspec.json.format(msgspec.json.encode(report), indent=2).decode() + "\n"

@@ -1,0 +1,281 @@
+"""The synchronous face of panday: ``with panday.open() as session: session.run([...])``.
+
+On Linux a session is the T2 Linux tier's own synchronous `LinuxSession`: no event loop and
+no asyncio import on this path (the CLI's start-up cost). Other tiers implement only the
+async `Sandbox` protocol; their sessions run it on a private event loop.
+
+>>> import panday
+>>> with panday.open() as session:
+...     result = session.run(["sh", "-c", "echo hello; cat /etc/shadow"])
+>>> result.stdout, result.exit_code
+(b'hello\\n', 1)
+>>> session.tier
+'t2-linux'
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Protocol, Self
+
+from panday import tiers
+from panday._shared import (
+    DEFAULT_GET_BYTES,
+    SessionInfo,
+    StartGuard,
+    exec_spec,
+    resolve_policy,
+)
+
+if TYPE_CHECKING:
+    import asyncio
+    import os
+    from collections.abc import AsyncIterator, Generator, Iterator, Mapping, Sequence
+
+    from panday.aio import AsyncSession
+    from panday_core.policy import SandboxPolicy
+    from panday_core.types import ExecEvent, ExecResult, ExecSpec, Snapshot
+    from panday_tier_linux.enforcement import Enforcement
+    from panday_tier_linux.session import LinuxSession
+
+
+class _Backend(Protocol):
+    """One open session of some tier, driven synchronously."""
+
+    id: str
+    workspace: str
+
+    def events(self, spec: ExecSpec) -> Iterator[ExecEvent]: ...
+    def put(self, path: str, data: bytes) -> None: ...
+    def get(self, path: str, *, max_bytes: int) -> bytes: ...
+    def snapshot(self) -> Snapshot: ...
+    def enforcement(self) -> Enforcement: ...
+    def close(self) -> None: ...
+
+
+class _Linux:
+    """T2 Linux through its synchronous session (no event loop)."""
+
+    def __init__(self, session: LinuxSession) -> None:
+        self.session = session
+        self.id = session.id
+        self.workspace = session.workspace
+
+    def events(self, spec: ExecSpec) -> Iterator[ExecEvent]:
+        return self.session.exec(spec)
+
+    def put(self, path: str, data: bytes) -> None:
+        self.session.put(path, data)
+
+    def get(self, path: str, *, max_bytes: int) -> bytes:
+        return self.session.get(path, max_bytes=max_bytes)
+
+    def snapshot(self) -> Snapshot:
+        return self.session.snapshot()
+
+    def enforcement(self) -> Enforcement:
+        return self.session.enforcement()
+
+    def close(self) -> None:
+        self.session.close()
+
+
+class _Loop:
+    """Any tier's async session, run on a private event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, session: AsyncSession) -> None:
+        self.loop = loop
+        self.session = session
+        self.id = session.id
+        self.workspace = session.workspace
+
+    def events(self, spec: ExecSpec) -> Iterator[ExecEvent]:
+        events = self.session.sandbox.exec(self.session.handle, spec)
+        try:
+            while True:
+                step = self.loop.create_task(_next(events))
+                try:
+                    event = self.loop.run_until_complete(step)
+                except BaseException:
+                    # Interrupted inside the loop (Ctrl-C): cancel the step, which ends the
+                    # tier's generator where it waits, and its cleanup kills the command.
+                    step.cancel()
+                    with contextlib.suppress(BaseException):
+                        self.loop.run_until_complete(step)
+                    raise
+                if event is None:
+                    return
+                yield event
+        finally:
+            close = getattr(events, "aclose", None)
+            if close is not None:
+                with contextlib.suppress(RuntimeError):
+                    self.loop.run_until_complete(close())
+
+    def put(self, path: str, data: bytes) -> None:
+        self.loop.run_until_complete(self.session.put(path, data))
+
+    def get(self, path: str, *, max_bytes: int) -> bytes:
+        return self.loop.run_until_complete(self.session.get(path, max_bytes=max_bytes))
+
+    def snapshot(self) -> Snapshot:
+        return self.loop.run_until_complete(self.session.snapshot())
+
+    def enforcement(self) -> Enforcement:
+        return self.loop.run_until_complete(self.session.enforcement())
+
+    def close(self) -> None:
+        try:
+            self.loop.run_until_complete(self.session.close())
+        finally:
+            self.loop.close()
+
+
+async def _next(events: AsyncIterator[ExecEvent]) -> ExecEvent | None:
+    try:
+        return await anext(events)
+    except StopAsyncIteration:
+        return None
+
+
+class Session(SessionInfo):
+    """One open session on one tier (synchronous). Close it, or use it in ``with``.
+
+    Closing kills every command still running and removes what the session created
+    (cgroups, temporary directories); it also happens when the ``with`` block ends through
+    an exception or KeyboardInterrupt.
+    """
+
+    def __init__(self, backend: _Backend, *, tier: str, policy: SandboxPolicy) -> None:
+        super().__init__(
+            session_id=backend.id, tier=tier, workspace=backend.workspace, policy=policy
+        )
+        self._backend = backend
+        self.closed = False
+
+    def run(
+        self,
+        cmd: Sequence[str],
+        *,
+        stdin: bytes | str | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+    ) -> ExecResult:
+        """Run `cmd` (a list; never a shell line) to completion.
+
+        The result holds stdout and stderr (each kept up to ``limits.output_bytes``), the
+        exit code (on T2 Linux a command killed by signal N reports 128 + N, as bubblewrap
+        passes it on), the wall time and, when a ceiling was crossed, a typed
+        `LimitBreach` in ``result.breach``. `timeout` is in seconds; the stricter of it and
+        ``limits.wall_clock_ms`` applies. Raises `CommandNotFound` when the program cannot
+        be started inside the sandbox.
+        """
+        from panday_core.execution import collect  # noqa: PLC0415 - loaded by the tier already
+
+        return collect(self.stream(cmd, stdin=stdin, cwd=cwd, timeout=timeout))
+
+    def stream(
+        self,
+        cmd: Sequence[str],
+        *,
+        stdin: bytes | str | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+    ) -> Generator[ExecEvent, None, None]:
+        """`OutputChunk`s as the command writes them, then exactly one `ExecExit`.
+
+        Nothing is buffered beyond one read. Leaving the loop early (break, an exception,
+        KeyboardInterrupt) kills the command's whole process tree.
+        """
+        spec = exec_spec(cmd, stdin=stdin, cwd=cwd, timeout=timeout)
+        return self._events(spec)
+
+    def _events(self, spec: ExecSpec) -> Generator[ExecEvent, None, None]:
+        if self.closed:
+            from panday_core.errors import SandboxError  # noqa: PLC0415 - error path
+
+            raise SandboxError(f"session {self.id} is closed")
+        guard = StartGuard()
+        events = self._backend.events(spec)
+        try:
+            for event in events:
+                yield from guard.feed(event)
+        except BaseException as exc:
+            failure = guard.failure(exc)
+            if failure is exc:
+                raise
+            raise failure from None
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+
+    def put(self, path: str, data: bytes | str) -> None:
+        """Write a workspace file (relative to the workspace; it cannot leave it)."""
+        self._backend.put(path, data.encode() if isinstance(data, str) else data)
+
+    def get(self, path: str, *, max_bytes: int = DEFAULT_GET_BYTES) -> bytes:
+        """A whole file of the workspace or a staged path (`LimitExceeded` past `max_bytes`)."""
+        return self._backend.get(path, max_bytes=max_bytes)
+
+    def snapshot(self) -> Snapshot:
+        """The workspace's files with sizes, modes and SHA-256 digests."""
+        return self._backend.snapshot()
+
+    def enforcement(self) -> Enforcement:
+        """What the kernel reports a jail of this session actually has (T2 Linux: namespaces,
+        capabilities, NoNewPrivs, seccomp, mounts, cgroup ceilings), read inside a jail
+        built exactly like the session's commands. `Unsupported` on tiers that cannot read
+        it back yet."""
+        return self._backend.enforcement()
+
+    def close(self) -> None:
+        """End the session (idempotent): running commands killed, cgroups and temporary
+        files removed."""
+        if not self.closed:
+            self.closed = True
+            self._backend.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open(  # noqa: A001 - the public API's name: panday.open
+    policy: SandboxPolicy | Mapping[str, object] | str | os.PathLike[str] | None = None,
+    *,
+    tier: str = "auto",
+) -> Session:
+    """Open a session that enforces `policy`, or refuse before anything is spawned.
+
+    `policy`: None for the embedded default (docs/policy.md), a `SandboxPolicy`, a policy
+    document as a mapping, or the path of a ``.toml``/``.json`` policy file. A policy that
+    leaves ``fs.workspace`` out gets the current directory.
+
+    `tier`: ``"auto"`` picks the strongest tier this OS has that runs commands and can
+    enforce the whole policy; a named tier (``"t2-linux"``, ``"t2-macos"``, ``"t0"``) is
+    used as named and never replaced by another.
+
+    Raises `PolicyError` (malformed policy), `PolicyViolation` (a field the tier cannot
+    enforce here: every such field is named, with the reason), `TierUnavailable` (the
+    tier cannot run on this host, and why).
+    """
+    resolved = resolve_policy(policy)
+    name = tiers.choose(resolved, tiers.check_name(tier))
+    if name == "t2-linux":
+        from panday_tier_linux.session import open_session  # noqa: PLC0415 - lazy tier import
+
+        return Session(_Linux(open_session(resolved)), tier=name, policy=resolved)
+    import asyncio  # noqa: PLC0415 - only tiers without a synchronous session need a loop
+
+    from panday.aio import open_session as aopen  # noqa: PLC0415
+
+    loop = asyncio.new_event_loop()
+    try:
+        asession = loop.run_until_complete(aopen(resolved, name))
+    except BaseException:
+        loop.close()
+        raise
+    return Session(_Loop(loop, asession), tier=name, policy=resolved)
