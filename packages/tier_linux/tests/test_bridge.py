@@ -24,7 +24,7 @@ import pytest
 from panday_core.capabilities import Support, check_policy
 from panday_core.egress import AuditEvent, ProxySettings, StaticResolver
 from panday_core.egress.testing import HttpUpstream, LoopbackOnly
-from panday_core.errors import Internal, PolicyViolation
+from panday_core.errors import Internal, PolicyViolation, TierUnavailable
 from panday_core.execution import acollect, collect
 from panday_core.policy import FsPolicy, NetPolicy, SandboxPolicy
 from panday_core.types import ExecExit, ExecSpec, SessionSpec
@@ -147,7 +147,21 @@ def test_a_relay_that_could_not_set_up_is_an_error_not_a_result() -> None:
     with pytest.raises(Internal, match="egress relay inside the jail failed: panday-relay: x"):
         _raise_relay_failure(failed, b"noise\npanday-relay: x\n")
     _raise_relay_failure(failed, b"a command that exits 125 by itself\n")
-    _raise_relay_failure(ExecExit(exit_code=1, wall_ms=1.0), b"panday-relay: execvp y: ...\n")
+    _raise_relay_failure(ExecExit(exit_code=1, wall_ms=1.0), b"panday-relay: y\n")
+
+
+@linux
+def test_a_missing_program_is_reported_as_without_the_relay(world: World) -> None:
+    """The SDK tells "no such program" from a broken sandbox by bwrap's words: the relay
+    reports an exec failure in exactly those, and the session raises the same error."""
+    plain = SandboxPolicy(fs=FsPolicy(workspace=str(world.workspace)))
+    reasons: list[str] = []
+    for session in (open_session(plain), world.open()):
+        with session, pytest.raises(TierUnavailable) as failed:
+            session.run(["no-such-program-here", "arg"])
+        reasons.append(failed.value.reason)
+    assert reasons[0] == reasons[1]
+    assert reasons[1] == "bwrap: execvp no-such-program-here: No such file or directory"
 
 
 # ---------------------------------------------------------------------- opening and closing

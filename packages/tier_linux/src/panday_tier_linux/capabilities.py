@@ -82,7 +82,7 @@ _NET_FIELDS: Final = {
 
 GUARANTEES = (
     Guarantee(
-        name="Without net.allow, no network: no host loopback, LAN, internet or abstract "
+        name="No network without net.allow: no host loopback, LAN, internet or abstract "
         "unix socket",
         mechanism="bwrap --unshare-net on every code path; seccomp allows only AF_UNIX sockets",
         support=Support.STRICT,

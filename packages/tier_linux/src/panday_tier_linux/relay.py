@@ -23,8 +23,10 @@ carrying ``X-Panday-Refused`` or a SOCKS5 "no acceptable method", and closes: th
 loses the network and learns why, and there is no other route to fall back to.
 
 Setup failures print one ``panday-relay:`` line on stderr and exit 125 (the session turns
-that into an error); a command that cannot be executed gets exit status 1 and a
-``panday-relay: execvp`` line, as bwrap itself reports it without a relay.
+that into an error). A command that cannot be executed is reported exactly as bwrap
+reports it without a relay, ``bwrap: execvp PROGRAM: REASON`` (exit 125 here), so the
+session raises the same error either way and callers tell "no such program" apart from a
+broken sandbox the same way.
 
 Every command of such a session pays this program's start-up, so it imports only C modules
 (``_socket``, ``_signal``, ``select``): the ``socket`` module alone (enum, selectors,
@@ -241,8 +243,8 @@ def main(argv: list[str]) -> None:
     try:
         os.execvp(command[0], command)  # noqa: S606 - the user's command, as bwrap would run it
     except OSError as exc:
-        os.write(2, f"panday-relay: execvp {command[0]}: {exc.strerror}\n".encode(errors="replace"))
-        os._exit(1)
+        os.write(2, f"bwrap: execvp {command[0]}: {exc.strerror}\n".encode(errors="replace"))
+        os._exit(SETUP_FAILED)
 
 
 if __name__ == "__main__":

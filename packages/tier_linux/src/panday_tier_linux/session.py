@@ -52,6 +52,7 @@ _PIPE_CAPACITY = 65536
 _STDERR_TAIL = 4096
 _RELAY_SETUP_FAILED = 125
 _RELAY_MARK = b"panday-relay: "
+_EXEC_MARK = b"bwrap: execvp "
 
 # Where a workspace or staged path would undo the jail's own mounts.
 _FORBIDDEN = ("/", "/proc", "/dev", "/sys")
@@ -563,10 +564,13 @@ def _explain(message: str) -> str:
 
 
 def _raise_relay_failure(event: ExecExit, stderr_tail: bytes) -> None:
-    """The egress relay could not set up (its line on stderr, exit 125): the command never
-    ran, and that is not the command's result."""
+    """The egress relay could not set up, or could not exec the command (its one line on
+    stderr, exit 125): the command never ran, and that is not the command's result. An exec
+    failure is raised as bwrap's own is (`_raise_setup_failure`), in bwrap's words."""
     if event.breach is not None or event.exit_code != _RELAY_SETUP_FAILED:
         return
+    if stderr_tail.startswith(_EXEC_MARK) and stderr_tail.count(b"\n") == 1:
+        raise TierUnavailable(str(TIER), _explain(stderr_tail.decode("utf-8", "replace").strip()))
     at = stderr_tail.rfind(_RELAY_MARK)
     if at < 0:
         return
