@@ -77,7 +77,8 @@ def _cgroup_v2_controllers() -> bool:
     alt = Path("/sys/fs/cgroup/unified/cgroup.controllers")
     for candidate in (path, alt):
         try:
-            if candidate.read_text(encoding="utf-8").split():
+            # The ceilings panday sets need these three; hugetlb alone (as here) is not v2.
+            if {"memory", "pids", "cpu"} <= set(candidate.read_text(encoding="utf-8").split()):
                 return True
         except OSError:
             continue
@@ -113,8 +114,9 @@ def not_verified() -> list[str]:
         ]
         if not _cgroup_v2_controllers():
             rows.append(
-                "- cgroup v2 ceilings (this host delegates no cgroup v2 controllers; its "
-                f"limits ran on cgroup v1) → {linux_ci}, whose runners use cgroup v2."
+                "- cgroup v2 ceilings (this host's cgroup v2 holds no memory, pids or cpu "
+                f"controller; its limits ran on cgroup v1) → {linux_ci}, whose runners use "
+                "cgroup v2."
             )
     elif sys.platform == "darwin":
         rows += [
