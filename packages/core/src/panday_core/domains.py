@@ -22,7 +22,6 @@ Deliberately free of `re` and heavy imports: this module is on the CLI's start-u
 from __future__ import annotations
 
 import functools
-import ipaddress
 
 _MAX_NAME = 253
 _MAX_LABEL = 63
@@ -51,6 +50,8 @@ def _ip_literal(text: str) -> str | None:
     ruled out without parsing: the egress proxy asks this several times per request."""
     if not (text[:1].isdigit() or ":" in text):
         return None  # an IPv4 literal starts with a digit; an IPv6 one has a colon
+    import ipaddress  # noqa: PLC0415 - only literals need it; keeps it off the default run path
+
     try:
         return str(ipaddress.ip_address(text))
     except ValueError:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
 
 from panday_tier_linux.host import ETC_ALLOWLIST
@@ -76,6 +75,8 @@ class _Copier:
             self.bytes += st.st_size
             if self.bytes > MAX_BYTES:
                 raise _TooLarge
+            import shutil  # noqa: PLC0415 - only when the view is (re)built, not per run
+
             try:
                 shutil.copyfile(src, dst, follow_symlinks=False)
             except PermissionError:
@@ -98,12 +99,16 @@ def _build(target: str) -> bool:
             copier.copy(src, dst)
         os.rename(tmp, target)
     except (OSError, _TooLarge):
+        import shutil  # noqa: PLC0415 - only on this rare path
+
         shutil.rmtree(tmp, ignore_errors=True)
         return os.path.isdir(target)  # another process may have made it meanwhile
     return True
 
 
 def _prune(parent: str, keep: str) -> None:
+    import shutil  # noqa: PLC0415 - only when a stale view is removed
+
     for entry in os.listdir(parent):
         if entry.startswith("etc-") and entry != keep:
             with contextlib.suppress(OSError):
