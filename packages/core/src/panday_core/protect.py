@@ -151,7 +151,8 @@ _NEVER_EXACT: Final = frozenset(
 
 # Trees beneath which nothing may be a root at all: kernel interfaces, the host's
 # configuration and secrets (/etc/shadow, ssh host keys, TLS private keys), and the
-# sockets of host services (/run holds the docker, dbus and ssh-agent sockets).
+# sockets of host services (/run holds the docker, dbus and ssh-agent sockets; inside the
+# jail, /run/panday is where the egress bridge appears).
 _NEVER_BENEATH: Final = (
     "/proc",
     "/sys",

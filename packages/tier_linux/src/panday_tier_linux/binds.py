@@ -195,10 +195,14 @@ class CommandBinds:
         """The descriptors to hand to bwrap, in the order `options` numbers them."""
         return list(self._fds)
 
-    def options(self, first_child_fd: int) -> list[str]:
+    def options(self, first_child_fd: int | None) -> list[str]:
         """bwrap's options for these binds, shallowest first, when `fds` become
-        ``first_child_fd, first_child_fd + 1, ...`` in the child."""
-        numbers = {fd: first_child_fd + i for i, fd in enumerate(self._fds)}
+        ``first_child_fd, first_child_fd + 1, ...`` in the child (None: they keep their
+        numbers, as with subprocess's ``pass_fds``)."""
+        numbers = {
+            fd: fd if first_child_fd is None else first_child_fd + i
+            for i, fd in enumerate(self._fds)
+        }
         ordered = sorted(self.ops, key=lambda op: len(_components(op[2])))
         out: list[str] = []
         for option, fd, dest in ordered:

@@ -29,7 +29,7 @@ from panday_core.errors import Internal, PolicyViolation, TierUnavailable
 from panday_core.execution import ChildProcess, astream, collect, spawn, stream
 from panday_core.types import ExecExit, ExecSpec, OutputChunk, SandboxTier
 from panday_tier_linux import host
-from panday_tier_linux.argv import BRIDGE_DIR, JailSpec, build_options, jail_command
+from panday_tier_linux.argv import JailSpec, build_options, jail_command
 from panday_tier_linux.capabilities import DISK_NEEDS_RO, host_capabilities
 from panday_tier_linux.supervisor import (
     STDERR_TAIL,
@@ -404,34 +404,10 @@ def _policy_refusals(policy: SandboxPolicy) -> tuple[list[Refusal], Roots | None
     roots, refusals = Roots.open(policy.fs)
     if policy.limits.disk_bytes is not None and policy.fs.access == "rw":
         refusals.append(Refusal(field="limits.disk_bytes", reason=DISK_NEEDS_RO))
-    if policy.net.allow:
-        paths = [policy.fs.workspace] if roots is None else [roots.workspace.path]
-        staged = policy.fs.staged_ro if roots is None else [h.path for h in roots.staged]
-        refusals += _bridge_conflicts(paths[0], list(staged))
     if refusals and roots is not None:
         roots.close()
         roots = None
     return refusals, roots
-
-
-def _bridge_conflicts(workspace: str | None, staged: list[str]) -> list[Refusal]:
-    """A workspace or staged path at or around the bridge's place in the jail would have
-    bwrap create the bridge's mount points in a host directory, or hide them."""
-    refusals: list[Refusal] = []
-    paths = [("fs.workspace", workspace)] + [
-        (f"fs.staged_ro[{i}]", p) for i, p in enumerate(staged)
-    ]
-    for field, path in paths:
-        if path is None:
-            continue
-        if (
-            path == BRIDGE_DIR
-            or BRIDGE_DIR.startswith(path + "/")
-            or path.startswith(BRIDGE_DIR + "/")
-        ):
-            why = f"{path!r} overlaps {BRIDGE_DIR}, where the egress bridge appears in the jail"
-            refusals.append(Refusal(field=field, reason=why))
-    return refusals
 
 
 def open_session(
