@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Self, TypedDict
 from panday_core.capabilities import Refusal, check_policy, no_egress_proxy
 from panday_core.errors import Internal, PolicyViolation, TierUnavailable
 from panday_core.execution import ChildProcess, astream, collect, spawn, stream
+from panday_core.protect import is_env_hook
 from panday_core.types import ExecExit, ExecSpec, OutputChunk, SandboxTier
 from panday_tier_linux import host
 from panday_tier_linux.argv import JailSpec, build_options, jail_command
@@ -404,6 +405,13 @@ def _policy_refusals(policy: SandboxPolicy) -> tuple[list[Refusal], Roots | None
     roots, refusals = Roots.open(policy.fs)
     if policy.limits.disk_bytes is not None and policy.fs.access == "rw":
         refusals.append(Refusal(field="limits.disk_bytes", reason=DISK_NEEDS_RO))
+    # The model refuses these already; a policy built around its checks (or a future
+    # loader) must not slip one past the tier.
+    refusals += [
+        Refusal(field=f"env.{name}", reason="a start-up hook not listed in allow_env_hooks")
+        for name in policy.env
+        if is_env_hook(name) and name not in policy.allow_env_hooks
+    ]
     if refusals and roots is not None:
         roots.close()
         roots = None

@@ -60,6 +60,9 @@ class PolicyOptions(TypedDict, total=False):
     output_bytes: int
     allow: Sequence[str]
     ports: Sequence[int]
+    protect: Sequence[str]
+    unprotect: Sequence[str]
+    allow_home: bool
 
 
 HERE = Path(__file__).resolve().parent
@@ -272,6 +275,9 @@ class Escape:
             workspace=str(options.get("workspace", self.ws)),
             access=options.get("access", "rw"),
             staged_ro=tuple(str(p) for p in options.get("staged", ())),
+            protect=tuple(options.get("protect", ())),
+            unprotect=tuple(options.get("unprotect", ())),
+            allow_home=options.get("allow_home", False),
         )
         net = NetPolicy(
             allow=tuple(options.get("allow", ())), ports=tuple(options.get("ports", (80, 443)))
