@@ -47,7 +47,9 @@ class RootRefused(Exception):  # noqa: N818 - a refusal, carried to the tier's R
 
 
 _O_PATH = getattr(os, "O_PATH", 0)
-_LOOKUP = (_O_PATH or os.O_RDONLY) | os.O_CLOEXEC | os.O_NOFOLLOW
+# Without O_PATH (macOS) each component is opened for reading: O_NONBLOCK so that a FIFO a
+# jail left where a later root is looked up cannot hang the caller.
+_LOOKUP = (_O_PATH or (os.O_RDONLY | os.O_NONBLOCK)) | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
 def _components(path: str) -> list[str]:

@@ -25,6 +25,8 @@ from panday_core.errors import PolicyViolation
 from panday_tier_linux.session import open_session
 
 if TYPE_CHECKING:
+    import types
+
     from conftest import Escape  # the suite's fixture type (tests get it as `esc`)
 
 # ------------------------------------------------------------------ staged-path swap
@@ -110,27 +112,47 @@ def test_a_nested_staged_path_cannot_be_swapped_for_a_link(esc: Escape, spelling
 # ----------------------------------------------------------- panday's own environment
 
 
-def _repository() -> Path:
-    """The checkout this test runs from: the parent of the running interpreter's .venv."""
-    prefix = Path(sys.prefix).resolve()
-    repo = prefix.parent
-    if prefix.name != ".venv" or not (repo / "pyproject.toml").is_file():
-        pytest.fail(f"inconclusive: run the suite from a checkout's .venv (sys.prefix={prefix})")
-    return repo
+REPO = Path(__file__).resolve().parents[4]
 
 
-def _site_packages() -> Path:
-    found = [Path(p) for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
-    if not found:
-        pytest.fail("inconclusive: no site-packages on sys.path")
-    return found[0].resolve()
+def _packages() -> list[types.ModuleType]:
+    import panday_core  # noqa: PLC0415 - the packages whose directories are looked at
+    import panday_tier_linux  # noqa: PLC0415
+
+    return [panday_core, panday_tier_linux]
+
+
+def _plant_site(esc: Escape) -> tuple[Path, str]:
+    """Where this interpreter loads code from inside the checkout (its .venv's
+    site-packages when the environment lives in the clone, as in the quickstart; else an
+    editable package's source directory), and the protected entry that covers it."""
+    if not (REPO / "pyproject.toml").is_file():
+        pytest.fail(f"inconclusive: {REPO} is not the checkout")
+    # What every panday process loads from (not what pytest adds to sys.path for tests).
+    candidates = [
+        *(p for p in sys.path if p.endswith("site-packages")),
+        *(str(Path(m.__path__[0]).parent) for m in _packages()),
+    ]
+    inside = [
+        Path(p).resolve()
+        for p in candidates
+        if p and Path(p).is_dir() and Path(p).resolve().is_relative_to(REPO)
+    ]
+    if not inside:
+        pytest.fail("inconclusive: this interpreter loads nothing from the checkout")
+    with esc.open(workspace=REPO) as session:
+        entries = [REPO / e.rel for e in session.roots.entries()]
+    for site in inside:
+        for entry in entries:
+            if site == entry or site.is_relative_to(entry):
+                return site, str(entry)
+    pytest.fail(f"ESCAPE: none of {inside} is a protected entry of {REPO}")
 
 
 def test_a_pth_file_cannot_be_planted_in_pandays_environment(esc: Escape) -> None:
-    repo = _repository()
-    site = _site_packages()
+    site, entry = _plant_site(esc)
     pth = site / f"panday-escape-probe-{secrets.token_hex(4)}.pth"
-    ordinary = repo / f".panday-escape-probe-{secrets.token_hex(4)}"
+    ordinary = REPO / f".panday-escape-probe-{secrets.token_hex(4)}"
     code = f"""
 with open({str(ordinary)!r}, "w") as fh:  # an ordinary workspace write works
     fh.write("ok")
@@ -142,10 +164,10 @@ except OSError as exc:
 ok("planted " + {pth.name!r})
 """
     try:
-        esc.control(esc.without_bind(code, str(Path(sys.prefix).resolve()), workspace=repo))
+        esc.control(esc.without_bind(code, entry, workspace=REPO))
         assert pth.exists()
         pth.unlink()
-        esc.must_block(esc.inside(code, workspace=repo))
+        esc.must_block(esc.inside(code, workspace=REPO))
         assert ordinary.read_text() == "ok"
         assert not pth.exists()
     finally:
@@ -157,19 +179,18 @@ def test_the_cli_run_from_the_repository_cannot_plant_code_for_the_next_run(
     esc: Escape,
 ) -> None:
     """Issue 12's reproduction, literally: `panday run` from the clone, appending to a .pth
-    of the environment the next `panday` command starts from."""
-    repo = _repository()
+    where the next `panday` command loads code from."""
+    site, _entry = _plant_site(esc)
     cli = Path(sys.prefix) / "bin" / "panday"
     if not cli.exists():
         pytest.fail(f"inconclusive: no console script at {cli}")
-    pth = _site_packages() / f"panday-escape-cli-{secrets.token_hex(4)}.pth"
-    rel = os.path.relpath(pth, repo)
-    script = f'printf "# probe\\n" >> {rel} && echo planted; echo done'
+    pth = site / f"panday-escape-cli-{secrets.token_hex(4)}.pth"
+    script = f'printf "# probe\\n" >> {pth} && echo planted; echo done'
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/")}
     try:
         proc = subprocess.run(
             [str(cli), "run", "--", "sh", "-c", script],
-            cwd=repo,
+            cwd=REPO,
             capture_output=True,
             timeout=120,
             env=env,
