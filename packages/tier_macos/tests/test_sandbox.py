@@ -24,7 +24,13 @@ from panday_core.policy import policy_from_dict
 from panday_core.types import SandboxHandle, SandboxTier, SessionSpec
 from panday_tier_macos import T2MacosSandbox
 from panday_tier_macos.profile import SeatbeltProfile
-from panday_tier_macos.roots import Roots, check_root, open_roots
+from panday_tier_macos.roots import (
+    Roots,
+    _entry_name,  # pyright: ignore[reportPrivateUsage] - the lookup rule under test
+    check_root,
+    disk_spelling,
+    open_roots,
+)
 from panday_tier_macos.sandbox import (
     BASE_ENV,
     START,
@@ -145,6 +151,27 @@ def test_a_root_reached_through_a_link_is_refused_naming_the_link_and_the_real_p
 def test_system_directories_are_refused_as_roots(path: str, writable: bool) -> None:
     got = _check(path, [], writable=writable)
     assert got.startswith("REFUSED: ")
+
+
+def test_a_name_is_matched_as_a_case_insensitive_volume_would_find_it() -> None:
+    """macOS volumes ignore case (and Unicode normalization): `/users/a` opens `/Users/a`,
+    while every check and Seatbelt rule compares strings. The entry a lookup finds is the
+    spelling roots must be given in, and protected entries are written in."""
+    listing = ["Users", "deploy", ".git", "caf\u00e9", "Ab", "aB"]
+    assert _entry_name(listing, "Users") == "Users"
+    assert _entry_name(listing, "users") == "Users"
+    assert _entry_name(listing, "Deploy") == "deploy"
+    assert _entry_name(listing, ".GIT") == ".git"
+    assert _entry_name(listing, "cafe\u0301") == "caf\u00e9", "NFD finds the NFC name"
+    assert _entry_name(listing, "ab") is None, "two entries fold alike: no guess"
+    assert _entry_name(listing, "missing") is None
+
+
+def test_an_exactly_spelled_root_keeps_its_spelling(tmp_path: Path) -> None:
+    (tmp_path / "Mixed" / "Case").mkdir(parents=True)
+    path = str(tmp_path / "Mixed" / "Case")
+    assert disk_spelling(path) == path
+    assert _check(path, []) == path
 
 
 def test_a_home_directory_is_a_workspace_only_with_allow_home(

@@ -13,6 +13,10 @@ descriptors instead). What keeps the paths honest:
   The places no jail may mount (``/usr``, ``/etc``, ``/System``, a home directory unless
   ``fs.allow_home`` ...) are refused too (`panday_core.protect.root_refusal`), as is a
   workspace on the caller's import path, and anything inside a protected path.
+* **Roots are spelled as the file system spells them.** macOS volumes are case-insensitive
+  by default: ``/users/a`` opens ``/Users/a``, but every check here (a home directory, a
+  system directory) and every Seatbelt rule compares strings. A root whose spelling
+  differs from its directory entries is refused, naming the spelling to give.
 * **Protected entries** of a writable workspace (`protected_paths`: ``.git``, editor and
   agent configuration, panday's own code, a home's start-up files...) are walked beneath
   the workspace without following links. An existing entry is protected as it is; a
@@ -37,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import unicodedata
 from typing import TYPE_CHECKING, NamedTuple
 
 from panday_core.capabilities import Refusal
@@ -77,6 +82,32 @@ def _violation(refusals: list[Refusal]) -> PolicyViolation:
     return PolicyViolation(TIER, refusals)
 
 
+def _fold(name: str) -> str:
+    return unicodedata.normalize("NFD", name).casefold()
+
+
+def _entry_name(listing: list[str], name: str) -> str | None:
+    """The entry of `listing` that a lookup of `name` finds: `name` itself, or on a
+    case- or normalization-insensitive volume the one entry that folds to it."""
+    if name in listing:
+        return name
+    found = [n for n in listing if _fold(n) == _fold(name)]
+    return found[0] if len(found) == 1 else None
+
+
+def disk_spelling(path: str) -> str:
+    """`path` (absolute, normalised, no link on the way) with each component as its
+    directory spells it. A directory that cannot be listed keeps the given name."""
+    spelled = ""
+    for part in (p for p in path.split("/") if p):
+        try:
+            listing = os.listdir(spelled or "/")  # noqa: PTH208 - names, as os gives them
+        except OSError:
+            listing = [part]
+        spelled += "/" + (_entry_name(listing, part) or part)
+    return spelled or "/"
+
+
 def check_root(
     field: str,
     path: str,
@@ -102,6 +133,14 @@ def check_root(
         os.close(fd)
     if not is_dir:
         return Refusal(field=field, reason=f"{path!r} is not a directory")
+    spelled = disk_spelling(path)
+    if spelled != path:
+        return Refusal(
+            field=field,
+            reason=f"{path!r} is spelled {spelled!r} on disk; give that spelling (this "
+            "volume ignores case, but the checks and the sandbox's rules compare paths as "
+            "written)",
+        )
     why = root_refusal(path, writable=writable, allow_home=allow_home)
     if why is None and field == "fs.workspace":
         why = sys_path_refusal(path, writable=writable)
@@ -113,19 +152,24 @@ def check_root(
 
 
 def _walk(root_fd: int, rel: str) -> str | tuple[bool, str]:
-    """Walk `rel` beneath `root_fd` without following a link: ``(True, rel)`` when it
-    exists, ``(False, prefix)`` when the component ending `prefix` is the first missing one,
-    or why it cannot be protected (a link, a file where a directory must be)."""
+    """Walk `rel` beneath `root_fd` without following a link: ``(True, reached)`` when it
+    exists, ``(False, reached)`` when the component ending `reached` is the first missing
+    one, or why it cannot be protected (a link, a file where a directory must be).
+    `reached` spells each existing component as its directory does: on a case-insensitive
+    volume ``Deploy`` finds ``deploy``, and that is the path every access presents."""
     parts = [p for p in rel.split("/") if p]
     parent = os.dup(root_fd)
     reached = ""
     try:
-        for i, part in enumerate(parts):
-            reached = f"{reached}/{part}" if reached else part
+        for i, given in enumerate(parts):
             try:
-                st = os.stat(part, dir_fd=parent, follow_symlinks=False)
+                st = os.stat(given, dir_fd=parent, follow_symlinks=False)
             except FileNotFoundError:
-                return False, reached
+                return False, f"{reached}/{given}" if reached else given
+            name = given
+            with contextlib.suppress(OSError):  # an O_PATH descriptor (Linux) cannot list
+                name = _entry_name(os.listdir(parent), given) or given  # noqa: PTH208 - an fd
+            reached = f"{reached}/{name}" if reached else name
             if stat.S_ISLNK(st.st_mode):
                 return f"{reached!r} is a symbolic link"
             if i == len(parts) - 1:
@@ -133,7 +177,7 @@ def _walk(root_fd: int, rel: str) -> str | tuple[bool, str]:
             if not stat.S_ISDIR(st.st_mode):
                 return f"{reached!r} is not a directory"
             try:
-                child = os.open(part, _DIR_FLAGS, dir_fd=parent)
+                child = os.open(name, _DIR_FLAGS, dir_fd=parent)
             except OSError as exc:  # replaced meanwhile, or unreadable
                 return f"{reached!r}: {exc.strerror}"
             os.close(parent)

@@ -267,3 +267,44 @@ def test_chmod_the_program_cannot_set_a_set_id_bit_either(jail: Jail, workspace:
     jail.run(handle, "/bin/chmod", "4755", str(target))
     jail.run(handle, "/bin/chmod", "g+s", str(target))
     assert not target.stat().st_mode & 0o6000
+
+
+def _case_insensitive(path: Path) -> bool:
+    flipped = path.parent / path.name.swapcase()
+    return flipped != path and flipped.exists() and flipped.samefile(path)
+
+
+def test_a_case_variant_does_not_slip_past_a_protected_entry(
+    jail: Jail, workspace: Path, tmp_path: Path
+) -> None:
+    """The default macOS volume ignores case: ``.GIT/config`` is ``.git/config``, and
+    ``.VSCODE`` is what VS Code finds as ``.vscode``."""
+    _git_like(workspace)
+    outside = tmp_path / "outside-repo"
+    _git_like(outside)
+    if not _case_insensitive(outside / ".git"):
+        inconclusive("the test's volume ignores case (macOS's default)")
+    control(WRITE, str(outside / ".GIT" / "config"), want="WROTE")
+    handle = jail.create(workspace)
+    if jail.py(handle, WRITE, str(workspace / "Ordinary.TXT")) != "WROTE":
+        inconclusive("an ordinary workspace file is writable inside")
+    assert jail.py(handle, WRITE, str(workspace / ".GIT" / "config")) == "DENIED"
+    assert jail.py(handle, WRITE, str(workspace / ".Git" / "hooks" / "pre-commit")) == "DENIED"
+    mkdir = f"os.makedirs({str(workspace / '.VSCODE')!r})"
+    assert jail.py(handle, OP, mkdir) == "DENIED"
+    assert jail.py(handle, WRITE, str(workspace / ".MCP.json")) == "DENIED"
+
+
+def test_a_root_spelled_in_another_case_is_refused(
+    jail: Jail, workspace: Path, fake_home: Path
+) -> None:
+    """``/users/me`` opens the home as ``/Users/me`` does, but no string check would see a
+    home in it: the spelling is refused, naming the one to give."""
+    if not _case_insensitive(fake_home):
+        inconclusive("the test's volume ignores case (macOS's default)")
+    jail.create(workspace)  # control
+    variant = fake_home.parent / fake_home.name.swapcase()
+    with pytest.raises(PolicyViolation) as info:
+        jail.create(variant)
+    assert info.value.field == "fs.workspace"
+    assert repr(str(fake_home)) in info.value.reason
