@@ -82,8 +82,9 @@ def caller_reason(euid: int) -> str | None:
 
 _ROOTS = (
     "opened from / component by component without following a link (a link anywhere is "
-    "refused, naming it and the real path: /tmp, /var and /etc are links into /private); "
-    "the jail's own system directories, /etc, /System and a home directory (unless "
+    "refused, naming it and the real path: /tmp, /var and /etc are links into /private) and "
+    "spelled as the file system spells them (the volume ignores case; checks and rules do "
+    "not); the jail's own system directories, /etc, /System and a home directory (unless "
     "fs.allow_home) are refused"
 )
 
