@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from typing import TYPE_CHECKING
 
 import pytest
@@ -72,10 +73,10 @@ def test_protected_entries_stay_read_only_while_the_workspace_is_writable(
     jail: Jail, workspace: Path, tmp_path: Path
 ) -> None:
     _git_like(workspace)
-    outside = tmp_path / "outside-repo"
-    _git_like(outside)
-    control(WRITE, str(outside / ".git" / "config"), want="WROTE")
-    control(WRITE, str(outside / ".git" / "hooks" / "pre-commit"), want="WROTE")
+    elsewhere = tmp_path / "outside-repo"
+    _git_like(elsewhere)
+    control(WRITE, str(elsewhere / ".git" / "config"), want="WROTE")
+    control(WRITE, str(elsewhere / ".git" / "hooks" / "pre-commit"), want="WROTE")
     handle = jail.create(workspace)
     if jail.py(handle, WRITE, str(workspace / "ordinary.txt")) != "WROTE":
         inconclusive("an ordinary workspace file is writable inside")
@@ -256,8 +257,15 @@ def test_no_set_id_bit_sticks_on_a_file_the_command_writes(
         assert not inside.stat().st_mode & 0o6000
 
 
-def test_chmod_the_program_cannot_set_a_set_id_bit_either(jail: Jail, workspace: Path) -> None:
+def test_chmod_the_program_cannot_set_a_set_id_bit_either(
+    jail: Jail, workspace: Path, tmp_path: Path
+) -> None:
     """/bin/chmod calls fchmodat, which is refused with EPERM rather than ignored."""
+    control_target = tmp_path / "control-tool"
+    shutil.copyfile("/usr/bin/true", control_target)
+    subprocess.run(["/bin/chmod", "4755", str(control_target)], check=False, timeout=30)
+    if not control_target.stat().st_mode & 0o4000:
+        inconclusive("/bin/chmod 4755 sets the bit without the sandbox")
     target = workspace / "tool"
     shutil.copyfile("/usr/bin/true", target)
     handle = jail.create(workspace)
@@ -280,11 +288,11 @@ def test_a_case_variant_does_not_slip_past_a_protected_entry(
     """The default macOS volume ignores case: ``.GIT/config`` is ``.git/config``, and
     ``.VSCODE`` is what VS Code finds as ``.vscode``."""
     _git_like(workspace)
-    outside = tmp_path / "outside-repo"
-    _git_like(outside)
-    if not _case_insensitive(outside / ".git"):
+    elsewhere = tmp_path / "outside-repo"
+    _git_like(elsewhere)
+    if not _case_insensitive(elsewhere / ".git"):
         inconclusive("the test's volume ignores case (macOS's default)")
-    control(WRITE, str(outside / ".GIT" / "config"), want="WROTE")
+    control(WRITE, str(elsewhere / ".GIT" / "config"), want="WROTE")
     handle = jail.create(workspace)
     if jail.py(handle, WRITE, str(workspace / "Ordinary.TXT")) != "WROTE":
         inconclusive("an ordinary workspace file is writable inside")
