@@ -50,7 +50,7 @@ from panday_tier_macos.profile import (
     ProxyEndpoint,
     SeatbeltProfile,
 )
-from panday_tier_macos.roots import Roots, open_roots
+from panday_tier_macos.roots import Roots, disk_spelling, open_roots
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
@@ -107,7 +107,9 @@ def env_refusals(policy: SandboxPolicy) -> list[Refusal]:
 
 
 def _home(path: str) -> str:
-    real = os.path.realpath(path)
+    # The profile's secret rules are written under this path: resolved, and spelled as the
+    # disk spells it (a $HOME in another case would name the same directory, not the rules').
+    real = disk_spelling(os.path.realpath(path))
     return EMPTY_HOME if real == "/" else real
 
 
