@@ -351,6 +351,7 @@ def compile_program(spec: FilterSpec) -> bytes:
     ops = {"NE": sc.NE, "LT": sc.LT, "GT": sc.GT, "EQ": sc.EQ, "MASKED_EQ": sc.MASKED_EQ}
     filt = sc.SyscallFilter(sc.ALLOW)
     filt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+
     def number(name: str) -> int | str:
         # A name this libseccomp does not know resolves to a negative number; the calls
         # concerned have one number on every architecture (NEWER_SYSCALLS).

@@ -37,6 +37,7 @@ import msgspec
 from panday_core.capabilities import Refusal, no_egress_proxy, require_enforceable
 from panday_core.errors import Internal, PolicyViolation, SandboxError, TierUnavailable
 from panday_core.policy import SandboxPolicy
+from panday_core.protect import is_env_hook
 from panday_core.types import SandboxHandle, SandboxTier, SessionSpec
 from panday_tier_macos import capabilities
 from panday_tier_macos.profile import (
@@ -97,13 +98,17 @@ def _refuse(field: str, reason: str) -> PolicyViolation:
 
 
 def env_refusals(policy: SandboxPolicy) -> list[Refusal]:
-    """``env`` entries this tier cannot deliver: every ``DYLD_*`` name, listed in
-    ``allow_env_hooks`` or not."""
-    return [
-        Refusal(field=f"env.{name}", reason=DYLD_REASON)
-        for name in sorted(policy.env)
-        if name.startswith("DYLD_")
-    ]
+    """``env`` entries this tier will not set: every ``DYLD_*`` name, listed in
+    ``allow_env_hooks`` or not, and (as the model already does; a policy built around its
+    checks must not slip one past the tier) any other start-up hook not listed there."""
+    refusals: list[Refusal] = []
+    for name in sorted(policy.env):
+        if name.startswith("DYLD_"):
+            refusals.append(Refusal(field=f"env.{name}", reason=DYLD_REASON))
+        elif is_env_hook(name) and name not in policy.allow_env_hooks:
+            reason = "a start-up hook not listed in allow_env_hooks"
+            refusals.append(Refusal(field=f"env.{name}", reason=reason))
+    return refusals
 
 
 def _home(path: str) -> str:
