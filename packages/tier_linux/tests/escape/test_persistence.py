@@ -109,6 +109,60 @@ def test_a_nested_staged_path_cannot_be_swapped_for_a_link(esc: Escape, spelling
     esc.control(outcome)
 
 
+def test_a_staged_path_swapped_by_another_sessions_jail_still_binds_what_was_opened(
+    esc: Escape,
+) -> None:
+    """Session B stages a directory that lies in session A's workspace; A's jail swaps it for
+    a link. B's next command still sees the directory B opened (bound from B's descriptor),
+    never what the link names."""
+    other = esc.tmp / "other-ws"
+    data = other / "data"
+    data.mkdir(parents=True)
+    (data / "input.txt").write_text("staged input\n")
+    (esc.next_door / "canary.txt").write_text("next-door canary\n")
+    swap = f"""
+os.rename({str(data)!r}, {str(other / "data.old")!r})
+os.symlink("../next-door", {str(data)!r})
+ok("swapped data for a link next door")
+"""
+    read = f"""
+try:
+    with open({str(data / "canary.txt")!r}) as fh:
+        ok("read " + fh.read().strip())
+except OSError as exc:
+    blocked(err(exc))
+"""
+    with esc.open(staged=[data]) as b:
+        esc.control(esc.inside(swap, workspace=other))  # A's jail: its own workspace
+        assert data.is_symlink()
+        result = b.run(esc.py(read), timeout_ms=60_000)
+        esc.must_block(
+            esc.parse("session B's next command", result.stdout, result.stderr, result.exit_code)
+        )
+        check = b.run(["/bin/cat", str(data / "input.txt")], timeout_ms=60_000)
+        assert check.stdout == b"staged input\n", check  # what B opened, still there
+
+    # With a bind whose source is looked up by its path again, the staged place shows
+    # what is next door.
+    real = str(other / "data.old")
+
+    def by_path(args: list[str]) -> list[str]:
+        for i in range(len(args) - 2):
+            if args[i] == "--ro-bind-fd" and args[i + 2] == real:
+                return [*args[:i], "--ro-bind", str(data), real, *args[i + 3 :]]
+        pytest.fail("no descriptor bind of the staged path")
+
+    esc.control(
+        esc.edited_run(
+            esc.py(read.replace(str(data), real)),
+            edit=by_path,
+            seccomp=True,
+            where="a jail binding the staged path by its path",
+            staged=[other / "data.old"],
+        )
+    )
+
+
 # ----------------------------------------------------------- panday's own environment
 
 

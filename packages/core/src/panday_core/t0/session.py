@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import stat as stat_module
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Self
 
 import msgspec
 
@@ -220,6 +220,12 @@ class T0Session:
 
     def close(self) -> None:
         self.resolver.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ------------------------------------------------------------------ read / write
 
