@@ -9,8 +9,8 @@ Markdown files carry marker pairs::
 
 NAME is ``policy-fields``, ``policy-enforcement``, ``fields:<tier>``,
 ``guarantees:<tier>`` or ``protected-entries``. ``--check`` (the `docs` gate) fails when a
-committed file differs from what the code says; ``--write`` updates the files. Prose around the markers is the
-author's; the tables are never typed by hand.
+committed file differs from what the code says; ``--write`` updates the files. Prose
+around the markers is the author's; the tables are never typed by hand.
 """
 
 from __future__ import annotations
