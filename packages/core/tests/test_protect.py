@@ -77,7 +77,7 @@ def test_a_missing_or_relative_root_says_which(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "path",
-    ["/", "/usr", "/etc", "/tmp", "/var", "/var/tmp", "/home", "/run", "/root", "/boot"],
+    ["/", "/usr", "/etc", "/tmp", "/var", "/var/tmp", "/home", "/run", "/boot", "/opt"],
 )
 def test_the_jails_own_places_are_never_a_root(path: str) -> None:
     for writable in (True, False):

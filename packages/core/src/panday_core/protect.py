@@ -123,7 +123,6 @@ _NEVER_EXACT: Final = frozenset(
         "/var/tmp",  # noqa: S108 - as above
         "/run",
         "/home",
-        "/root",
         "/bin",
         "/sbin",
         "/lib",
@@ -213,6 +212,14 @@ def home_directories() -> frozenset[str]:
 def root_refusal(path: str, *, writable: bool, allow_home: bool) -> str | None:
     """Why `path` (absolute, normalised, links already refused) cannot be a workspace or
     staged path; None when it can."""
+    if not allow_home:
+        for home in sorted(home_directories()):
+            if _beneath(home, path):
+                what = "is" if home == path else f"holds {home!r}, which is"
+                return (
+                    f"{path!r} {what} a home directory: its start-up files and .ssh would be "
+                    "open to the command (choose a project directory, or set fs.allow_home)"
+                )
     if path in _NEVER_EXACT:
         return f"{path!r} is part of the jail's own file system (or holds it) and cannot be mounted"
     for top in _NEVER_BENEATH:
@@ -223,14 +230,6 @@ def root_refusal(path: str, *, writable: bool, allow_home: bool) -> str | None:
             if _beneath(path, top):
                 return (
                     f"{path!r} lies in {top}, which holds the host's programs; stage it read-only"
-                )
-    if not allow_home:
-        for home in sorted(home_directories()):
-            if _beneath(home, path):
-                what = "is" if home == path else f"holds {home!r}, which is"
-                return (
-                    f"{path!r} {what} a home directory: its start-up files and .ssh would be "
-                    "open to the command (choose a project directory, or set fs.allow_home)"
                 )
     return None
 
