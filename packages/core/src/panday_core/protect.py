@@ -244,7 +244,10 @@ class Entry(NamedTuple):
     """Relative to the root, without ``..`` or a leading slash."""
     kind: Literal["dir", "file"]
     """What stands in for it when it is missing (a read-only empty placeholder, on tiers
-    that need one to block creation)."""
+    that need one to block creation). A file holds the name as well as a directory does,
+    and costs a fraction as much to create and remove (a directory has a data block to
+    free); ``.git`` needs a directory, which git treats as absent, where an empty ``.git``
+    file would stop every git command above it."""
     why: str
     create: bool = True
     """Whether a missing one must not be created either. False only where creating it is
@@ -276,21 +279,21 @@ DEFAULT_ENTRIES: Final = (
     ),
     Entry(
         ".vscode",
-        "dir",
+        "file",
         "VS Code runs tasks on folder open and takes interpreters, terminals and tool paths "
         "from its settings",
     ),
-    Entry(".idea", "dir", "JetBrains IDEs run configured tools and startup tasks from it"),
+    Entry(".idea", "file", "JetBrains IDEs run configured tools and startup tasks from it"),
     Entry(
         ".devcontainer",
-        "dir",
+        "file",
         "initializeCommand runs on the host when the folder is opened in a dev container",
     ),
     Entry(".mcp.json", "file", "agents start the MCP servers it lists, as host processes"),
-    Entry(".claude", "dir", "Claude Code runs the hooks, commands and agents defined in it"),
-    Entry(".codex", "dir", "Codex reads its configuration and rules from it"),
-    Entry(".cursor", "dir", "Cursor starts the MCP servers and applies the rules defined in it"),
-    Entry(".gemini", "dir", "Gemini CLI starts the MCP servers and tools its settings name"),
+    Entry(".claude", "file", "Claude Code runs the hooks, commands and agents defined in it"),
+    Entry(".codex", "file", "Codex reads its configuration and rules from it"),
+    Entry(".cursor", "file", "Cursor starts the MCP servers and applies the rules defined in it"),
+    Entry(".gemini", "file", "Gemini CLI starts the MCP servers and tools its settings name"),
     Entry(
         ".pre-commit-config.yaml",
         "file",
