@@ -176,12 +176,22 @@ def _packages() -> list[types.ModuleType]:
     return [panday_core, panday_tier_linux]
 
 
-def _plant_site(esc: Escape) -> tuple[Path, str]:
+def _plant_site(esc: Escape, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
     """Where this interpreter loads code from inside the checkout (its .venv's
     site-packages when the environment lives in the clone, as in the quickstart; else an
-    editable package's source directory), and the protected entry that covers it."""
+    editable package's source directory), and the protected entry that covers it.
+
+    Run as `python -m pytest` from the checkout, the checkout itself is first on sys.path,
+    and a writable workspace there is refused outright (`sys_path_refusal`, tested on its
+    own); these probes are about what lies inside it, so that entry is taken out."""
     if not (REPO / "pyproject.toml").is_file():
         pytest.fail(f"inconclusive: {REPO} is not the checkout")
+    cwd = Path.cwd().resolve()
+    monkeypatch.setattr(
+        sys,
+        "path",
+        [p for p in sys.path if (Path(p).resolve() if p else cwd) != REPO],
+    )
     # What every panday process loads from (not what pytest adds to sys.path for tests).
     candidates = [
         *(p for p in sys.path if p.endswith("site-packages")),
@@ -203,8 +213,10 @@ def _plant_site(esc: Escape) -> tuple[Path, str]:
     pytest.fail(f"ESCAPE: none of {inside} is a protected entry of {REPO}")
 
 
-def test_a_pth_file_cannot_be_planted_in_pandays_environment(esc: Escape) -> None:
-    site, entry = _plant_site(esc)
+def test_a_pth_file_cannot_be_planted_in_pandays_environment(
+    esc: Escape, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site, entry = _plant_site(esc, monkeypatch)
     pth = site / f"panday-escape-probe-{secrets.token_hex(4)}.pth"
     ordinary = REPO / f".panday-escape-probe-{secrets.token_hex(4)}"
     code = f"""
@@ -230,17 +242,19 @@ ok("planted " + {pth.name!r})
 
 
 def test_the_cli_run_from_the_repository_cannot_plant_code_for_the_next_run(
-    esc: Escape,
+    esc: Escape, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 12's reproduction, literally: `panday run` from the clone, appending to a .pth
     where the next `panday` command loads code from."""
-    site, _entry = _plant_site(esc)
+    site, _entry = _plant_site(esc, monkeypatch)
     cli = Path(sys.prefix) / "bin" / "panday"
     if not cli.exists():
         pytest.fail(f"inconclusive: no console script at {cli}")
     pth = site / f"panday-escape-cli-{secrets.token_hex(4)}.pth"
     script = f'printf "# probe\\n" >> {pth} && echo planted; echo done'
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/")}
+    if "PYTHONPATH" in os.environ:  # the same code as this test's (falsify's scratch copy)
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     try:
         proc = subprocess.run(
             [str(cli), "run", "--", "sh", "-c", script],
