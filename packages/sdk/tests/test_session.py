@@ -229,8 +229,16 @@ def test_auto_takes_the_strongest_tier_that_enforces_everything() -> None:
         tiers.choose(policy, "auto", candidates=["strong", "weak"], capabilities=tables.get)  # pyright: ignore[reportArgumentType] - a dict's get
     assert info.value.field == "limits.mem_bytes"
     assert info.value.tier == "strong"
-    # A named tier is returned as named, whatever the tables say.
-    assert tiers.choose(policy, "t2-macos", candidates=["strong"]) == "t2-macos"
+    # A named tier is returned as named, whatever the tables say: the host's own tier, or
+    # T0, which refuses this policy's memory ceiling (its own create says so, by field).
+    host = tiers.host_command_tier()
+    assert host is not None
+    assert tiers.choose(policy, host, candidates=["strong"]) == host
+    assert tiers.choose(policy, "t0", candidates=["strong"]) == "t0"
+    # Another OS's tier is unavailable, with the reason, never replaced by this host's.
+    other = next(t for t in tiers.COMMAND_TIERS if t != host)
+    with pytest.raises(TierUnavailable, match=r"needs .*; this host is"):
+        tiers.choose(policy, other, candidates=["strong"])
 
 
 def test_auto_without_any_command_tier_says_so() -> None:

@@ -28,7 +28,7 @@ as an unknown capability rather than quietly ignored.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
 
@@ -52,12 +52,11 @@ from panday_core.policy import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
     from panday_core.capabilities import FieldSupport, TierCapabilities
 
 FsCapability = Literal["none", "workspace-ro", "workspace-rw"]
-_T = TypeVar("_T")
 
 MAX_NAME = 64
 MAX_DESCRIPTION = 2000
@@ -131,11 +130,12 @@ class Capabilities(_Model, frozen=True, kw_only=True):
     ] = ()
 
     def __post_init__(self) -> None:
-        msgspec.structs.force_setattr(self, "net", _normalized_hosts("net", self.net))
-        _check_unique("net", self.net)
+        net = _normalized_hosts("capabilities.net", self.net)
+        msgspec.structs.force_setattr(self, "net", net)
+        _check_unique("capabilities.net", self.net)
         for i, name in enumerate(self.secrets):
-            _check_env_name(f"secrets[{i}]", name)
-        _check_unique("secrets", self.secrets)
+            _check_env_name(f"capabilities.secrets[{i}]", name)
+        _check_unique("capabilities.secrets", self.secrets)
 
 
 class PluginManifest(_Model, frozen=True, kw_only=True):
@@ -197,7 +197,7 @@ class PluginManifest(_Model, frozen=True, kw_only=True):
             fs = FsPolicy(workspace=scratch, access="rw")
         else:
             access: Literal["rw", "ro"] = "rw" if caps.fs == "workspace-rw" else "ro"
-            fs = _built("fs", lambda: FsPolicy(workspace=workspace, access=access))
+            fs = FsPolicy(workspace=workspace, access=access)
         env: dict[str, str] = {}
         for i, name in enumerate(caps.secrets):
             if name not in host_env:
@@ -207,7 +207,7 @@ class PluginManifest(_Model, frozen=True, kw_only=True):
                 )
             env[name] = host_env[name]
         net = NetPolicy(allow=caps.net)
-        return _built("", lambda: SandboxPolicy(fs=fs, net=net, env=env))
+        return SandboxPolicy(fs=fs, net=net, env=env)
 
     def policy_for(
         self,
@@ -377,14 +377,6 @@ def _overlaps(a: str, b: str) -> bool:
 
     x, y = posixpath.normpath(a).rstrip("/") + "/", posixpath.normpath(b).rstrip("/") + "/"
     return x.startswith(y) or y.startswith(x)
-
-
-def _built(prefix: str, make: Callable[[], _T]) -> _T:
-    """Build a policy part from caller-supplied values, reporting a bad one by field."""
-    try:
-        return make()
-    except FieldError as exc:
-        raise PolicyError(f"{prefix}.{exc.field}" if prefix else exc.field, exc.reason) from None
 
 
 # ------------------------------------------------------------------------------ loading
