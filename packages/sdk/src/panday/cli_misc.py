@@ -158,7 +158,7 @@ def plugin_inspect(file: str, *, as_json: bool) -> int:
     from panday.reports import encode  # noqa: PLC0415
 
     manifest = load_manifest(file)
-    summary = manifest.consent_summary(_host_table(tiers.host_command_tier()))
+    summary = manifest.consent_summary(_host_table(tiers.host_command_tier()), os.environ)
     sys.stdout.write(encode(summary) if as_json else summary.render())
     return exitcodes.OK if summary.runnable else exitcodes.FAILED
 
