@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -30,8 +30,7 @@ from panday_core.schema import public_models, rendered_schemas
 from panday_core.t0 import declared_capabilities as t0_caps
 from panday_core.types import SandboxTier
 
-if TYPE_CHECKING:
-    from pathlib import Path
+REPO = Path(__file__).resolve().parents[3]
 
 FULL = """
 name = "gh-helper"
@@ -369,6 +368,29 @@ def test_consent_names_a_secret_that_is_not_set() -> None:
     assert text.rstrip().endswith(
         "panday will not start it until GITHUB_TOKEN is set in your environment."
     )
+
+
+def test_the_sample_manifest_is_valid() -> None:
+    sample = load_manifest(str(REPO / "examples" / "plugin.toml"))
+    assert sample.capabilities.fs == "workspace-ro"
+    assert sample.capabilities.secrets == ("GITHUB_TOKEN",)
+
+
+def test_manifest_errors_name_the_full_field() -> None:
+    for text, field in (
+        (
+            'name = "p"\nversion = "1"\n[capabilities]\nnet = ["https://x/"]\n',
+            "capabilities.net[0]",
+        ),
+        (
+            'name = "p"\nversion = "1"\n[capabilities]\nsecrets = ["A", "A"]\n',
+            "capabilities.secrets[1]",
+        ),
+        ('name = "p/q"\nversion = "1"\n', "name"),
+    ):
+        with pytest.raises(PolicyError) as info:
+            manifest_from_toml(text)
+        assert info.value.field == field, info.value
 
 
 def test_manifest_schema_is_public() -> None:
