@@ -104,7 +104,8 @@ def load_manifest(path: str) -> PluginManifest:
 
 
 def _noun(what: str) -> str:
-    return "policy" if what.endswith("policy file") else what
+    """'policy file' -> 'policy': what the document is, rather than where it was."""
+    return what.removesuffix(" file")
 
 
 def missing_paths(policy: SandboxPolicy) -> tuple[Refusal, ...]:
