@@ -88,7 +88,9 @@ def install_outside(out: Path, where: Path) -> Path:
     uv_pip = ["uv", "pip", "install", "--quiet", "--python", python]
     run([*uv_pip, "--require-hashes", "-r", str(requirements)], cwd=where)
     # Only `panday`, resolved as pip would here: markers decide which tier comes along.
-    run([*uv_pip, "--no-index", "--find-links", str(out), "panday"], cwd=where)
+    # --no-cache: uv caches find-links wheels by file name, and every build is 0.1.0 until
+    # a release, so a cached wheel from an earlier build would be tested instead of this one.
+    run([*uv_pip, "--no-cache", "--no-index", "--find-links", str(out), "panday"], cwd=where)
     run(["uv", "pip", "check", "--python", python], cwd=where)
     return venv
 
@@ -188,15 +190,31 @@ def _policies(panday: str, where: Path, env: dict[str, str]) -> list[str]:
 
 
 def _plugin(panday: str, where: Path, env: dict[str, str]) -> str:
-    """`panday plugin inspect` on the sample manifest: a consent summary, exit 0 or 1."""
+    """`panday plugin inspect` on the sample manifest, without and with the secrets it asks
+    for: without, it must say it cannot start (exit 1, naming them); with them, its exit
+    code must agree with its verdict. Nothing real is passed: the value is a placeholder."""
+    import tomllib  # noqa: PLC0415 - only here
+
     manifest = where / MANIFEST
     shutil.copyfile(EXAMPLES / MANIFEST, manifest)
-    proc, report = _json_command([panday, "plugin", "inspect", "--json", MANIFEST], where, env)
+    secrets: list[str] = tomllib.loads(manifest.read_text(encoding="utf-8"))["capabilities"].get(
+        "secrets", []
+    )
+    argv = [panday, "plugin", "inspect", "--json", MANIFEST]
+    without = {k: v for k, v in env.items() if k not in secrets}
+    proc, report = _json_command(argv, where, without)
+    if secrets and (proc.returncode != 1 or report.get("secrets_missing") != secrets):
+        raise GateError(
+            f"`panday plugin inspect {MANIFEST}` without {secrets} set "
+            f"(exit {proc.returncode}): {report}"
+        )
+    proc, report = _json_command(argv, where, without | dict.fromkeys(secrets, "placeholder"))
     runnable = bool(report.get("runnable"))
     if (proc.returncode == 0) != runnable or not report.get("lines"):
         raise GateError(f"`panday plugin inspect {MANIFEST}` (exit {proc.returncode}): {report}")
     verdict = "can run here" if runnable else "cannot run on this host"
-    return f"`panday plugin inspect {MANIFEST}`: {verdict} (exit {proc.returncode})"
+    needs = f"needs {', '.join(secrets)} (exit 1 without); with it, " if secrets else ""
+    return f"`panday plugin inspect {MANIFEST}`: {needs}{verdict} (exit {proc.returncode})"
 
 
 def _json_command(
