@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from panday.toolchains import Unseen
-    from panday_core.capabilities import Guarantee, TierCapabilities
+    from panday_core.capabilities import Guarantee, Refusal, TierCapabilities
     from panday_core.policy import SandboxPolicy
     from panday_core.types import ExecEvent
 
@@ -179,3 +179,22 @@ class StartGuard:
             return diagnose(program, policy=self.policy, cwd=cwd, sandbox_path=path)
         except OSError:  # the host changed under us; the plain message still holds
             return "", None
+
+
+def missing_paths(policy: SandboxPolicy) -> tuple[Refusal, ...]:
+    """The policy's paths that do not exist here (or a workspace that is not a directory):
+    a session could not open with them, and that is about the input, not the tier (the CLI
+    exits 66 for it however the path got into the policy)."""
+    from panday_core.capabilities import Refusal  # noqa: PLC0415 - loaded with the tier - lazy: only this path needs it
+
+    found: list[Refusal] = []
+    workspace = policy.fs.workspace
+    if workspace is not None:
+        if not os.path.exists(workspace):
+            found.append(Refusal(field="fs.workspace", reason=f"{workspace!r} does not exist"))
+        elif not os.path.isdir(workspace):
+            found.append(Refusal(field="fs.workspace", reason=f"{workspace!r} is not a directory"))
+    for i, path in enumerate(policy.fs.staged_ro):
+        if not os.path.exists(path):
+            found.append(Refusal(field=f"fs.staged_ro[{i}]", reason=f"{path!r} does not exist"))
+    return tuple(found)

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from panday.cli import InvalidInputError, NoInputError
 
 if TYPE_CHECKING:
-    from panday_core.capabilities import Refusal
     from panday_core.manifest import PluginManifest
     from panday_core.policy import SandboxPolicy
 
@@ -106,21 +105,3 @@ def load_manifest(path: str) -> PluginManifest:
 def _noun(what: str) -> str:
     """'policy file' -> 'policy': what the document is, rather than where it was."""
     return what.removesuffix(" file")
-
-
-def missing_paths(policy: SandboxPolicy) -> tuple[Refusal, ...]:
-    """The policy's paths that do not exist here (or a workspace that is not a directory):
-    a session could not open with them, and that is about the input, not the tier."""
-    from panday_core.capabilities import Refusal  # noqa: PLC0415 - lazy: only this path needs it
-
-    found: list[Refusal] = []
-    workspace = policy.fs.workspace
-    if workspace is not None:
-        if not os.path.exists(workspace):
-            found.append(Refusal(field="fs.workspace", reason=f"{workspace!r} does not exist"))
-        elif not os.path.isdir(workspace):
-            found.append(Refusal(field="fs.workspace", reason=f"{workspace!r} is not a directory"))
-    for i, path in enumerate(policy.fs.staged_ro):
-        if not os.path.exists(path):
-            found.append(Refusal(field=f"fs.staged_ro[{i}]", reason=f"{path!r} does not exist"))
-    return tuple(found)

@@ -62,6 +62,7 @@ def _check_one(file: str, *, debug: bool) -> PolicyCheckReport:
     """One file's report; a document that cannot be read or parsed is reported, not raised
     (with `debug`, its traceback is printed first)."""
     from panday import cli_input  # noqa: PLC0415 - lazy: only this path needs it
+    from panday._shared import missing_paths  # noqa: PLC0415
     from panday.cli import InvalidInputError, NoInputError  # noqa: PLC0415 - lazy: only this path needs it
     from panday.reports import PolicyCheckReport  # noqa: PLC0415 - lazy: only this path needs it
 
@@ -79,7 +80,7 @@ def _check_one(file: str, *, debug: bool) -> PolicyCheckReport:
         )  # fmt: skip
     if policy.fs.workspace is None:
         policy = policy.with_workspace(os.getcwd())
-    missing = cli_input.missing_paths(policy)
+    missing = missing_paths(policy)
     rows = _tier_rows(policy)
     verdict = not missing and any(row.enforceable for row in rows if row.host_tier)
     code = exitcodes.OK if verdict else exitcodes.FAILED

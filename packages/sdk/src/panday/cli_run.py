@@ -170,11 +170,12 @@ def _directory(option: str, text: str) -> str:
 def _base_policy(opts: RunOptions, workspace: str | None) -> tuple[SandboxPolicy, str | None]:
     """The policy the options apply to, and the file it came from (None: the embedded
     default): --policy, else the per-user default when it exists, else the embedded one."""
-    from panday import cli_input  # noqa: PLC0415 - lazy: only this path needs it
-    from panday.defaults import default_policy, user_policy_path  # noqa: PLC0415 - lazy: only this path needs it
+    from panday.defaults import default_policy, user_policy_path  # noqa: PLC0415 - after the parse
 
     file = opts.one("--policy")
     if file is not None:
+        from panday import cli_input  # noqa: PLC0415 - only when there is a file to read
+
         if file == cli_input.STDIN and "--stdin" in opts.flags:
             raise UsageError(
                 "run: --policy - reads the policy from standard input, so --stdin cannot also "
@@ -183,6 +184,8 @@ def _base_policy(opts: RunOptions, workspace: str | None) -> tuple[SandboxPolicy
         return cli_input.load_policy(file), file
     user = user_policy_path()
     if os.path.lexists(user):
+        from panday import cli_input  # noqa: PLC0415 - only when there is a file to read
+
         return cli_input.load_policy(user, what="per-user default policy file"), user
     return default_policy(workspace), None
 
@@ -190,11 +193,11 @@ def _base_policy(opts: RunOptions, workspace: str | None) -> tuple[SandboxPolicy
 def _check_inputs(policy: SandboxPolicy, source: str | None) -> None:
     """A path the policy names that does not exist is a missing input (66), whichever way
     it got into the policy: the options were checked as they were parsed, the rest here."""
-    from panday import cli_input  # noqa: PLC0415 - lazy: only this path needs it
+    from panday._shared import missing_paths  # noqa: PLC0415 - loaded by the run path anyway
 
-    missing = cli_input.missing_paths(policy)
+    missing = missing_paths(policy)
     if missing:
-        where = f" (in {cli_input.shown(source)})" if source is not None else ""
+        where = f" (in {'<stdin>' if source == '-' else source})" if source is not None else ""
         first = missing[0]
         raise NoInputError(f"{first.field}{where}: {first.reason}")
 
