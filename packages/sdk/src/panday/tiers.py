@@ -14,7 +14,7 @@ Tier packages are imported only when asked for, so the CLI pays for the one it u
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -25,25 +25,54 @@ if TYPE_CHECKING:
     from panday_core.protocol import Sandbox
 
 
-class Tier(NamedTuple):
-    """One row of the registry."""
+class Tier:
+    """One row of the registry. A plain class: a NamedTuple costs a millisecond to create,
+    and this module is on `panday run`'s start-up path."""
 
-    name: str
-    title: str
-    """How messages name it."""
-    package: str
-    """The import package that implements it; its absence makes the tier unavailable."""
-    distribution: str
-    """The distribution (what pip installs) that ships `package`."""
-    platform: str | None
-    """The `sys.platform` prefix it runs on; None: wherever Python runs."""
-    runs_commands: bool
-    table: str
-    """The core module holding its declared capability table (`declared_capabilities`)."""
-    host: str
-    """The module whose `host_capabilities` and `unavailable_reason` probe this host."""
-    sandbox: str
-    """``module:Class`` of its async `Sandbox`."""
+    __slots__ = (
+        "distribution",
+        "host",
+        "name",
+        "package",
+        "platform",
+        "runs_commands",
+        "sandbox",
+        "table",
+        "title",
+    )
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        title: str,
+        package: str,
+        distribution: str,
+        platform: str | None,
+        runs_commands: bool,
+        table: str,
+        host: str,
+        sandbox: str,
+    ) -> None:
+        self.name = name
+        self.title = title
+        """How messages name it."""
+        self.package = package
+        """The import package that implements it; its absence makes the tier unavailable."""
+        self.distribution = distribution
+        """The distribution (what pip installs) that ships `package`."""
+        self.platform = platform
+        """The `sys.platform` prefix it runs on; None: wherever Python runs."""
+        self.runs_commands = runs_commands
+        self.table = table
+        """The core module holding its declared capability table (`declared_capabilities`)."""
+        self.host = host
+        """The module whose `host_capabilities` and `unavailable_reason` probe this host."""
+        self.sandbox = sandbox
+        """``module:Class`` of its async `Sandbox`."""
+
+    def __repr__(self) -> str:
+        return f"Tier(name={self.name!r}, package={self.package!r}, platform={self.platform!r})"
 
 
 REGISTRY: tuple[Tier, ...] = (
