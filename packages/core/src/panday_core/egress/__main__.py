@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from panday_core.egress.resolver import StaticResolver  # noqa: PLC0415
     from panday_core.egress.standalone import run_proxy  # noqa: PLC0415
     from panday_core.errors import PolicyError  # noqa: PLC0415 - after argument errors
-    from panday_core.policy import FieldError, NetPolicy, load_policy  # noqa: PLC0415
+    from panday_core.policy import NetPolicy, load_policy  # noqa: PLC0415
 
     try:
         if args.policy:
@@ -48,10 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             ports = tuple(args.port) or (80, 443)
             net = NetPolicy(allow=tuple(args.allow), deny=tuple(args.deny), ports=ports)
-    except PolicyError as exc:
+    except PolicyError as exc:  # also a bad option value: FieldError names net.* itself
         return _fail(str(exc))
-    except FieldError as exc:
-        return _fail(f"net.{exc}")
     table: dict[str, list[str]] = {}
     for item in args.resolve:
         name, eq, addr = str(item).partition("=")
