@@ -29,10 +29,11 @@ import select
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, Literal
 
-from panday_core.types import ExecExit, ExecResult, LimitBreach, LimitKind, OutputChunk
-
+# The value types need msgspec, which costs tens of milliseconds to import; `panday run`'s
+# cached-plan start-up (panday.cli_fast) spawns and pumps with this module without them, so
+# they are imported where an event is made.
+TYPE_CHECKING = False  # typing's flag without importing typing
 if TYPE_CHECKING:
     from collections.abc import (
         AsyncIterable,
@@ -43,8 +44,11 @@ if TYPE_CHECKING:
         Mapping,
         Sequence,
     )
+    from typing import Literal
 
-    from panday_core.types import ExecEvent
+    from panday_core.types import ExecEvent, ExecExit, ExecResult, LimitBreach
+
+    Stream = Literal["stdout", "stderr"]
 
 READ_SIZE = 64 * 1024
 """Bytes read from a pipe per wake-up: one pipe buffer, so a chatty command is not starved."""
@@ -56,12 +60,20 @@ that some escaped holder still keeps open before closing them ourselves."""
 _FALLBACK_REAP_S = 0.02
 """Without a pidfd (macOS, old kernels) the exit is noticed by polling this often."""
 
-Stream = Literal["stdout", "stderr"]
-
 
 def truncation_marker(stream: Stream, cap: int) -> bytes:
     """The chunk appended once when `stream` crosses its cap."""
     return f"\n[panday: {stream} exceeded {cap} bytes; the rest was discarded]\n".encode()
+
+
+def output_breach_detail(stream: Stream, cap: int) -> str:
+    """What an output breach says (the `LimitKind.OUTPUT` breach's detail)."""
+    return f"{stream} exceeded limits.output_bytes={cap}; truncated"
+
+
+def wall_clock_detail(timeout_ms: int | None) -> str:
+    """What a wall-clock breach says (the `LimitKind.WALL_CLOCK` breach's detail)."""
+    return f"still running after {timeout_ms} ms; the whole process tree was killed"
 
 
 class _ExitWatch:
@@ -417,6 +429,8 @@ class _Pump:
         if not data:
             self._close_stream(fd)
             return
+        from panday_core.types import LimitBreach, LimitKind, OutputChunk  # noqa: PLC0415 - see the imports
+
         if self.cap is None:
             events.append(OutputChunk(stream=stream, data=data))
             return
@@ -429,7 +443,7 @@ class _Pump:
             self.truncated[stream] = True
             events.append(OutputChunk(stream=stream, data=truncation_marker(stream, self.cap)))
             if self.output_breach is None:
-                detail = f"{stream} exceeded limits.output_bytes={self.cap}; truncated"
+                detail = output_breach_detail(stream, self.cap)
                 self.output_breach = LimitBreach(kind=LimitKind.OUTPUT, detail=detail)
 
     def _write(self) -> None:
@@ -468,7 +482,9 @@ class _Pump:
         if self.kill_breach is not None:
             return
         if self.deadline is not None and now >= self.deadline:
-            detail = f"still running after {self.timeout_ms} ms; the whole process tree was killed"
+            from panday_core.types import LimitBreach, LimitKind  # noqa: PLC0415 - see the imports
+
+            detail = wall_clock_detail(self.timeout_ms)
             self._kill(LimitBreach(kind=LimitKind.WALL_CLOCK, detail=detail))
             return
         if self.next_tick is not None and now >= self.next_tick:
@@ -504,6 +520,8 @@ class _Pump:
         code = os.waitstatus_to_exitcode(status)
         breach = self.kill_breach or self.sup.finished(self.proc) or self.output_breach
         exited = self.exited_at or time.monotonic()
+        from panday_core.types import ExecExit  # noqa: PLC0415 - see the imports
+
         self.result = ExecExit(
             exit_code=code if code >= 0 else None,
             signal=-code if code < 0 else None,
@@ -600,12 +618,16 @@ class _Collector:
         self.exit: ExecExit | None = None
 
     def add(self, event: ExecEvent) -> None:
+        from panday_core.types import OutputChunk  # noqa: PLC0415 - see the imports
+
         if isinstance(event, OutputChunk):
             (self.out if event.stream == "stdout" else self.err).append(event.data)
         else:
             self.exit = event
 
     def result(self) -> ExecResult:
+        from panday_core.types import ExecResult  # noqa: PLC0415 - see the imports
+
         if self.exit is None:
             raise RuntimeError("the command's event stream ended without an ExecExit")
         e = self.exit

@@ -33,7 +33,10 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from typing import Final, Literal, NamedTuple
+
+TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
+if TYPE_CHECKING:
+    from typing import Final, Literal
 
 # ------------------------------------------------------------------------------ roots
 
@@ -237,22 +240,49 @@ def root_refusal(path: str, *, writable: bool, allow_home: bool) -> str | None:
 # --------------------------------------------------------------------------- protected
 
 
-class Entry(NamedTuple):
-    """A path inside a writable root that a jail may read but never write or create."""
+class Entry:
+    """A path inside a writable root that a jail may read but never write or create.
 
-    rel: str
-    """Relative to the root, without ``..`` or a leading slash."""
-    kind: Literal["dir", "file"]
-    """What stands in for it when it is missing (a read-only empty placeholder, on tiers
-    that need one to block creation). A file holds the name as well as a directory does,
-    and costs a fraction as much to create and remove (a directory has a data block to
-    free); ``.git`` needs a directory, which git treats as absent, where an empty ``.git``
-    file would stop every git command above it."""
-    why: str
-    create: bool = True
-    """Whether a missing one must not be created either. False only where creating it is
-    harmless until something already protected refers to it (say, a hook manager's
-    configuration that only a protected git hook would read)."""
+    A plain slotted class rather than a NamedTuple: this module is on `panday run`'s
+    start-up path, and NamedTuple needs typing (milliseconds to import).
+    """
+
+    __slots__ = ("create", "kind", "rel", "why")
+
+    def __init__(
+        self,
+        rel: str,
+        kind: Literal["dir", "file"],
+        why: str,
+        create: bool = True,  # noqa: FBT001, FBT002 - the NamedTuple's positional signature
+    ) -> None:
+        self.rel = rel
+        """Relative to the root, without ``..`` or a leading slash."""
+        self.kind: Literal["dir", "file"] = kind
+        """What stands in for it when it is missing (a read-only empty placeholder, on tiers
+        that need one to block creation). A file holds the name as well as a directory
+        does, and costs a fraction as much to create and remove (a directory has a data
+        block to free); ``.git`` needs a directory, which git treats as absent, where an
+        empty ``.git`` file would stop every git command above it."""
+        self.why = why
+        self.create = create
+        """Whether a missing one must not be created either. False only where creating it
+        is harmless until something already protected refers to it (say, a hook manager's
+        configuration that only a protected git hook would read)."""
+
+    def _fields(self) -> tuple[str, str, str, bool]:
+        return (self.rel, self.kind, self.why, self.create)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Entry) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"Entry(rel={self.rel!r}, kind={self.kind!r}, why={self.why!r}, create={self.create})"
+        )
 
 
 DEFAULT_ENTRIES: Final = (

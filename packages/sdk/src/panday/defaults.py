@@ -16,7 +16,7 @@ A per-user default (`user_policy_path`) replaces it for `panday run` when it exi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

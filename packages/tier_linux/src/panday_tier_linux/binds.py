@@ -38,9 +38,7 @@ import contextlib
 import fcntl
 import os
 import stat
-from typing import TYPE_CHECKING, Self
 
-from panday_core.capabilities import Refusal
 from panday_core.errors import PolicyViolation
 from panday_core.protect import (
     Entry,
@@ -52,8 +50,29 @@ from panday_core.protect import (
     sys_path_refusal,
 )
 
+TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 if TYPE_CHECKING:
-    from panday_core.policy import FsPolicy
+    from typing import Protocol, Self
+
+    from panday_core.capabilities import Refusal
+
+    class RootsPolicy(Protocol):
+        """What `Roots.open` reads of a policy's ``fs`` section: a `FsPolicy`, or the
+        same fields from a cached jail plan (`panday_tier_linux.plan`)."""
+
+        @property
+        def workspace(self) -> str | None: ...
+        @property
+        def access(self) -> str: ...
+        @property
+        def staged_ro(self) -> tuple[str, ...]: ...
+        @property
+        def protect(self) -> tuple[str, ...]: ...
+        @property
+        def unprotect(self) -> tuple[str, ...]: ...
+        @property
+        def allow_home(self) -> bool: ...
+
 
 TIER = "t2-linux"
 _O_PATH = os.O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -251,7 +270,7 @@ class Roots:
     # ------------------------------------------------------------------ opening
 
     @classmethod
-    def open(cls, fs: FsPolicy) -> tuple[Roots | None, list[Refusal]]:
+    def open(cls, fs: RootsPolicy) -> tuple[Roots | None, list[Refusal]]:
         """Open the policy's roots, or say (by field) why each one cannot be a root.
 
         Nothing is spawned; on refusal nothing stays open.
@@ -263,20 +282,16 @@ class Roots:
             (f"fs.staged_ro[{i}]", p, False) for i, p in enumerate(fs.staged_ro)
         ]
         if fs.workspace is None:
-            refusals.append(
-                Refusal(field="fs.workspace", reason="not set; every session needs a workspace")
-            )
+            refusals.append(_refusal("fs.workspace", "not set; every session needs a workspace"))
             paths = paths[1:]
         for field, path, rw in paths:
             item = _open_root(field, path or "", writable=rw, allow_home=fs.allow_home)
-            if isinstance(item, Refusal):
-                refusals.append(item)
-            else:
+            if isinstance(item, Held):
                 held.append(item)
+            else:
+                refusals.append(item)
         if fs.workspace is not None and not refusals and not held[0].is_dir:
-            refusals.append(
-                Refusal(field="fs.workspace", reason=f"{fs.workspace!r} is not a directory")
-            )
+            refusals.append(_refusal("fs.workspace", f"{fs.workspace!r} is not a directory"))
         if refusals:
             for item in held:
                 item.close()
@@ -409,18 +424,26 @@ def _open_root(field: str, path: str, *, writable: bool, allow_home: bool) -> He
     try:
         fd = open_root(path)
     except RootRefused as exc:
-        return Refusal(field=field, reason=exc.reason)
+        return _refusal(field, exc.reason)
     why = root_refusal(path, writable=writable, allow_home=allow_home)
     if why is None and field == "fs.workspace":
         why = sys_path_refusal(path, writable=writable)
     if why is not None:
         os.close(fd)
-        return Refusal(field=field, reason=why)
+        return _refusal(field, why)
     return Held(path, fd)
 
 
+def _refusal(field: str, reason: str) -> Refusal:
+    # Imported here: the capability model needs msgspec, which `panday run`'s start-up path
+    # never loads unless something is refused.
+    from panday_core.capabilities import Refusal  # noqa: PLC0415
+
+    return Refusal(field=field, reason=reason)
+
+
 def _violation(field: str, reason: str) -> PolicyViolation:
-    return PolicyViolation(TIER, [Refusal(field=field, reason=reason)])
+    return PolicyViolation(TIER, [_refusal(field, reason)])
 
 
 def _walk(
