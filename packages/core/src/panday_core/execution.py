@@ -23,12 +23,13 @@ Design points, each a reason rather than a preference:
 
 from __future__ import annotations
 
-import contextlib
+import _signal  # pyright: ignore[reportMissingModuleSource] - signal without its enum (panday_core.startup)
 import os
 import select
-import signal
 import sys
 import time
+
+from panday_core.startup import suppress
 
 # The value types need msgspec, which costs tens of milliseconds to import; `panday run`'s
 # cached-plan start-up (panday.cli_fast) spawns and pumps with this module without them, so
@@ -171,7 +172,7 @@ class ChildProcess:
         """Signal the process group the child leads (it was spawned with `setsid`)."""
         if self.status is not None:
             return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        with suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, sig)
 
     def close(self) -> None:
@@ -203,7 +204,7 @@ class Supervisor:
 
     def kill(self, proc: ChildProcess) -> None:
         """Kill everything the command started. Must be idempotent and must not block long."""
-        proc.signal_group(signal.SIGKILL)
+        proc.signal_group(_signal.SIGKILL)
 
     def finished(self, proc: ChildProcess) -> LimitBreach | None:  # noqa: ARG002 - hook signature
         """Called once after the command was reaped: which ceiling, if any, ended it."""
@@ -302,7 +303,7 @@ def spawn(
             file_actions=actions,
             setsid=True,
             setsigmask=(),
-            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+            setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ),
         )
     except BaseException:
         for fd in ours:
@@ -473,7 +474,7 @@ class _Pump:
         fd = self.proc.stdin
         if fd is None:
             return
-        with contextlib.suppress(KeyError):
+        with suppress(KeyError):
             self.poller.unregister(fd)
         os.close(fd)
         self.proc.stdin = None

@@ -34,7 +34,6 @@ empty directory where the swapped link pointed.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import stat
@@ -49,6 +48,7 @@ from panday_core.protect import (
     root_refusal,
     sys_path_refusal,
 )
+from panday_core.startup import suppress
 
 TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ class _Placeholder:
 
     def _close(self) -> None:
         for fd in (self.lock_fd, self.parent_fd):
-            with contextlib.suppress(OSError):
+            with suppress(OSError):
                 os.close(fd)
         self.lock_fd = self.parent_fd = -1
 
@@ -231,7 +231,7 @@ class CommandBinds:
     def spawned(self) -> None:
         """bwrap holds its own copies now (and closes each once mounted): drop ours."""
         for fd in self._fds:
-            with contextlib.suppress(OSError):
+            with suppress(OSError):
                 os.close(fd)
         self._fds = []
 
@@ -484,7 +484,7 @@ def _walk(
             os.close(parent)
             parent = fd
     except BaseException:
-        with contextlib.suppress(OSError):
+        with suppress(OSError):
             os.close(parent)
         raise
     os.close(parent)
@@ -497,7 +497,7 @@ def _hold_shared(binds: CommandBinds, parent_fd: int, name: str, path_fd: int) -
     st = os.fstat(path_fd)
     lock_fd = -1
     if stat.S_ISDIR(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_size == 0):
-        with contextlib.suppress(OSError):
+        with suppress(OSError):
             lock_fd = os.open(f"/proc/self/fd/{path_fd}", os.O_RDONLY | os.O_CLOEXEC)
     if lock_fd < 0:
         os.close(parent_fd)
@@ -534,7 +534,7 @@ def _make_placeholder(parent_fd: int, name: str, kind: str) -> tuple[int, int] |
             )
     except FileExistsError:
         return None
-    with contextlib.suppress(OSError):
+    with suppress(OSError):
         os.setxattr(lock_fd, _MARK, _self_mark())
     fcntl.flock(lock_fd, fcntl.LOCK_SH)
     # Another session may have removed it between our mkdir and our lock (it saw a marked,

@@ -1,0 +1,346 @@
+"""`panday run` from a cached jail plan: the CLI's start-up path (docs/cli.md, "Start-up").
+
+Agents call `panday run` once per tool call, so its start-up is paid on every call. The
+full path imports the policy model (msgspec), judges the policy against the tier's table
+and opens a session before the jail starts; for the same inputs on the same host all of
+that comes out the same every time. So a run whose plan (`panday_tier_linux.plan`) is
+cached reads it and starts the jail with neither the model nor typing imported.
+
+How it stays as strict as the full path:
+
+* The plan is found by a key holding every input the full path reads to decide it: the
+  option words, the current directory, the policy file's digest (or the per-user
+  default's, or for the embedded default the caller's locale and terminal variables it
+  copies), a digest of each value ``--env NAME`` takes from the environment, panday's
+  version and every source file of panday, its core and the tier (path, size, mtime,
+  inode), the interpreter, the model's libraries, and the host facts the tier names
+  (kernel, bwrap, libseccomp, the /etc view, the user). Anything different: another key,
+  no plan, and the plan is made again.
+* A plan is made (on a miss) by the full path's own functions: its option parser,
+  `cli_run.build_policy`, the tier choice and the tier's session open with every refusal.
+  So a plan exists only for inputs that would have started a jail.
+* What must be judged per command is judged on every run, hit or miss: the workspace
+  and staged paths are opened again without following links and refused again (a link, a
+  home directory, a system directory, ``sys.path``), and the protected entries are bound
+  read-only with placeholders (`panday_tier_linux.binds.Roots`).
+* Whatever this path does not handle returns None *before the command runs*, and the full
+  path runs instead and answers in its own words: options beyond the plain ones
+  (``--json``, ``--stdin``, ``--allow``, ``--debug`` ...), a policy with cgroup or disk
+  ceilings or an allowlist, anything refused or missing, closed standard descriptors,
+  and a jail that bwrap could not set up (the command never ran; the full path runs it
+  again and reports why).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from panday import exitcodes
+from panday_core.startup import suppress
+
+TYPE_CHECKING = False  # typing's flag without importing typing (this module's purpose)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from panday_tier_linux.plan import Ended, Plan, Stream
+
+KEY_FORMAT = "panday-run-plan 1"
+VALUED = frozenset(
+    {"--policy", "--workspace", "--ro", "--mem", "--pids", "--cpu", "--timeout", "--env", "--tier"}
+)
+"""The options this path accepts, each written as two words (``--ro PATH``); any other
+option, or the ``--name=value`` form, takes the full path."""
+TIERS = frozenset({"auto", "t2-linux"})
+MODEL_LIBRARIES = ("msgspec", "typing_extensions")
+"""Libraries that decide whether the model accepts a policy: part of the key."""
+_POLICY_LIMIT = 4 << 20
+"""As `panday.cli_input.POLICY_LIMIT`: a larger file takes the full path (which refuses it)."""
+
+
+def run_cached(argv: list[str]) -> int | None:
+    """`panday ARGV` through a cached (or newly made) plan: the exit code, or None when the
+    full path (`panday.cli.main`) must run instead. None is only ever returned before the
+    command has run."""
+    if len(argv) < 2 or argv[0] != "run" or not sys.platform.startswith("linux"):  # noqa: PLR2004 - run and a command
+        return None
+    split = _split(argv[1:])
+    if split is None or not _standard_fds_usable():
+        return None
+    options, command = split
+    try:
+        plan = _plan(argv[1:], options, command)
+    except Exception:  # noqa: BLE001 - before the command runs, the full path reports anything
+        return None
+    if plan is None:
+        return None
+    return _execute(plan, command)
+
+
+def _split(words: list[str]) -> tuple[list[str], list[str]] | None:
+    """(option words, command) for the plain form ``[--opt VALUE]... [--] CMD...``, split
+    where `panday.cli_run.parse` splits it (the plan is made only when that parser agrees);
+    None for anything else."""
+    options: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "--":
+            command = words[i + 1 :]
+            return (options, command) if command else None
+        if not word.startswith("-") or word == "-":
+            return options, words[i:]
+        if word not in VALUED or i + 1 >= len(words):
+            return None
+        options += [word, words[i + 1]]
+        i += 2
+    return None
+
+
+def _standard_fds_usable() -> bool:
+    """0 open, 1 and 2 open for writing: otherwise the full path repairs or reports it."""
+    import fcntl  # noqa: PLC0415 - cheap, and only this check needs it
+
+    for fd in (0, 1, 2):
+        try:
+            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        except OSError:
+            return False
+        if flags & os.O_PATH or (fd and flags & os.O_ACCMODE == os.O_RDONLY):
+            return False
+    return True
+
+
+def _digest(data: bytes) -> str:
+    from _blake2 import blake2b  # noqa: PLC0415 - loaded by the tier's plan module already
+
+    return blake2b(data, digest_size=32).hexdigest()
+
+
+def _read_policy(path: str) -> bytes | None:
+    """The bytes `panday.cli_input.read_input` would read (a regular file), or None."""
+    import stat  # noqa: PLC0415 - loaded at interpreter start
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = b""
+        while len(data) <= _POLICY_LIMIT:
+            chunk = os.read(fd, _POLICY_LIMIT + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) <= _POLICY_LIMIT else None
+
+
+def _tree(base: str, into: list[str]) -> None:
+    """Every source file under `base` as ``relative-path size mtime inode`` lines."""
+    todo = [base]
+    while todo:
+        top = todo.pop()
+        with os.scandir(top) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.name != "__pycache__":
+                        todo.append(entry.path)
+                elif entry.name.endswith((".py", ".so", ".pyi")):
+                    st = entry.stat(follow_symlinks=False)
+                    rel = entry.path[len(base) :]
+                    into.append(f"  {rel} {st.st_size} {st.st_mtime_ns} {st.st_ino}")
+
+
+def _code_identity() -> list[str]:
+    """panday's version, its packages' source files, the interpreter, the model's
+    libraries: a changed panday (an upgrade, an edit in a checkout) plans afresh."""
+    import panday  # noqa: PLC0415 - loaded already (this module's package)
+    import panday_core  # noqa: PLC0415 - loaded by the tier
+    import panday_tier_linux  # noqa: PLC0415 - loaded by the tier
+
+    impl = sys.implementation
+    lines = [
+        f"panday {panday.__version__}",
+        f"python {sys.version} {impl.name} {impl.cache_tag} {sys.executable} {sys.prefix}",
+    ]
+    for package in (panday, panday_core, panday_tier_linux):
+        for base in package.__path__:
+            lines.append(f"source {package.__name__} {base}")
+            _tree(base, lines)
+    for name in MODEL_LIBRARIES:
+        found = next(
+            (
+                where
+                for entry in sys.path
+                for where in (os.path.join(entry, name), os.path.join(entry, f"{name}.py"))
+                if entry and os.path.exists(where)
+            ),
+            None,
+        )
+        lines.append(f"library {name} {found}")
+        if found is not None and os.path.isdir(found):
+            _tree(found, lines)
+        elif found is not None:
+            st = os.stat(found)
+            lines.append(f"  {st.st_size} {st.st_mtime_ns} {st.st_ino}")
+    return lines
+
+
+def _inputs(options: list[str]) -> list[str] | None:
+    """The key lines of this run's own inputs (None: a form this path leaves alone)."""
+    from panday.defaults import passthrough_env, user_policy_path  # noqa: PLC0415 - light
+
+    values: dict[str, list[str]] = {}
+    for i in range(0, len(options), 2):
+        values.setdefault(options[i], []).append(options[i + 1])
+    if not set(values.get("--tier", ["auto"])) <= TIERS:
+        return None
+    lines = [
+        KEY_FORMAT,
+        *_code_identity(),
+        f"cwd {os.getcwd()}",
+        f"args {options!r}",
+    ]
+    given = values.get("--policy")
+    if given is not None:
+        source, path = "file", given[-1]
+    else:
+        source, path = "user", user_policy_path()
+        if not os.path.lexists(path):
+            source = "default"
+    if source == "default":
+        lines.append(f"policy default {sorted(passthrough_env(os.environ).items())!r}")
+    else:
+        data = None if path == "-" else _read_policy(path)
+        if data is None:
+            return None
+        lines.append(f"policy {source} {path!r} {len(data)} {_digest(data)}")
+    for item in values.get("--env", []):
+        name, eq, _value = item.partition("=")
+        if eq:
+            continue  # the value is in the option words
+        value = os.environ.get(name)
+        if value is None:
+            return None
+        lines.append(f"env {name!r} {_digest(value.encode('utf-8', 'surrogateescape'))}")
+    return lines
+
+
+def _caller_env(options: list[str]) -> list[str]:
+    """The names whose values ``--env NAME`` takes from the environment (last one wins)."""
+    names = [options[i + 1] for i in range(0, len(options), 2) if options[i] == "--env"]
+    return sorted({n for n in names if "=" not in n})
+
+
+def _plan(args: list[str], options: list[str], command: list[str]) -> Plan | None:
+    inputs = _inputs(options)
+    if inputs is None:
+        return None
+    from panday_tier_linux import plan as jail  # noqa: PLC0415 - Linux only
+
+    facts = jail.host_facts()
+    if facts is None:
+        return None
+    found = jail.load("\n".join([*inputs, *facts]))
+    if found is not None:
+        return found
+    return _make(args, options, command, inputs)
+
+
+def _make(
+    args: list[str], options: list[str], command: list[str], inputs: list[str]
+) -> Plan | None:
+    """Plan this run the full path's way (its parser, its policy, its tier choice, the
+    tier's session open with every refusal), store the plan, and return it; None (with
+    nothing spawned) when the full path should run instead."""
+    from panday import cli_run, tiers  # noqa: PLC0415 - the full path, on a miss only
+    from panday._shared import exec_spec  # noqa: PLC0415
+    from panday_tier_linux import plan as jail  # noqa: PLC0415
+    from panday_tier_linux.session import open_session  # noqa: PLC0415
+
+    opts = cli_run.parse(args)
+    if opts.command != command or opts.flags:
+        return None
+    exec_spec(command, stdin=None, cwd=None, timeout=None)
+    policy = cli_run.build_policy(opts)
+    if not jail.plannable(policy) or tiers.choose(policy, opts.one("--tier") or "auto") != (
+        "t2-linux"
+    ):
+        return None
+    session = open_session(policy)
+    try:
+        made = jail.plan_of(session, caller_env=_caller_env(options))
+    finally:
+        session.close()
+    if made is None:
+        return None
+    facts = jail.host_facts()  # after the open: the session made the /etc view if missing
+    if facts is not None:
+        jail.store("\n".join([*inputs, *facts]), made)
+    return made
+
+
+def _write(stream: Stream, data: bytes) -> None:
+    fd = 1 if stream == "stdout" else 2
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    del frame
+    from panday.cli import Terminated  # noqa: PLC0415 - loaded: the console script lives there
+
+    raise Terminated(signum)
+
+
+def _execute(plan: Plan, command: Sequence[str]) -> int | None:
+    """Run `command` in the planned jail: its exit code (panday's own for a breach), or
+    None when the jail could not be set up and the command never ran."""
+    import _signal  # noqa: PLC0415  # pyright: ignore[reportMissingModuleSource] - signal without its enum (panday_core.startup)
+
+    from panday_tier_linux import plan as jail  # noqa: PLC0415 - loaded by `_plan`
+
+    for signum in (_signal.SIGTERM, _signal.SIGHUP):
+        _signal.signal(signum, _on_signal)
+    try:
+        launched = jail.launch(plan, command, os.environ)
+    except Exception:  # noqa: BLE001 - nothing ran: the full path reports it in its words
+        return None
+    if launched is None:
+        return None
+    try:
+        ended = jail.run(
+            launched, cap=plan.output_bytes, timeout_ms=plan.wall_clock_ms, write=_write
+        )
+    except BaseException as exc:  # noqa: BLE001 - as `panday.cli.main`: one line and a code
+        from panday.cli import report  # noqa: PLC0415 - loaded: the console script lives there
+
+        return report(exc, debug=False)
+    return None if ended.setup_failed else _exit_code(ended)
+
+
+def _exit_code(ended: Ended) -> int:
+    """What `panday run` exits with (as `panday.cli_run.exit_code_of`), after the line a
+    breach gets on stderr (as `panday.cli_run._breach_line`)."""
+    if ended.breach is not None:
+        kind, detail = ended.breach
+        how = (
+            f"exit status {ended.exit_code}"
+            if ended.exit_code is not None
+            else f"killed by signal {ended.signal}"
+        )
+        line = f"panday: limit exceeded: {kind}: {detail} (the command: {how})\n"
+        # A reader that went away: the exit code still says it.
+        with suppress(OSError):
+            _write("stderr", line.encode())
+        return exitcodes.LIMITS.get(kind, exitcodes.INTERNAL)
+    if ended.exit_code is not None:
+        return ended.exit_code
+    return exitcodes.SIGNAL_BASE + (ended.signal or 0)

@@ -1,0 +1,776 @@
+"""A T2 Linux jail *plan*: what a session fixes once, cached so a later `panday run` can
+start the same jail without the policy model (docs/cli.md, "Start-up"; docs/benchmarks.md).
+
+A plan is made from an open `LinuxSession`, so every check a session makes at open (the
+policy model, the capability table, the tier's refusals) has passed for it: bwrap and its
+options around the per-command binds, the compiled seccomp program, the /etc view, the
+output cap and the wall clock, and the policy's ``fs`` section. What must be decided at
+every command is *not* in it and is redone from the held descriptors each time
+(`binds.Roots`): the workspace and staged paths are opened again without following links
+and judged again (symbolic links, home directories, system directories, ``sys.path``), and
+the protected entries get their read-only binds and placeholders.
+
+The cache is keyed by everything the plan was made from (the caller passes its own inputs;
+`host_facts` adds this host's), and the key is written at the head of the file and must
+match byte for byte, so a changed policy, host or panday makes a fresh plan rather than a
+stale one. A plan file is used only when it is a regular file owned by the caller that
+nobody else may write, in a directory of the same kind, and its body still has the digest
+written beside it (anything else is rebuilt, never trusted). The directory is beside the
+seccomp cache under panday's per-user state, which no jail can write: it is a protected
+entry of any workspace that holds it, and a workspace inside it is refused
+(`panday_core.protect.root_refusal`).
+
+Only sessions whose jail needs nothing per session beyond the plan are planned: no cgroup
+ceilings, no disk ceiling (its /tmp is watched through bwrap's block descriptor) and no
+egress bridge. Everything else takes the full path.
+
+This module is on `panday run`'s start-up path: it imports neither typing nor msgspec.
+"""
+
+from __future__ import annotations
+
+import _signal  # pyright: ignore[reportMissingModuleSource] - signal without its enum (panday_core.startup)
+import marshal
+import os
+import select
+import stat
+import time
+from _blake2 import blake2b
+
+from panday_core.errors import PolicyViolation
+from panday_core.execution import (
+    DRAIN_GRACE_S,
+    READ_SIZE,
+    ChildProcess,
+    output_breach_detail,
+    spawn,
+    truncation_marker,
+    wall_clock_detail,
+)
+from panday_core.startup import suppress
+from panday_tier_linux import host
+from panday_tier_linux.binds import CommandBinds, Roots
+
+TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Literal
+
+    from panday_core.policy import SandboxPolicy
+    from panday_tier_linux.session import LinuxSession
+
+    Stream = Literal["stdout", "stderr"]
+
+FORMAT = 1
+"""The plan file's layout; part of the key."""
+MAGIC = b"panday-jail-plan 1\n"
+MAX_PLAN_BYTES = 16 << 20
+MAX_PLANS = 64
+"""Plans kept per user; the oldest are removed when a new one is written."""
+_BINDS = "\x00binds\x00"
+"""Where the per-command binds go in the options (no option can contain a NUL byte)."""
+_PIPE_CAPACITY = 65536
+_FALLBACK_REAP_S = 0.02
+
+
+class Plan:
+    """A session's jail without its per-command part. Read as a `binds.RootsPolicy`."""
+
+    __slots__ = (
+        "access",
+        "allow_home",
+        "bwrap",
+        "caller_env",
+        "etc_view",
+        "head",
+        "output_bytes",
+        "program",
+        "protect",
+        "staged_ro",
+        "tail",
+        "unprotect",
+        "wall_clock_ms",
+        "workspace",
+    )
+
+    def __init__(
+        self,
+        *,
+        bwrap: str,
+        head: tuple[str, ...],
+        tail: tuple[str, ...],
+        caller_env: tuple[tuple[int, str], ...],
+        program: bytes,
+        workspace: str,
+        access: str,
+        staged_ro: tuple[str, ...],
+        protect: tuple[str, ...],
+        unprotect: tuple[str, ...],
+        allow_home: bool,
+        etc_view: str | None,
+        output_bytes: int | None,
+        wall_clock_ms: int | None,
+    ) -> None:
+        self.bwrap = bwrap
+        self.head = head
+        """bwrap's options before the binds (namespaces, the read-only root, /etc, /tmp)."""
+        self.tail = tail
+        """bwrap's options after the binds (working directory, environment, the seccomp and
+        status descriptors)."""
+        self.caller_env = caller_env
+        """(index into `tail`, name): values taken from the caller's environment at every
+        run (``panday run --env NAME``), never written to the cache; the key holds a
+        digest of each, so the value is the one the policy model accepted."""
+        self.program = program
+        self.workspace = workspace
+        self.access = access
+        self.staged_ro = staged_ro
+        self.protect = protect
+        self.unprotect = unprotect
+        self.allow_home = allow_home
+        self.etc_view = etc_view
+        self.output_bytes = output_bytes
+        self.wall_clock_ms = wall_clock_ms
+
+    def encode(self) -> bytes:
+        return marshal.dumps(
+            (
+                FORMAT,
+                self.bwrap,
+                self.head,
+                self.tail,
+                self.caller_env,
+                self.program,
+                self.workspace,
+                self.access,
+                self.staged_ro,
+                self.protect,
+                self.unprotect,
+                self.allow_home,
+                self.etc_view,
+                self.output_bytes,
+                self.wall_clock_ms,
+            )
+        )
+
+    @classmethod
+    def decode(cls, body: bytes) -> Plan | None:
+        """The plan in `body`, or None when it is not one of this format (each field's type
+        is checked: the digest says the body is what was written, not that it is sane)."""
+        try:
+            loaded: object = marshal.loads(body)  # noqa: S302 - our own file, digest checked first
+        except (EOFError, ValueError, TypeError):
+            return None
+        if not isinstance(loaded, tuple):
+            return None
+        v: tuple[object, ...] = loaded  # pyright: ignore[reportUnknownVariableType] - checked below
+        if len(v) != 15 or v[0] != FORMAT:  # noqa: PLR2004 - the format's field count
+            return None
+        bwrap, head, tail, caller_env, program, workspace, access = v[1:8]
+        staged_ro, protect, unprotect, allow_home, etc_view, output_bytes, wall_clock_ms = v[8:]
+        bwrap_p, workspace_p, view = _path(bwrap), _path(workspace), _path(etc_view)
+        head_t, tail_t, pairs = _strings(head), _strings(tail), _pairs(caller_env)
+        staged_t, protect_t, unprotect_t = (
+            _strings(staged_ro),
+            _strings(protect),
+            _strings(unprotect),
+        )
+        out_cap, wall = _limit(output_bytes), _limit(wall_clock_ms)
+        if (
+            bwrap_p is None
+            or workspace_p is None
+            or (etc_view is not None and view is None)
+            or not isinstance(program, bytes)
+            or not program
+            or len(program) % 8
+            or access not in {"rw", "ro"}
+            or not isinstance(allow_home, bool)
+            or head_t is None
+            or tail_t is None
+            or pairs is None
+            or staged_t is None
+            or protect_t is None
+            or unprotect_t is None
+            or out_cap is False
+            or wall is False
+        ):
+            return None
+        return cls(
+            bwrap=bwrap_p,
+            head=head_t,
+            tail=tail_t,
+            caller_env=pairs,
+            program=program,
+            workspace=workspace_p,
+            access=str(access),
+            staged_ro=staged_t,
+            protect=protect_t,
+            unprotect=unprotect_t,
+            allow_home=allow_home,
+            etc_view=view,
+            output_bytes=out_cap,
+            wall_clock_ms=wall,
+        )
+
+
+def _path(value: object) -> str | None:
+    return value if isinstance(value, str) and value.startswith("/") else None
+
+
+def _strings(value: object) -> tuple[str, ...] | None:
+    if not isinstance(value, tuple):
+        return None
+    items: tuple[object, ...] = value  # pyright: ignore[reportUnknownVariableType] - checked next
+    out = tuple(i for i in items if isinstance(i, str))
+    return out if len(out) == len(items) else None
+
+
+def _pairs(value: object) -> tuple[tuple[int, str], ...] | None:
+    if not isinstance(value, tuple):
+        return None
+    items: tuple[object, ...] = value  # pyright: ignore[reportUnknownVariableType] - checked next
+    out: list[tuple[int, str]] = []
+    for item in items:
+        if not isinstance(item, tuple):
+            return None
+        pair: tuple[object, ...] = item  # pyright: ignore[reportUnknownVariableType] - checked next
+        if len(pair) != 2 or not isinstance(pair[0], int) or not isinstance(pair[1], str):  # noqa: PLR2004 - (index, name)
+            return None
+        out.append((pair[0], pair[1]))
+    return tuple(out)
+
+
+def _limit(value: object) -> int | bool | None:
+    """A positive int or None as itself; anything else False."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return False
+
+
+# ---------------------------------------------------------------------- making one
+
+
+def plannable(policy: SandboxPolicy) -> bool:
+    """Whether a session for `policy` could be planned (`plan_of` decides; this only
+    saves opening one that could not): no allowlist, no cgroup or disk ceiling."""
+    limits = policy.limits
+    ceilings = (limits.mem_bytes, limits.pids, limits.cpu_ms, limits.disk_bytes)
+    return not policy.net.allow and all(value is None for value in ceilings)
+
+
+def plan_of(session: LinuxSession, *, caller_env: Sequence[str] = ()) -> Plan | None:
+    """The plan of an open session, or None when its jail needs more than a plan holds
+    (cgroup ceilings, a disk ceiling, the egress bridge). `caller_env` names the policy's
+    variables whose values came from the caller's environment: they stay out of the plan.
+    """
+    from panday_tier_linux.argv import build_options  # noqa: PLC0415 - only when planning
+
+    spec, policy = session.spec, session.policy
+    if session.cgroup is not None or session.bridge is not None or spec.tmp_bytes is not None:
+        return None
+    # Exactly what `LinuxSession.launch` passes for a command without a block descriptor:
+    # 3 the options, 4 the seccomp program, 5 the status, then the binds.
+    options = build_options(spec, cwd=session.workspace, seccomp_fd=4, status_fd=5, binds=[_BINDS])
+    cut = options.index(_BINDS)
+    head, tail = options[:cut], options[cut + 1 :]
+    hidden: list[tuple[int, str]] = []
+    for name in caller_env:
+        at = next(
+            (i for i in range(len(tail) - 2) if tail[i] == "--setenv" and tail[i + 1] == name),
+            None,
+        )
+        if at is None:
+            return None
+        tail[at + 2] = ""
+        hidden.append((at + 2, name))
+    fs = policy.fs
+    return Plan(
+        bwrap=session.bwrap.path,
+        head=tuple(head),
+        tail=tuple(tail),
+        caller_env=tuple(hidden),
+        program=session.program,
+        workspace=session.workspace,
+        access=fs.access,
+        staged_ro=tuple(fs.staged_ro),
+        protect=tuple(fs.protect),
+        unprotect=tuple(fs.unprotect),
+        allow_home=fs.allow_home,
+        etc_view=spec.etc_view,
+        output_bytes=policy.limits.output_bytes,
+        wall_clock_ms=policy.limits.wall_clock_ms,
+    )
+
+
+def host_facts() -> list[str] | None:
+    """The facts of this host a plan depends on, as key lines (None: no bwrap to plan for).
+
+    The kernel (its seccomp and namespace behaviour), which bwrap a session would use and
+    that exact file, the libseccomp build that compiled the filter, the /etc view for /etc
+    as it is now, the root's layout (merged /usr or not), the user, and for an
+    unprivileged user whether user namespaces are allowed.
+    """
+    found = host.find_bwrap()
+    if found is None:
+        return None
+    try:
+        st = os.stat(found.path)
+    except OSError:
+        return None
+    uname = os.uname()
+    layout = host.host_layout()
+    euid = os.geteuid()
+    return [
+        f"kernel {uname.sysname} {uname.release} {uname.version} {uname.machine}",
+        (
+            f"bwrap {found.path} {found.source} {st.st_dev} {st.st_ino} {st.st_size} "
+            f"{st.st_mtime_ns} {st.st_mode:o} {st.st_uid}"
+        ),
+        f"libseccomp {host.library_identity()}",
+        f"etc {host.existing_etc_view()}",
+        f"layout {layout.top!r} {layout.etc!r}",
+        f"user {euid} {os.getegid()}",
+        f"cache {plan_dir()}",
+        f"userns {host.userns_restriction() if euid else 'root'}",
+    ]
+
+
+# ---------------------------------------------------------------------- the cache
+
+
+def plan_dir() -> str | None:
+    """``<cache>/panday/plans``, beside the seccomp cache; None without a home."""
+    base = host.cache_dir()
+    return None if base is None else os.path.join(os.path.dirname(base), "plans")
+
+
+def _private(path: str) -> bool:
+    """`path` is a directory of ours that nobody else may write (lstat: never a link)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _file_name(key: str) -> str:
+    return blake2b(key.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest() + ".plan"
+
+
+def _head(key: str) -> bytes:
+    return MAGIC + key.encode("utf-8", "surrogateescape") + b"\n\x00"
+
+
+def load(key: str) -> Plan | None:  # noqa: PLR0911 - one return per reason to distrust a file
+    """The cached plan for `key`, or None (missing, not ours, writable by others, another
+    key, a body that no longer matches its digest, or not a plan)."""
+    directory = plan_dir()
+    if directory is None or not (_private(os.path.dirname(directory)) and _private(directory)):
+        return None
+    try:
+        fd = os.open(
+            os.path.join(directory, _file_name(key)), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+        )
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return None
+        if st.st_size > MAX_PLAN_BYTES:
+            return None
+        blob = b""
+        while len(blob) <= MAX_PLAN_BYTES:
+            chunk = os.read(fd, MAX_PLAN_BYTES + 1 - len(blob))
+            if not chunk:
+                break
+            blob += chunk
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    head = _head(key)
+    if not blob.startswith(head):
+        return None
+    digest, body = blob[len(head) : len(head) + 32], blob[len(head) + 32 :]
+    if blake2b(body, digest_size=32).digest() != digest:
+        return None
+    return Plan.decode(body)
+
+
+def store(key: str, plan: Plan) -> bool:
+    """Write `plan` for `key` (atomically, 0600, in a 0700 directory of ours); False when
+    it cannot be written safely, which only means the next run plans again."""
+    directory = plan_dir()
+    if directory is None:
+        return False
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    except OSError:
+        return False
+    if not (_private(os.path.dirname(directory)) and _private(directory)):
+        return False
+    body = plan.encode()
+    data = _head(key) + blake2b(body, digest_size=32).digest() + body
+    tmp = os.path.join(directory, f".tmp-{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(tmp, os.path.join(directory, _file_name(key)))
+    except OSError:
+        with suppress(OSError):
+            os.unlink(tmp)
+        return False
+    _prune(directory)
+    return True
+
+
+def _prune(directory: str) -> None:
+    """Keep the newest `MAX_PLANS` plans (a plan per workspace and option set adds up)."""
+    try:
+        with os.scandir(directory) as entries:
+            plans = [(e.stat().st_mtime_ns, e.name) for e in entries if e.name.endswith(".plan")]
+    except OSError:
+        return
+    for _mtime, name in sorted(plans)[: max(0, len(plans) - MAX_PLANS)]:
+        with suppress(OSError):
+            os.unlink(os.path.join(directory, name))
+
+
+# ---------------------------------------------------------------------- running one
+
+
+class Ended:
+    """How a planned command ended: what `panday run` reports."""
+
+    __slots__ = ("breach", "exit_code", "setup_failed", "signal")
+
+    def __init__(
+        self,
+        *,
+        exit_code: int | None,
+        signal: int | None,
+        breach: tuple[str, str] | None,
+        setup_failed: bool,
+    ) -> None:
+        self.exit_code = exit_code
+        self.signal = signal
+        self.breach = breach
+        """(`LimitKind` value, detail) of the ceiling the command crossed, if any."""
+        self.setup_failed = setup_failed
+        """bwrap ended without running the command (`supervisor.raise_setup_failure`'s
+        condition): nothing of the command ran, and the caller reports it the full way."""
+
+
+class Launched:
+    """A planned jail that was spawned: its process, and what to release after it."""
+
+    def __init__(
+        self, proc: ChildProcess, status_r: int, roots: Roots, binds: CommandBinds
+    ) -> None:
+        self.proc = proc
+        self.status_r = status_r
+        self.roots = roots
+        self.binds: CommandBinds | None = binds
+
+    def kill(self) -> None:
+        # As JailSupervisor.kill: bwrap is our unreaped child; its death takes the jail's
+        # pid 1 (--die-with-parent) and with it the whole pid namespace.
+        if self.proc.status is None:
+            with suppress(ProcessLookupError):
+                os.kill(self.proc.pid, _signal.SIGKILL)
+
+    def close(self) -> None:
+        """Kill and reap (if still running), then release every descriptor and
+        placeholder. Idempotent."""
+        if self.proc.status is None:
+            self.kill()
+            self.proc.reap(block=True)
+        self.proc.close()
+        if self.status_r >= 0:
+            os.close(self.status_r)
+            self.status_r = -1
+        if self.binds is not None:
+            self.binds.close()
+            self.binds = None
+        self.roots.close()
+
+
+def _data_fd(data: bytes) -> int:
+    """A readable descriptor holding `data` (as `session._data_fd`: a pipe when it fits,
+    else a memfd)."""
+    if len(data) <= _PIPE_CAPACITY:
+        r, w = os.pipe()
+        try:
+            os.write(w, data)
+        finally:
+            os.close(w)
+        return r
+    fd = os.memfd_create("panday-args", os.MFD_CLOEXEC)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def launch(plan: Plan, argv: Sequence[str], environ: Mapping[str, str]) -> Launched | None:
+    """Open the roots and the protected entries again (every per-command check), bind them
+    and spawn the jail for `argv`. None, with nothing left open or running, when any check
+    would refuse, or a value the plan takes from `environ` is gone: the caller then takes
+    the full path, which refuses (or runs) with its own words.
+    """
+    tail = list(plan.tail)
+    for index, name in plan.caller_env:
+        value = environ.get(name)
+        if value is None:
+            return None
+        tail[index] = value
+    roots, _refusals = Roots.open(plan)
+    if roots is None:
+        return None
+    binds: CommandBinds | None = None
+    fds: list[int] = []
+    status_r = -1
+    try:
+        binds = roots.command_binds()
+        options = [*plan.head, *binds.options(6), *tail]
+        fds.append(
+            _data_fd(b"".join(o.encode("utf-8", "surrogateescape") + b"\0" for o in options))
+        )
+        fds.append(_data_fd(plan.program))
+        status_r, status_w = os.pipe()
+        fds.append(status_w)
+        proc = spawn([plan.bwrap, "--args", "3", "--", *argv], env={}, pass_fds=[*fds, *binds.fds])
+    except BaseException as exc:
+        if status_r >= 0:
+            os.close(status_r)
+        if binds is not None:
+            binds.close()
+        roots.close()
+        if isinstance(exc, PolicyViolation):
+            return None
+        raise
+    finally:
+        for fd in fds:
+            os.close(fd)
+    binds.spawned()
+    return Launched(proc, status_r, roots, binds)
+
+
+_BWRAP_LINE = b"bwrap: "
+
+
+def _could_be_bwrap(data: bytes) -> bool:
+    """Whether stderr so far could still be bwrap's own one-line message (as
+    `panday._shared.StartGuard`: it is held back until that is decided)."""
+    if not data.startswith(_BWRAP_LINE):
+        return _BWRAP_LINE.startswith(data)
+    end = data.find(b"\n")
+    return end < 0 or end == len(data) - 1
+
+
+def _status_value(text: bytes, key: str) -> int | None:
+    """A number bwrap wrote on --json-status-fd (as `supervisor.Status.value`)."""
+    marker = f'"{key}":'.encode()
+    at = text.find(marker)
+    if at < 0:
+        return None
+    digits = text[at + len(marker) :].lstrip()
+    end = 0
+    while end < len(digits) and digits[end : end + 1].isdigit():
+        end += 1
+    return int(digits[:end]) if end else None
+
+
+def setup_failed(status: bytes, *, exit_code: int | None, breach: object) -> bool:
+    """`supervisor.raise_setup_failure`'s condition: bwrap reported no exit code for the
+    command (and it was not our kill), so the jail never ran it."""
+    if breach is not None or _status_value(status, "exit-code") is not None:
+        return False
+    return not (_status_value(status, "child-pid") is not None and exit_code != 1)
+
+
+class _Pump:
+    """`panday_core.execution`'s pump for one planned command, writing output straight to
+    the caller (`write(stream, data)`) instead of making events: the same reads, cap and
+    marker, wall clock, tree kill at the main process's exit and drain grace."""
+
+    def __init__(
+        self,
+        launched: Launched,
+        *,
+        cap: int | None,
+        timeout_ms: int | None,
+        write: Callable[[Stream, bytes], None],
+    ) -> None:
+        proc = launched.proc
+        self.launched = launched
+        self.proc = proc
+        self.cap = cap
+        self.timeout_ms = timeout_ms
+        self.write = write
+        self.deadline = proc.started + timeout_ms / 1000 if timeout_ms is not None else None
+        self.kept = {"stdout": 0, "stderr": 0}
+        self.truncated = {"stdout": False, "stderr": False}
+        self.output_breach: tuple[str, str] | None = None
+        self.kill_breach: tuple[str, str] | None = None
+        self.exited_at: float | None = None
+        self.drain_until = 0.0
+        self.held: list[bytes] = []
+        self.deciding = True
+        self.streams: dict[int, Stream] = {}
+        if proc.stdout is not None:
+            self.streams[proc.stdout] = "stdout"
+        if proc.stderr is not None:
+            self.streams[proc.stderr] = "stderr"
+        self.poller = select.poll()
+        for fd in self.streams:
+            self.poller.register(fd, select.POLLIN)
+        if proc.pidfd is not None:
+            self.poller.register(proc.pidfd, select.POLLIN)
+
+    def run(self) -> Ended:
+        while True:
+            for fd, _mask in self.poller.poll(self._wait_ms()):
+                if fd in self.streams:
+                    self._read(fd)
+                elif fd == self.proc.pidfd:
+                    self._main_exited()
+            now = time.monotonic()
+            if self.exited_at is None and self.proc.pidfd is None and self.proc.exited():
+                self._main_exited()
+            if self.exited_at is None:
+                self._timers(now)
+            elif not self.streams or self.drain_until <= now:
+                return self._finish()
+
+    def _wait_ms(self) -> int | None:
+        now = time.monotonic()
+        due: list[float] = []
+        if self.exited_at is None:
+            if self.deadline is not None and self.kill_breach is None:
+                due.append(self.deadline)
+            if self.proc.pidfd is None:
+                due.append(now + _FALLBACK_REAP_S)
+        else:
+            due.append(self.drain_until)
+        if not due:
+            return None
+        wait = max(0.0, min(due) - now)
+        return int(wait * 1000) + (wait > 0)
+
+    def _emit(self, stream: Stream, data: bytes) -> None:
+        if self.deciding:
+            if stream == "stderr" and _could_be_bwrap(b"".join(self.held) + data):
+                self.held.append(data)
+                return
+            self._release()
+        self.write(stream, data)
+
+    def _release(self) -> None:
+        self.deciding = False
+        held, self.held = self.held, []
+        for data in held:
+            self.write("stderr", data)
+
+    def _read(self, fd: int) -> None:
+        try:
+            data = os.read(fd, READ_SIZE)
+        except BlockingIOError:
+            return
+        stream = self.streams[fd]
+        if not data:
+            self._close_stream(fd)
+            return
+        if self.cap is None:
+            self._emit(stream, data)
+            return
+        room = self.cap - self.kept[stream]
+        if room > 0:
+            kept = data[:room]
+            self.kept[stream] += len(kept)
+            self._emit(stream, kept)
+        if len(data) > room and not self.truncated[stream]:
+            self.truncated[stream] = True
+            self._emit(stream, truncation_marker(stream, self.cap))
+            if self.output_breach is None:
+                self.output_breach = ("output", output_breach_detail(stream, self.cap))
+
+    def _close_stream(self, fd: int) -> None:
+        self.poller.unregister(fd)
+        stream = self.streams.pop(fd)
+        os.close(fd)
+        if stream == "stdout":
+            self.proc.stdout = None
+        else:
+            self.proc.stderr = None
+
+    def _timers(self, now: float) -> None:
+        if self.kill_breach is None and self.deadline is not None and now >= self.deadline:
+            self.kill_breach = ("wall_clock", wall_clock_detail(self.timeout_ms))
+            self.launched.kill()
+
+    def _main_exited(self) -> None:
+        # As the core pump: bwrap is a zombie until reaped, so nothing can reuse its pid.
+        self.launched.kill()
+        self.proc.reap(block=True)
+        self.exited_at = time.monotonic()
+        self.drain_until = self.exited_at + DRAIN_GRACE_S
+        if self.proc.pidfd is not None:
+            self.poller.unregister(self.proc.pidfd)
+            os.close(self.proc.pidfd)
+            self.proc.pidfd = None
+
+    def _finish(self) -> Ended:
+        for fd in list(self.streams):
+            self._close_stream(fd)
+        status = self.proc.status if self.proc.status is not None else 255 << 8
+        code = os.waitstatus_to_exitcode(status)
+        exit_code, sig = (code, None) if code >= 0 else (None, -code)
+        breach = self.kill_breach or self.output_breach
+        text = _read_all(self.launched.status_r)
+        if setup_failed(text, exit_code=exit_code, breach=breach):
+            self.held = []
+            return Ended(exit_code=exit_code, signal=sig, breach=breach, setup_failed=True)
+        self._release()
+        return Ended(exit_code=exit_code, signal=sig, breach=breach, setup_failed=False)
+
+
+def _read_all(fd: int) -> bytes:
+    """What bwrap wrote on its status descriptor (it has exited: the pipe is at its end)."""
+    out = b""
+    if fd < 0:
+        return out
+    os.set_blocking(fd, False)
+    while len(out) < MAX_PLAN_BYTES:
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
+def run(
+    launched: Launched,
+    *,
+    cap: int | None,
+    timeout_ms: int | None,
+    write: Callable[[Stream, bytes], None],
+) -> Ended:
+    """Stream a launched command to `write` until it ends; whatever happens (a breach, an
+    exception from `write`, a signal), the jail is killed and everything released."""
+    try:
+        return _Pump(launched, cap=cap, timeout_ms=timeout_ms, write=write).run()
+    finally:
+        launched.close()
