@@ -228,12 +228,24 @@ def root_refusal(path: str, *, writable: bool, allow_home: bool) -> str | None:
     for top in _NEVER_BENEATH:
         if _beneath(path, top):
             return f"{path!r} lies in {top}, which no jail may see (host state and secrets)"
-    if writable:
-        for top in _NEVER_WRITABLE_BENEATH:
-            if _beneath(path, top):
-                return (
-                    f"{path!r} lies in {top}, which holds the host's programs; stage it read-only"
-                )
+    return _writable_refusal(path) if writable else None
+
+
+def _writable_refusal(path: str) -> str | None:
+    """Why `path` may be staged read-only but never written."""
+    for top in _NEVER_WRITABLE_BENEATH:
+        if _beneath(path, top):
+            return f"{path!r} lies in {top}, which holds the host's programs; stage it read-only"
+    # A workspace that holds panday's state gets it as a protected entry; one inside it
+    # would let a jail rewrite the cached seccomp programs and jail plans themselves.
+    for state in state_directories():
+        real = os.path.realpath(state)
+        if _beneath(path, real):
+            return (
+                f"{path!r} lies in panday's own state ({real}: cached jail plans and seccomp "
+                "programs, /etc views, the default policy), which decides every later jail; "
+                "stage it read-only"
+            )
     return None
 
 
@@ -426,9 +438,16 @@ def state_directories() -> tuple[str, ...]:
     """panday's own per-user state (cached seccomp programs, /etc views; the user's default
     policy): a jail that rewrote them would widen every later jail."""
     home = os.path.expanduser("~")
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
-    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
-    return tuple(os.path.join(base, "panday") for base in (cache, config) if os.path.isabs(base))
+    out: list[str] = []
+    # As the caches and the per-user policy look them up: the XDG variable when it is an
+    # absolute path, else the default under the home directory.
+    for variable, default in (("XDG_CACHE_HOME", ".cache"), ("XDG_CONFIG_HOME", ".config")):
+        base = os.environ.get(variable, "")
+        if not os.path.isabs(base):
+            base = os.path.join(home, default)
+        if os.path.isabs(base):
+            out.append(os.path.join(base, "panday"))
+    return tuple(out)
 
 
 def sys_path_refusal(workspace: str, *, writable: bool) -> str | None:

@@ -43,7 +43,7 @@ TYPE_CHECKING = False  # typing's flag without importing typing (this module's p
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from panday_tier_linux.plan import Ended, Plan, Stream
+    from panday_tier_linux.plan import Ended, Launched, Plan, Stream
 
 KEY_FORMAT = "panday-run-plan 1"
 VALUED = frozenset(
@@ -70,11 +70,14 @@ def run_cached(argv: list[str]) -> int | None:
     options, command = split
     try:
         plan = _plan(argv[1:], options, command)
-    except Exception:  # noqa: BLE001 - before the command runs, the full path reports anything
+        launched = None if plan is None else _launch(plan, command)
+    except Exception:  # noqa: BLE001 - raised before the command ran: the full path reports it
         return None
-    if plan is None:
+    except BaseException as exc:  # noqa: BLE001 - Ctrl-C, SIGTERM: as `panday.cli.main` does
+        return _report(exc)
+    if plan is None or launched is None:
         return None
-    return _execute(plan, command)
+    return _finish(plan, launched)
 
 
 def _split(words: list[str]) -> tuple[list[str], list[str]] | None:
@@ -233,9 +236,15 @@ def _inputs(options: list[str]) -> list[str] | None:
 
 
 def _caller_env(options: list[str]) -> list[str]:
-    """The names whose values ``--env NAME`` takes from the environment (last one wins)."""
-    names = [options[i + 1] for i in range(0, len(options), 2) if options[i] == "--env"]
-    return sorted({n for n in names if "=" not in n})
+    """The names whose values come from the environment: those whose last ``--env`` is
+    ``--env NAME`` rather than ``--env NAME=VALUE`` (the last one wins, as in
+    `panday.cli_run`)."""
+    last: dict[str, bool] = {}
+    for i in range(0, len(options), 2):
+        if options[i] == "--env":
+            name, eq, _value = options[i + 1].partition("=")
+            last[name] = not eq
+    return sorted(name for name, from_environ in last.items() if from_environ)
 
 
 def _plan(args: list[str], options: list[str], command: list[str]) -> Plan | None:
@@ -280,8 +289,11 @@ def _make(
         session.close()
     if made is None:
         return None
-    facts = jail.host_facts()  # after the open: the session made the /etc view if missing
-    if facts is not None:
+    # Keyed by the inputs and facts as they are *after* the open (the session made the /etc
+    # view if it was missing), and only when the inputs did not change while it was made (a
+    # policy file edited meanwhile): a plan is never stored under inputs it was not made of.
+    facts = jail.host_facts()
+    if facts is not None and _inputs(options) == inputs:
         jail.store("\n".join([*inputs, *facts]), made)
     return made
 
@@ -300,30 +312,42 @@ def _on_signal(signum: int, frame: object) -> None:
     raise Terminated(signum)
 
 
-def _execute(plan: Plan, command: Sequence[str]) -> int | None:
-    """Run `command` in the planned jail: its exit code (panday's own for a breach), or
-    None when the jail could not be set up and the command never ran."""
+def _report(exc: BaseException) -> int:
+    from panday.cli import report  # noqa: PLC0415 - loaded: the console script lives there
+
+    return report(exc, debug=False)
+
+
+def _launch(plan: Plan, command: Sequence[str]) -> Launched | None:
+    """Start `command` in the planned jail (every per-command check first); None when
+    something would be refused or could not be checked, with nothing run."""
     import _signal  # noqa: PLC0415  # pyright: ignore[reportMissingModuleSource] - signal without its enum (panday_core.startup)
 
     from panday_tier_linux import plan as jail  # noqa: PLC0415 - loaded by `_plan`
 
     for signum in (_signal.SIGTERM, _signal.SIGHUP):
         _signal.signal(signum, _on_signal)
-    try:
-        launched = jail.launch(plan, command, os.environ)
-    except Exception:  # noqa: BLE001 - nothing ran: the full path reports it in its words
-        return None
-    if launched is None:
-        return None
+    return jail.launch(plan, command, os.environ)
+
+
+def _finish(plan: Plan, launched: Launched) -> int | None:
+    """Stream the running command to our output until it ends: its exit code (panday's
+    own for a breach, a signal, a reader that went away). None only when bwrap could not
+    set the jail up, so the command never ran and the full path may run it instead."""
+    from panday_tier_linux import plan as jail  # noqa: PLC0415 - loaded by `_plan`
+
     try:
         ended = jail.run(
             launched, cap=plan.output_bytes, timeout_ms=plan.wall_clock_ms, write=_write
         )
     except BaseException as exc:  # noqa: BLE001 - as `panday.cli.main`: one line and a code
-        from panday.cli import report  # noqa: PLC0415 - loaded: the console script lives there
-
-        return report(exc, debug=False)
-    return None if ended.setup_failed else _exit_code(ended)
+        return _report(exc)
+    if ended.setup_failed:
+        return None
+    try:
+        return _exit_code(ended)
+    except BaseException as exc:  # noqa: BLE001 - as above; the command has run
+        return _report(exc)
 
 
 def _exit_code(ended: Ended) -> int:

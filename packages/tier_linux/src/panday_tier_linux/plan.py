@@ -346,13 +346,40 @@ def plan_dir() -> str | None:
     return None if base is None else os.path.join(os.path.dirname(base), "plans")
 
 
-def _private(path: str) -> bool:
-    """`path` is a directory of ours that nobody else may write (lstat: never a link)."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _private_fd(fd: int) -> bool:
+    st = os.fstat(fd)
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _open_plan_dir(*, create: bool) -> int | None:
+    """A descriptor on `plan_dir`, reached from the cache base without following a link at
+    ``panday`` or ``plans``, each a directory of ours nobody else may write; None if not
+    (`create`: make what is missing, 0700)."""
+    directory = plan_dir()
+    if directory is None:
+        return None
+    state = os.path.dirname(directory)
+    fd = -1
+    try:
+        fd = os.open(os.path.dirname(state), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        for name in (os.path.basename(state), "plans"):
+            if create:
+                with suppress(FileExistsError):
+                    os.mkdir(name, 0o700, dir_fd=fd)
+            child = os.open(name, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = child
+            if not _private_fd(fd):
+                os.close(fd)
+                return None
+    except OSError:
+        if fd >= 0:
+            os.close(fd)
+        return None
+    return fd
 
 
 def _file_name(key: str) -> str:
@@ -363,23 +390,16 @@ def _head(key: str) -> bytes:
     return MAGIC + key.encode("utf-8", "surrogateescape") + b"\n\x00"
 
 
-def load(key: str) -> Plan | None:  # noqa: PLR0911 - one return per reason to distrust a file
-    """The cached plan for `key`, or None (missing, not ours, writable by others, another
-    key, a body that no longer matches its digest, or not a plan)."""
-    directory = plan_dir()
-    if directory is None or not (_private(os.path.dirname(directory)) and _private(directory)):
-        return None
+def _read_plan_file(directory: int, name: str) -> bytes | None:
+    """The file's bytes if it is a regular file of ours nobody else may write, not larger
+    than `MAX_PLAN_BYTES`."""
     try:
-        fd = os.open(
-            os.path.join(directory, _file_name(key)), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-        )
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
     except OSError:
         return None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-            return None
-        if st.st_size > MAX_PLAN_BYTES:
             return None
         blob = b""
         while len(blob) <= MAX_PLAN_BYTES:
@@ -391,8 +411,21 @@ def load(key: str) -> Plan | None:  # noqa: PLR0911 - one return per reason to d
         return None
     finally:
         os.close(fd)
+    return blob if len(blob) <= MAX_PLAN_BYTES else None
+
+
+def load(key: str) -> Plan | None:
+    """The cached plan for `key`, or None: missing, not ours, writable by others, written
+    for another key, a body that no longer matches its digest, or not a plan."""
+    directory = _open_plan_dir(create=False)
+    if directory is None:
+        return None
+    try:
+        blob = _read_plan_file(directory, _file_name(key))
+    finally:
+        os.close(directory)
     head = _head(key)
-    if not blob.startswith(head):
+    if blob is None or not blob.startswith(head):
         return None
     digest, body = blob[len(head) : len(head) + 32], blob[len(head) + 32 :]
     if blake2b(body, digest_size=32).digest() != digest:
@@ -403,38 +436,33 @@ def load(key: str) -> Plan | None:  # noqa: PLR0911 - one return per reason to d
 def store(key: str, plan: Plan) -> bool:
     """Write `plan` for `key` (atomically, 0600, in a 0700 directory of ours); False when
     it cannot be written safely, which only means the next run plans again."""
-    directory = plan_dir()
+    directory = _open_plan_dir(create=True)
     if directory is None:
-        return False
-    try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-    except OSError:
-        return False
-    if not (_private(os.path.dirname(directory)) and _private(directory)):
         return False
     body = plan.encode()
     data = _head(key) + blake2b(body, digest_size=32).digest() + body
-    tmp = os.path.join(directory, f".tmp-{os.getpid()}-{os.urandom(4).hex()}")
+    tmp = f".tmp-{os.getpid()}-{os.urandom(4).hex()}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(
-            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-        )
+        fd = os.open(tmp, flags, 0o600, dir_fd=directory)
         try:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
-        os.replace(tmp, os.path.join(directory, _file_name(key)))
+        os.replace(tmp, _file_name(key), src_dir_fd=directory, dst_dir_fd=directory)
     except OSError:
         with suppress(OSError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=directory)
+        os.close(directory)
         return False
     _prune(directory)
+    os.close(directory)
     return True
 
 
-def _prune(directory: str) -> None:
+def _prune(directory: int) -> None:
     """Keep the newest `MAX_PLANS` plans (a plan per workspace and option set adds up)."""
     try:
         with os.scandir(directory) as entries:
@@ -443,7 +471,7 @@ def _prune(directory: str) -> None:
         return
     for _mtime, name in sorted(plans)[: max(0, len(plans) - MAX_PLANS)]:
         with suppress(OSError):
-            os.unlink(os.path.join(directory, name))
+            os.unlink(name, dir_fd=directory)
 
 
 # ---------------------------------------------------------------------- running one

@@ -1,0 +1,374 @@
+"""Jail plans (plan.py): made from a real session, cached per user, used only for their own
+key and only when nobody else could have written them; the planned jail is the session's
+jail, and every per-command refusal is made again at launch.
+
+The CLI's use of plans (keys from its inputs, the full path on anything else) is tested end
+to end in packages/sdk/tests/test_cli_fast.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+
+from panday_core.errors import TierUnavailable
+from panday_core.policy import FsPolicy, Limits, SandboxPolicy
+from panday_core.types import ExecExit, LimitBreach, LimitKind
+from panday_tier_linux import host, plan
+from panday_tier_linux.argv import build_options
+from panday_tier_linux.session import open_session
+from panday_tier_linux.supervisor import JailSupervisor, Status, raise_setup_failure
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from panday_tier_linux.session import LinuxSession
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="jail plans are the Linux tier's"
+)
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache of this test's own (plans, seccomp programs, /etc views)."""
+    where = tmp_path / "cache"
+    where.mkdir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(where))
+    return where
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path
+
+
+def session_for(ws: Path, **kw: object) -> LinuxSession:
+    env = kw.pop("env", {})
+    limits = Limits(**kw)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - test keywords
+    policy = SandboxPolicy(fs=FsPolicy(workspace=str(ws)), limits=limits, env=env)  # pyright: ignore[reportArgumentType] - test keywords
+    return open_session(policy)
+
+
+@pytest.fixture
+def made(ws: Path) -> plan.Plan:
+    session = session_for(ws, wall_clock_ms=60_000, output_bytes=1 << 20, env={"FOO": "bar"})
+    try:
+        found = plan.plan_of(session)
+    finally:
+        session.close()
+    assert found is not None
+    return found
+
+
+def fields(p: plan.Plan) -> tuple[object, ...]:
+    return tuple(getattr(p, name) for name in plan.Plan.__slots__)
+
+
+def plan_files() -> list[Path]:
+    from pathlib import Path  # noqa: PLC0415 - a test helper
+
+    directory = plan.plan_dir()
+    assert directory is not None
+    return sorted(Path(directory).glob("*.plan"))
+
+
+def captured(
+    made: plan.Plan, argv: list[str], environ: dict[str, str] | None = None
+) -> tuple[bytes, bytes, plan.Ended]:
+    launched = plan.launch(made, argv, environ or {})
+    assert launched is not None
+    out: dict[str, bytes] = {"stdout": b"", "stderr": b""}
+
+    def write(stream: str, data: bytes) -> None:
+        out[stream] += data
+
+    ended = plan.run(launched, cap=made.output_bytes, timeout_ms=made.wall_clock_ms, write=write)
+    return out["stdout"], out["stderr"], ended
+
+
+# ---------------------------------------------------------------------- the cache
+
+
+def test_a_stored_plan_is_loaded_for_its_key_and_no_other(made: plan.Plan) -> None:
+    assert plan.load("key A") is None  # control: nothing cached yet
+    assert plan.store("key A", made)
+    loaded = plan.load("key A")
+    assert loaded is not None
+    assert fields(loaded) == fields(made)
+    assert plan.load("key B") is None
+    assert plan.load("key A\n") is None
+
+
+def test_a_plan_written_for_another_key_is_never_used(made: plan.Plan) -> None:
+    """Even under the file name of the key asked for (a collision, or a planted file)."""
+    assert plan.store("key B", made)
+    (b_file,) = plan_files()
+    assert plan.load("key B") is not None  # control
+    assert plan.store("key A", made)
+    a_file = next(p for p in plan_files() if p != b_file)
+    b_file.replace(a_file)
+    assert plan.load("key A") is None
+
+
+def test_a_tampered_plan_is_not_used(made: plan.Plan) -> None:
+    assert plan.store("key", made)
+    (path,) = plan_files()
+    assert plan.load("key") is not None  # control
+    blob = bytearray(path.read_bytes())
+    blob[-5] ^= 0x01
+    path.write_bytes(bytes(blob))
+    assert plan.load("key") is None
+
+
+def test_a_plan_others_can_write_is_not_used(made: plan.Plan, cache: Path) -> None:
+    assert plan.store("key", made)
+    (path,) = plan_files()
+    assert plan.load("key") is not None  # control
+    path.chmod(0o620)
+    assert plan.load("key") is None
+    path.chmod(0o600)
+    assert plan.load("key") is not None
+    (cache / "panday" / "plans").chmod(0o777)
+    assert plan.load("key") is None
+    (cache / "panday" / "plans").chmod(0o700)
+    (cache / "panday").chmod(0o757)
+    assert plan.load("key") is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing a file's owner needs root")
+def test_a_plan_owned_by_another_user_is_not_used(made: plan.Plan) -> None:
+    assert plan.store("key", made)
+    (path,) = plan_files()
+    assert plan.load("key") is not None  # control
+    os.chown(path, 65534, 65534)
+    assert plan.load("key") is None
+
+
+def test_a_plan_directory_reached_through_a_link_is_not_used(
+    made: plan.Plan, cache: Path, tmp_path: Path
+) -> None:
+    assert plan.store("key", made)
+    assert plan.load("key") is not None  # control
+    elsewhere = tmp_path / "elsewhere"
+    (cache / "panday" / "plans").rename(elsewhere)
+    (cache / "panday" / "plans").symlink_to(elsewhere)
+    assert plan.load("key") is None
+    assert not plan.store("key", made)
+
+
+def test_old_plans_are_pruned(made: plan.Plan, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(plan, "MAX_PLANS", 3)
+    for i in range(5):
+        assert plan.store(f"key {i}", made)
+    assert len(plan_files()) == 3
+    assert plan.load("key 4") is not None
+    assert plan.load("key 0") is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"not marshal",
+        __import__("marshal").dumps(("a tuple", "of strings")),
+        __import__("marshal").dumps((2, *([None] * 14))),
+    ],
+)
+def test_what_is_not_a_plan_decodes_to_none(body: bytes) -> None:
+    assert plan.Plan.decode(body) is None
+
+
+def test_a_plan_round_trips(made: plan.Plan) -> None:
+    again = plan.Plan.decode(made.encode())
+    assert again is not None
+    assert fields(again) == fields(made)
+
+
+# ---------------------------------------------------------------------- the host facts
+
+
+def test_the_host_facts_name_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = plan.host_facts()
+    real = os.uname()
+    changed = os.uname_result(
+        (real.sysname, real.nodename, real.release + "-other", real.version, real.machine)
+    )
+    monkeypatch.setattr(os, "uname", lambda: changed)
+    after = plan.host_facts()
+    assert before is not None
+    assert after is not None
+    assert before != after
+
+
+def test_the_host_facts_name_the_bwrap_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    found = host.find_bwrap()
+    assert found is not None
+    before = plan.host_facts()
+    copy = tmp_path / "bwrap"
+    shutil.copy2(found.path, copy)
+    monkeypatch.setattr(host, "_BWRAP", [host.Bwrap(str(copy), "system")])
+    moved = plan.host_facts()
+    copy.write_bytes(copy.read_bytes() + b"\0")  # the same path, another file
+    rebuilt = plan.host_facts()
+    assert before != moved
+    assert moved != rebuilt
+
+
+def test_no_bwrap_means_no_facts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host, "_BWRAP", [None])
+    assert plan.host_facts() is None
+
+
+# ---------------------------------------------------------------------- making one
+
+
+def test_only_sessions_a_plan_can_hold_are_planned(ws: Path) -> None:
+    assert plan.plannable(SandboxPolicy(fs=FsPolicy(workspace=str(ws))))
+    for limits in ({"mem_bytes": 1 << 30}, {"pids": 64}, {"cpu_ms": 1000}, {"disk_bytes": 1 << 20}):
+        policy = SandboxPolicy(fs=FsPolicy(workspace=str(ws)), limits=Limits(**limits))
+        assert not plan.plannable(policy), limits
+
+
+def test_the_planned_options_are_the_sessions(ws: Path) -> None:
+    session = session_for(ws, wall_clock_ms=60_000, env={"A": "1"})
+    try:
+        made = plan.plan_of(session)
+        assert made is not None
+        binds = ["--bind-fd", "6", str(ws)]
+        expected = build_options(
+            session.spec, cwd=session.workspace, seccomp_fd=4, status_fd=5, binds=binds
+        )
+        assert [*made.head, *binds, *made.tail] == expected
+        assert made.program == session.program
+        assert made.bwrap == session.bwrap.path
+        assert made.wall_clock_ms == 60_000
+    finally:
+        session.close()
+
+
+def test_values_from_the_callers_environment_stay_out_of_the_plan(ws: Path) -> None:
+    secret = "s3cret-" + os.urandom(8).hex()
+    session = session_for(ws, env={"TOKEN": secret})
+    try:
+        made = plan.plan_of(session, caller_env=["TOKEN"])
+    finally:
+        session.close()
+    assert made is not None
+    assert secret.encode() not in made.encode()
+    assert plan.store("key", made)
+    assert all(secret.encode() not in p.read_bytes() for p in plan_files())
+    out, _err, ended = captured(made, ["/bin/sh", "-c", 'echo "$TOKEN"'], {"TOKEN": secret})
+    assert out == secret.encode() + b"\n"
+    assert ended.exit_code == 0
+    assert plan.launch(made, ["/bin/true"], {}) is None  # the value is gone: not planned
+
+
+# ---------------------------------------------------------------------- running one
+
+
+def test_a_planned_command_runs_in_the_sessions_jail(made: plan.Plan, ws: Path) -> None:
+    out, err, ended = captured(
+        made, ["/bin/sh", "-c", 'echo "$FOO $HOME"; touch made; cat /etc/shadow; exit 3']
+    )
+    assert out == f"bar {ws}\n".encode()
+    assert b"/etc/shadow: No such file or directory" in err
+    assert (ended.exit_code, ended.signal, ended.breach, ended.setup_failed) == (
+        3,
+        None,
+        None,
+        False,
+    )
+    assert (ws / "made").exists()
+    assert not (ws / ".git").exists()  # the placeholder went with the command
+
+
+def test_the_wall_clock_and_the_output_cap_hold(ws: Path) -> None:
+    session = session_for(ws, wall_clock_ms=300, output_bytes=1024)
+    try:
+        made = plan.plan_of(session)
+    finally:
+        session.close()
+    assert made is not None
+    out, _err, ended = captured(made, ["/bin/sh", "-c", "head -c 5000 /dev/zero"])
+    assert len(out) == 1024 + len(
+        b"\n[panday: stdout exceeded 1024 bytes; the rest was discarded]\n"
+    )
+    assert ended.breach == ("output", "stdout exceeded limits.output_bytes=1024; truncated")
+    _out, _err, ended = captured(made, ["/bin/sleep", "30"])
+    assert ended.breach is not None
+    assert ended.breach[0] == "wall_clock"
+    assert ended.signal == 9
+
+
+def test_a_program_bwrap_cannot_start_is_a_setup_failure(made: plan.Plan) -> None:
+    out, err, ended = captured(made, ["/no/such/program"])
+    assert ended.setup_failed
+    assert (out, err) == (b"", b"")  # bwrap's own line is held back, as the session's guard does
+
+
+def test_launch_refuses_a_workspace_that_became_a_link(
+    made: plan.Plan, ws: Path, tmp_path: Path
+) -> None:
+    assert plan.launch(made, ["/bin/true"], {}) is not None or pytest.fail("control")
+    ws.rename(tmp_path / "real")
+    ws.symlink_to(tmp_path / "real")
+    assert plan.launch(made, ["/bin/true"], {}) is None
+
+
+def test_launch_refuses_a_workspace_that_became_a_home(
+    made: plan.Plan, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    control = plan.launch(made, ["/bin/true"], {})
+    assert control is not None
+    control.close()
+    monkeypatch.setenv("HOME", str(ws))
+    assert plan.launch(made, ["/bin/true"], {}) is None
+
+
+def test_launch_refuses_a_protected_entry_that_became_a_link(
+    made: plan.Plan, ws: Path, tmp_path: Path
+) -> None:
+    control = plan.launch(made, ["/bin/true"], {})
+    assert control is not None
+    control.close()
+    (tmp_path / "hooks").mkdir()
+    (ws / ".git").symlink_to(tmp_path / "hooks")
+    assert plan.launch(made, ["/bin/true"], {}) is None
+
+
+@pytest.mark.parametrize(
+    ("status", "exit_code", "breach"),
+    [
+        (b'{ "child-pid": 12 }\n{ "exit-code": 0 }\n', 0, None),
+        (b'{ "child-pid": 12 }\n{ "exit-code": 1 }\n', 1, None),
+        (b'{ "child-pid": 12 }\n', 1, None),
+        (b'{ "child-pid": 12 }\n', 7, None),
+        (b'{ "child-pid": 12 }\n', None, None),
+        (b"", 1, None),
+        (b"", None, None),
+        (b"", 1, LimitBreach(kind=LimitKind.WALL_CLOCK, detail="x")),
+    ],
+)
+def test_the_setup_failure_condition_is_the_supervisors(
+    status: bytes, exit_code: int | None, breach: LimitBreach | None
+) -> None:
+    sup = JailSupervisor(cgroup=None, cpu_ms=None, disk_bytes=None, status=Status(-1))
+    sup.status.text = status
+    event = ExecExit(
+        exit_code=exit_code, signal=None if exit_code is not None else 9, wall_ms=1.0, breach=breach
+    )
+    try:
+        raise_setup_failure(event, sup, b"bwrap: something")
+        supervisor_says = False
+    except TierUnavailable:
+        supervisor_says = True
+    assert plan.setup_failed(status, exit_code=exit_code, breach=breach) is supervisor_says
