@@ -435,8 +435,8 @@ def interpreter_paths() -> tuple[str, ...]:
 
 
 def state_directories() -> tuple[str, ...]:
-    """panday's own per-user state (cached seccomp programs, /etc views; the user's default
-    policy): a jail that rewrote them would widen every later jail."""
+    """panday's own per-user state (cached seccomp programs, /etc views and jail plans; the
+    user's default policy): a jail that rewrote them would widen every later jail."""
     home = os.path.expanduser("~")
     out: list[str] = []
     # As the caches and the per-user policy look them up: the XDG variable when it is an
@@ -502,7 +502,7 @@ def protected_entries(
     for path in state_directories():
         rel = _inside(os.path.realpath(path), workspace)
         if rel is not None:
-            entries.append(Entry(rel, "dir", "panday's own state (filter cache, policy)"))
+            entries.append(Entry(rel, "dir", "panday's own state (filter cache, plans, policy)"))
     for home in home_directories():
         base = workspace if home == workspace else None
         rel_home = _inside(home, workspace)

@@ -247,19 +247,24 @@ def _caller_env(options: list[str]) -> list[str]:
     return sorted(name for name, from_environ in last.items() if from_environ)
 
 
-def _plan(args: list[str], options: list[str], command: list[str]) -> Plan | None:
+def cached_plan(options: list[str]) -> Plan | None:
+    """The cached plan for `panday run OPTIONS -- ...` in this directory, as things are
+    now; None when there is none (or the options are a form this path leaves alone)."""
     inputs = _inputs(options)
     if inputs is None:
         return None
     from panday_tier_linux import plan as jail  # noqa: PLC0415 - Linux only
 
     facts = jail.host_facts()
-    if facts is None:
-        return None
-    found = jail.load("\n".join([*inputs, *facts]))
+    return None if facts is None else jail.load("\n".join([*inputs, *facts]))
+
+
+def _plan(args: list[str], options: list[str], command: list[str]) -> Plan | None:
+    found = cached_plan(options)
     if found is not None:
         return found
-    return _make(args, options, command, inputs)
+    inputs = _inputs(options)
+    return None if inputs is None else _make(args, options, command, inputs)
 
 
 def _make(
