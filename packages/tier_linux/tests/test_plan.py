@@ -163,6 +163,24 @@ def test_a_plan_directory_reached_through_a_link_is_not_used(
     assert not plan.store("key", made)
 
 
+def test_plans_are_kept_under_a_permissive_umask(ws: Path, cache: Path) -> None:
+    """umask 002 (user private groups) must not leave panday's state group-writable, or
+    nothing would ever be cached (and the plan directory would be refused)."""
+    old = os.umask(0o002)
+    try:
+        session = session_for(ws)
+        try:
+            found = plan.plan_of(session)
+        finally:
+            session.close()
+        assert found is not None
+        assert plan.store("key", found)
+    finally:
+        os.umask(old)
+    assert (cache / "panday").stat().st_mode & 0o777 == 0o700
+    assert plan.load("key") is not None
+
+
 def test_old_plans_are_pruned(made: plan.Plan, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(plan, "MAX_PLANS", 3)
     for i in range(5):

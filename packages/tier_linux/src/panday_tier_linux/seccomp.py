@@ -260,6 +260,9 @@ def _crc(text: str) -> str:
 def _safe_dir(path: str) -> bool:
     """Create `path` (0700) if needed; True when it is ours and nobody else can write it."""
     try:
+        # panday's state directory first, on its own: makedirs gives the directories above
+        # the last one the umask's mode, and a group-writable one (umask 002) is never used.
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         os.makedirs(path, mode=0o700, exist_ok=True)
         for p in (os.path.dirname(path), path):
             st = os.lstat(p)
