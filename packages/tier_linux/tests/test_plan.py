@@ -18,7 +18,7 @@ import pytest
 from panday_core.errors import TierUnavailable
 from panday_core.policy import FsPolicy, Limits, SandboxPolicy
 from panday_core.types import ExecExit, LimitBreach, LimitKind
-from panday_tier_linux import host, plan
+from panday_tier_linux import host, plan, planning
 from panday_tier_linux.argv import build_options
 from panday_tier_linux.session import open_session
 from panday_tier_linux.supervisor import JailSupervisor, Status, raise_setup_failure
@@ -60,7 +60,7 @@ def session_for(ws: Path, **kw: object) -> LinuxSession:
 def made(ws: Path) -> plan.Plan:
     session = session_for(ws, wall_clock_ms=60_000, output_bytes=1 << 20, env={"FOO": "bar"})
     try:
-        found = plan.plan_of(session)
+        found = planning.plan_of(session)
     finally:
         session.close()
     assert found is not None
@@ -98,7 +98,7 @@ def captured(
 
 def test_a_stored_plan_is_loaded_for_its_key_and_no_other(made: plan.Plan) -> None:
     assert plan.load("key A") is None  # control: nothing cached yet
-    assert plan.store("key A", made)
+    assert planning.store("key A", made)
     loaded = plan.load("key A")
     assert loaded is not None
     assert fields(loaded) == fields(made)
@@ -108,17 +108,17 @@ def test_a_stored_plan_is_loaded_for_its_key_and_no_other(made: plan.Plan) -> No
 
 def test_a_plan_written_for_another_key_is_never_used(made: plan.Plan) -> None:
     """Even under the file name of the key asked for (a collision, or a planted file)."""
-    assert plan.store("key B", made)
+    assert planning.store("key B", made)
     (b_file,) = plan_files()
     assert plan.load("key B") is not None  # control
-    assert plan.store("key A", made)
+    assert planning.store("key A", made)
     a_file = next(p for p in plan_files() if p != b_file)
     b_file.replace(a_file)
     assert plan.load("key A") is None
 
 
 def test_a_tampered_plan_is_not_used(made: plan.Plan) -> None:
-    assert plan.store("key", made)
+    assert planning.store("key", made)
     (path,) = plan_files()
     assert plan.load("key") is not None  # control
     blob = bytearray(path.read_bytes())
@@ -128,7 +128,7 @@ def test_a_tampered_plan_is_not_used(made: plan.Plan) -> None:
 
 
 def test_a_plan_others_can_write_is_not_used(made: plan.Plan, cache: Path) -> None:
-    assert plan.store("key", made)
+    assert planning.store("key", made)
     (path,) = plan_files()
     assert plan.load("key") is not None  # control
     path.chmod(0o620)
@@ -144,7 +144,7 @@ def test_a_plan_others_can_write_is_not_used(made: plan.Plan, cache: Path) -> No
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="changing a file's owner needs root")
 def test_a_plan_owned_by_another_user_is_not_used(made: plan.Plan) -> None:
-    assert plan.store("key", made)
+    assert planning.store("key", made)
     (path,) = plan_files()
     assert plan.load("key") is not None  # control
     os.chown(path, 65534, 65534)
@@ -154,13 +154,13 @@ def test_a_plan_owned_by_another_user_is_not_used(made: plan.Plan) -> None:
 def test_a_plan_directory_reached_through_a_link_is_not_used(
     made: plan.Plan, cache: Path, tmp_path: Path
 ) -> None:
-    assert plan.store("key", made)
+    assert planning.store("key", made)
     assert plan.load("key") is not None  # control
     elsewhere = tmp_path / "elsewhere"
     (cache / "panday" / "plans").rename(elsewhere)
     (cache / "panday" / "plans").symlink_to(elsewhere)
     assert plan.load("key") is None
-    assert not plan.store("key", made)
+    assert not planning.store("key", made)
 
 
 def test_plans_are_kept_under_a_permissive_umask(ws: Path, cache: Path) -> None:
@@ -170,11 +170,11 @@ def test_plans_are_kept_under_a_permissive_umask(ws: Path, cache: Path) -> None:
     try:
         session = session_for(ws)
         try:
-            found = plan.plan_of(session)
+            found = planning.plan_of(session)
         finally:
             session.close()
         assert found is not None
-        assert plan.store("key", found)
+        assert planning.store("key", found)
     finally:
         os.umask(old)
     assert (cache / "panday").stat().st_mode & 0o777 == 0o700
@@ -182,9 +182,9 @@ def test_plans_are_kept_under_a_permissive_umask(ws: Path, cache: Path) -> None:
 
 
 def test_old_plans_are_pruned(made: plan.Plan, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(plan, "MAX_PLANS", 3)
+    monkeypatch.setattr(planning, "MAX_PLANS", 3)
     for i in range(5):
-        assert plan.store(f"key {i}", made)
+        assert planning.store(f"key {i}", made)
     assert len(plan_files()) == 3
     assert plan.load("key 4") is not None
     assert plan.load("key 0") is None
@@ -204,7 +204,7 @@ def test_what_is_not_a_plan_decodes_to_none(body: bytes) -> None:
 
 
 def test_a_plan_round_trips(made: plan.Plan) -> None:
-    again = plan.Plan.decode(made.encode())
+    again = plan.Plan.decode(planning.encode(made))
     assert again is not None
     assert fields(again) == fields(made)
 
@@ -250,16 +250,16 @@ def test_no_bwrap_means_no_facts(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_only_sessions_a_plan_can_hold_are_planned(ws: Path) -> None:
-    assert plan.plannable(SandboxPolicy(fs=FsPolicy(workspace=str(ws))))
+    assert planning.plannable(SandboxPolicy(fs=FsPolicy(workspace=str(ws))))
     for limits in ({"mem_bytes": 1 << 30}, {"pids": 64}, {"cpu_ms": 1000}, {"disk_bytes": 1 << 20}):
         policy = SandboxPolicy(fs=FsPolicy(workspace=str(ws)), limits=Limits(**limits))
-        assert not plan.plannable(policy), limits
+        assert not planning.plannable(policy), limits
 
 
 def test_the_planned_options_are_the_sessions(ws: Path) -> None:
     session = session_for(ws, wall_clock_ms=60_000, env={"A": "1"})
     try:
-        made = plan.plan_of(session)
+        made = planning.plan_of(session)
         assert made is not None
         binds = ["--bind-fd", "6", str(ws)]
         expected = build_options(
@@ -277,12 +277,12 @@ def test_values_from_the_callers_environment_stay_out_of_the_plan(ws: Path) -> N
     secret = "s3cret-" + os.urandom(8).hex()
     session = session_for(ws, env={"TOKEN": secret})
     try:
-        made = plan.plan_of(session, caller_env=["TOKEN"])
+        made = planning.plan_of(session, caller_env=["TOKEN"])
     finally:
         session.close()
     assert made is not None
-    assert secret.encode() not in made.encode()
-    assert plan.store("key", made)
+    assert secret.encode() not in planning.encode(made)
+    assert planning.store("key", made)
     assert all(secret.encode() not in p.read_bytes() for p in plan_files())
     out, _err, ended = captured(made, ["/bin/sh", "-c", 'echo "$TOKEN"'], {"TOKEN": secret})
     assert out == secret.encode() + b"\n"
@@ -312,7 +312,7 @@ def test_a_planned_command_runs_in_the_sessions_jail(made: plan.Plan, ws: Path) 
 def test_the_wall_clock_and_the_output_cap_hold(ws: Path) -> None:
     session = session_for(ws, wall_clock_ms=300, output_bytes=1024)
     try:
-        made = plan.plan_of(session)
+        made = planning.plan_of(session)
     finally:
         session.close()
     assert made is not None

@@ -276,6 +276,7 @@ def _make(
     from panday import cli_run, tiers  # noqa: PLC0415 - the full path, on a miss only
     from panday._shared import exec_spec  # noqa: PLC0415
     from panday_tier_linux import plan as jail  # noqa: PLC0415
+    from panday_tier_linux import planning  # noqa: PLC0415
     from panday_tier_linux.session import open_session  # noqa: PLC0415
 
     opts = cli_run.parse(args)
@@ -283,13 +284,13 @@ def _make(
         return None
     exec_spec(command, stdin=None, cwd=None, timeout=None)
     policy = cli_run.build_policy(opts)
-    if not jail.plannable(policy) or tiers.choose(policy, opts.one("--tier") or "auto") != (
+    if not planning.plannable(policy) or tiers.choose(policy, opts.one("--tier") or "auto") != (
         "t2-linux"
     ):
         return None
     session = open_session(policy)
     try:
-        made = jail.plan_of(session, caller_env=_caller_env(options))
+        made = planning.plan_of(session, caller_env=_caller_env(options))
     finally:
         session.close()
     if made is None:
@@ -299,7 +300,7 @@ def _make(
     # policy file edited meanwhile): a plan is never stored under inputs it was not made of.
     facts = jail.host_facts()
     if facts is not None and _inputs(options) == inputs:
-        jail.store("\n".join([*inputs, *facts]), made)
+        planning.store("\n".join([*inputs, *facts]), made)
     return made
 
 

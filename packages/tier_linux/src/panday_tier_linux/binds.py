@@ -270,10 +270,14 @@ class Roots:
     # ------------------------------------------------------------------ opening
 
     @classmethod
-    def open(cls, fs: RootsPolicy) -> tuple[Roots | None, list[Refusal]]:
+    def open(
+        cls, fs: RootsPolicy, *, check_entries: bool = True
+    ) -> tuple[Roots | None, list[Refusal]]:
         """Open the policy's roots, or say (by field) why each one cannot be a root.
 
-        Nothing is spawned; on refusal nothing stays open.
+        Nothing is spawned; on refusal nothing stays open. `check_entries` also resolves
+        the protected entries once (a session opening refuses what is wrong already);
+        without it the caller makes a command's binds at once, which refuses the same.
         """
         refusals: list[Refusal] = []
         held: list[Held] = []
@@ -303,6 +307,8 @@ class Roots:
             protect=fs.protect,
             unprotect=fs.unprotect,
         )
+        if not check_entries:
+            return roots, []
         try:
             # Fail at open, not at the first command, for what is wrong already.
             roots.command_binds(dry_run=True).close()

@@ -1,30 +1,31 @@
 """A T2 Linux jail *plan*: what a session fixes once, cached so a later `panday run` can
 start the same jail without the policy model (docs/cli.md, "Start-up"; docs/benchmarks.md).
 
-A plan is made from an open `LinuxSession`, so every check a session makes at open (the
-policy model, the capability table, the tier's refusals) has passed for it: bwrap and its
-options around the per-command binds, the compiled seccomp program, the /etc view, the
-output cap and the wall clock, and the policy's ``fs`` section. What must be decided at
-every command is *not* in it and is redone from the held descriptors each time
-(`binds.Roots`): the workspace and staged paths are opened again without following links
-and judged again (symbolic links, home directories, system directories, ``sys.path``), and
-the protected entries get their read-only binds and placeholders.
+A plan is made from an open `LinuxSession` (`planning.plan_of`, on a miss only), so every
+check a session makes at open (the policy model, the capability table, the tier's
+refusals) has passed for it: bwrap and its options around the per-command binds, the
+compiled seccomp program, the /etc view, the output cap and the wall clock, and the
+policy's ``fs`` section. What must be decided at every command is *not* in it and is
+redone each time (`binds.Roots`): the workspace and staged paths are opened again without
+following links and judged again (symbolic links, home directories, system directories,
+``sys.path``), and the protected entries get their read-only binds and placeholders.
 
 The cache is keyed by everything the plan was made from (the caller passes its own inputs;
 `host_facts` adds this host's), and the key is written at the head of the file and must
 match byte for byte, so a changed policy, host or panday makes a fresh plan rather than a
 stale one. A plan file is used only when it is a regular file owned by the caller that
-nobody else may write, in a directory of the same kind, and its body still has the digest
-written beside it (anything else is rebuilt, never trusted). The directory is beside the
-seccomp cache under panday's per-user state, which no jail can write: it is a protected
-entry of any workspace that holds it, and a workspace inside it is refused
-(`panday_core.protect.root_refusal`).
+nobody else may write, in a directory of the same kind reached without a link, and its
+body still has the digest written beside it (anything else is rebuilt, never trusted). The
+directory is beside the seccomp cache under panday's per-user state, which no jail can
+write: it is a protected entry of any workspace that holds it, and a writable workspace
+inside it is refused (`panday_core.protect.root_refusal`).
 
 Only sessions whose jail needs nothing per session beyond the plan are planned: no cgroup
 ceilings, no disk ceiling (its /tmp is watched through bwrap's block descriptor) and no
 egress bridge. Everything else takes the full path.
 
-This module is on `panday run`'s start-up path: it imports neither typing nor msgspec.
+This module is on `panday run`'s start-up path: it imports neither typing nor msgspec, and
+what only a miss needs lives in `planning`.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ import time
 from _blake2 import blake2b
 
 from panday_core.errors import PolicyViolation
-from panday_core.execution import (
+from panday_core.process import (
     DRAIN_GRACE_S,
+    FALLBACK_REAP_S,
     READ_SIZE,
     ChildProcess,
     output_breach_detail,
@@ -56,21 +58,13 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Literal
 
-    from panday_core.policy import SandboxPolicy
-    from panday_tier_linux.session import LinuxSession
-
     Stream = Literal["stdout", "stderr"]
 
 FORMAT = 1
 """The plan file's layout; part of the key."""
 MAGIC = b"panday-jail-plan 1\n"
 MAX_PLAN_BYTES = 16 << 20
-MAX_PLANS = 64
-"""Plans kept per user; the oldest are removed when a new one is written."""
-_BINDS = "\x00binds\x00"
-"""Where the per-command binds go in the options (no option can contain a NUL byte)."""
 _PIPE_CAPACITY = 65536
-_FALLBACK_REAP_S = 0.02
 
 
 class Plan:
@@ -131,27 +125,6 @@ class Plan:
         self.etc_view = etc_view
         self.output_bytes = output_bytes
         self.wall_clock_ms = wall_clock_ms
-
-    def encode(self) -> bytes:
-        return marshal.dumps(
-            (
-                FORMAT,
-                self.bwrap,
-                self.head,
-                self.tail,
-                self.caller_env,
-                self.program,
-                self.workspace,
-                self.access,
-                self.staged_ro,
-                self.protect,
-                self.unprotect,
-                self.allow_home,
-                self.etc_view,
-                self.output_bytes,
-                self.wall_clock_ms,
-            )
-        )
 
     @classmethod
     def decode(cls, body: bytes) -> Plan | None:
@@ -249,59 +222,7 @@ def _limit(value: object) -> int | bool | None:
     return False
 
 
-# ---------------------------------------------------------------------- making one
-
-
-def plannable(policy: SandboxPolicy) -> bool:
-    """Whether a session for `policy` could be planned (`plan_of` decides; this only
-    saves opening one that could not): no allowlist, no cgroup or disk ceiling."""
-    limits = policy.limits
-    ceilings = (limits.mem_bytes, limits.pids, limits.cpu_ms, limits.disk_bytes)
-    return not policy.net.allow and all(value is None for value in ceilings)
-
-
-def plan_of(session: LinuxSession, *, caller_env: Sequence[str] = ()) -> Plan | None:
-    """The plan of an open session, or None when its jail needs more than a plan holds
-    (cgroup ceilings, a disk ceiling, the egress bridge). `caller_env` names the policy's
-    variables whose values came from the caller's environment: they stay out of the plan.
-    """
-    from panday_tier_linux.argv import build_options  # noqa: PLC0415 - only when planning
-
-    spec, policy = session.spec, session.policy
-    if session.cgroup is not None or session.bridge is not None or spec.tmp_bytes is not None:
-        return None
-    # Exactly what `LinuxSession.launch` passes for a command without a block descriptor:
-    # 3 the options, 4 the seccomp program, 5 the status, then the binds.
-    options = build_options(spec, cwd=session.workspace, seccomp_fd=4, status_fd=5, binds=[_BINDS])
-    cut = options.index(_BINDS)
-    head, tail = options[:cut], options[cut + 1 :]
-    hidden: list[tuple[int, str]] = []
-    for name in caller_env:
-        at = next(
-            (i for i in range(len(tail) - 2) if tail[i] == "--setenv" and tail[i + 1] == name),
-            None,
-        )
-        if at is None:
-            return None
-        tail[at + 2] = ""
-        hidden.append((at + 2, name))
-    fs = policy.fs
-    return Plan(
-        bwrap=session.bwrap.path,
-        head=tuple(head),
-        tail=tuple(tail),
-        caller_env=tuple(hidden),
-        program=session.program,
-        workspace=session.workspace,
-        access=fs.access,
-        staged_ro=tuple(fs.staged_ro),
-        protect=tuple(fs.protect),
-        unprotect=tuple(fs.unprotect),
-        allow_home=fs.allow_home,
-        etc_view=spec.etc_view,
-        output_bytes=policy.limits.output_bytes,
-        wall_clock_ms=policy.limits.wall_clock_ms,
-    )
+# ---------------------------------------------------------------------- host facts
 
 
 def host_facts() -> list[str] | None:
@@ -354,7 +275,7 @@ def _private_fd(fd: int) -> bool:
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
 
 
-def _open_plan_dir(*, create: bool) -> int | None:
+def open_plan_dir(*, create: bool) -> int | None:
     """A descriptor on `plan_dir`, reached from the cache base without following a link at
     ``panday`` or ``plans``, each a directory of ours nobody else may write; None if not
     (`create`: make what is missing, 0700)."""
@@ -382,11 +303,11 @@ def _open_plan_dir(*, create: bool) -> int | None:
     return fd
 
 
-def _file_name(key: str) -> str:
+def file_name(key: str) -> str:
     return blake2b(key.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest() + ".plan"
 
 
-def _head(key: str) -> bytes:
+def file_head(key: str) -> bytes:
     return MAGIC + key.encode("utf-8", "surrogateescape") + b"\n\x00"
 
 
@@ -417,61 +338,20 @@ def _read_plan_file(directory: int, name: str) -> bytes | None:
 def load(key: str) -> Plan | None:
     """The cached plan for `key`, or None: missing, not ours, writable by others, written
     for another key, a body that no longer matches its digest, or not a plan."""
-    directory = _open_plan_dir(create=False)
+    directory = open_plan_dir(create=False)
     if directory is None:
         return None
     try:
-        blob = _read_plan_file(directory, _file_name(key))
+        blob = _read_plan_file(directory, file_name(key))
     finally:
         os.close(directory)
-    head = _head(key)
+    head = file_head(key)
     if blob is None or not blob.startswith(head):
         return None
     digest, body = blob[len(head) : len(head) + 32], blob[len(head) + 32 :]
     if blake2b(body, digest_size=32).digest() != digest:
         return None
     return Plan.decode(body)
-
-
-def store(key: str, plan: Plan) -> bool:
-    """Write `plan` for `key` (atomically, 0600, in a 0700 directory of ours); False when
-    it cannot be written safely, which only means the next run plans again."""
-    directory = _open_plan_dir(create=True)
-    if directory is None:
-        return False
-    body = plan.encode()
-    data = _head(key) + blake2b(body, digest_size=32).digest() + body
-    tmp = f".tmp-{os.getpid()}-{os.urandom(4).hex()}"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(tmp, flags, 0o600, dir_fd=directory)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.replace(tmp, _file_name(key), src_dir_fd=directory, dst_dir_fd=directory)
-    except OSError:
-        with suppress(OSError):
-            os.unlink(tmp, dir_fd=directory)
-        os.close(directory)
-        return False
-    _prune(directory)
-    os.close(directory)
-    return True
-
-
-def _prune(directory: int) -> None:
-    """Keep the newest `MAX_PLANS` plans (a plan per workspace and option set adds up)."""
-    try:
-        with os.scandir(directory) as entries:
-            plans = [(e.stat().st_mtime_ns, e.name) for e in entries if e.name.endswith(".plan")]
-    except OSError:
-        return
-    for _mtime, name in sorted(plans)[: max(0, len(plans) - MAX_PLANS)]:
-        with suppress(OSError):
-            os.unlink(name, dir_fd=directory)
 
 
 # ---------------------------------------------------------------------- running one
@@ -561,7 +441,7 @@ def launch(plan: Plan, argv: Sequence[str], environ: Mapping[str, str]) -> Launc
         if value is None:
             return None
         tail[index] = value
-    roots, _refusals = Roots.open(plan)
+    roots, _refusals = Roots.open(plan, check_entries=False)  # command_binds checks them
     if roots is None:
         return None
     binds: CommandBinds | None = None
@@ -687,7 +567,7 @@ class _Pump:
             if self.deadline is not None and self.kill_breach is None:
                 due.append(self.deadline)
             if self.proc.pidfd is None:
-                due.append(now + _FALLBACK_REAP_S)
+                due.append(now + FALLBACK_REAP_S)
         else:
             due.append(self.drain_until)
         if not due:
