@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING, NoReturn
 
 from panday import exitcodes
 
-TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Sequence
-    from typing import NoReturn
 
     from panday_core.errors import PolicyViolation
 
@@ -76,19 +75,15 @@ def console() -> NoReturn:
     which costs about as much as the jail itself (docs/benchmarks.md), so the streams are
     flushed and the process leaves with `os._exit`. Nothing of panday's uses atexit.
     """
-    from panday.cli_fast import run_cached  # noqa: PLC0415 - `panday run` from a cached plan
-
     try:
-        code = run_cached(sys.argv[1:])
-        if code is None:
-            code = main()
+        code = main()
     except SystemExit as exc:  # argparse's --help, or a SystemExit from below
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    from panday_core.startup import suppress  # noqa: PLC0415 - contextlib costs start-up time
+    import contextlib  # noqa: PLC0415 - loaded by typing already
 
     for stream in (sys.stdout, sys.stderr):
         # A reader that went away: the exit code already says what happened.
-        with suppress(OSError):
+        with contextlib.suppress(OSError):
             stream.flush()
     os._exit(code)
 

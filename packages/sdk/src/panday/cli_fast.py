@@ -42,6 +42,7 @@ from panday_core.startup import suppress
 TYPE_CHECKING = False  # typing's flag without importing typing (this module's purpose)
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import NoReturn
 
     from panday_tier_linux.plan import Ended, Launched, Plan, Stream
 
@@ -56,6 +57,25 @@ MODEL_LIBRARIES = ("msgspec", "typing_extensions")
 """Libraries that decide whether the model accepts a policy: part of the key."""
 _POLICY_LIMIT = 4 << 20
 """As `panday.cli_input.POLICY_LIMIT`: a larger file takes the full path (which refuses it)."""
+
+
+def console() -> NoReturn:
+    """The `panday` console script: `panday run` from a cached plan when it can, else the
+    whole CLI (`panday.cli.console`, which does everything else, ``run`` included).
+
+    The entry point is here, not in `panday.cli`, so a cached run compiles and loads none
+    of the CLI's own modules; whatever it leaves alone reaches `panday.cli.console` before
+    anything was opened or spawned.
+    """
+    code = run_cached(sys.argv[1:])
+    if code is None:
+        from panday.cli import console as full_cli  # noqa: PLC0415 - everything but a cached run
+
+        full_cli()
+    for stream in (sys.stdout, sys.stderr):  # a line `panday.cli.report` wrote
+        with suppress(OSError, ValueError, AttributeError):
+            stream.flush()
+    os._exit(code)
 
 
 def run_cached(argv: list[str]) -> int | None:

@@ -38,7 +38,6 @@ import fcntl
 import os
 import stat
 
-from panday_core.errors import PolicyViolation
 from panday_core.protect import (
     Entry,
     RootRefused,
@@ -55,6 +54,7 @@ if TYPE_CHECKING:
     from typing import Protocol, Self
 
     from panday_core.capabilities import Refusal
+    from panday_core.errors import PolicyViolation
 
     class RootsPolicy(Protocol):
         """What `Roots.open` reads of a policy's ``fs`` section: a `FsPolicy`, or the
@@ -309,6 +309,8 @@ class Roots:
         )
         if not check_entries:
             return roots, []
+        from panday_core.errors import PolicyViolation  # noqa: PLC0415 - see `_refusal`
+
         try:
             # Fail at open, not at the first command, for what is wrong already.
             roots.command_binds(dry_run=True).close()
@@ -442,13 +444,15 @@ def _open_root(field: str, path: str, *, writable: bool, allow_home: bool) -> He
 
 def _refusal(field: str, reason: str) -> Refusal:
     # Imported here: the capability model needs msgspec, which `panday run`'s start-up path
-    # never loads unless something is refused.
+    # never loads unless something is refused (nor the errors, unless something fails).
     from panday_core.capabilities import Refusal  # noqa: PLC0415
 
     return Refusal(field=field, reason=reason)
 
 
 def _violation(field: str, reason: str) -> PolicyViolation:
+    from panday_core.errors import PolicyViolation  # noqa: PLC0415 - see `_refusal`
+
     return PolicyViolation(TIER, [_refusal(field, reason)])
 
 

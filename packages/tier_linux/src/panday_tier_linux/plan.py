@@ -38,7 +38,6 @@ import stat
 import time
 from _blake2 import blake2b
 
-from panday_core.errors import PolicyViolation
 from panday_core.process import (
     DRAIN_GRACE_S,
     FALLBACK_REAP_S,
@@ -463,6 +462,8 @@ def launch(plan: Plan, argv: Sequence[str], environ: Mapping[str, str]) -> Launc
         if binds is not None:
             binds.close()
         roots.close()
+        from panday_core.errors import PolicyViolation  # noqa: PLC0415 - refusals only
+
         if isinstance(exc, PolicyViolation):
             return None
         raise
