@@ -1,5 +1,9 @@
 """`panday run` from a cached jail plan: the CLI's start-up path (docs/cli.md, "Start-up").
 
+The `panday` console script enters here (`console`): a run this module can serve from a
+plan is served, everything else goes to `panday.cli.console` untouched, before anything
+was opened or spawned.
+
 Agents call `panday run` once per tool call, so its start-up is paid on every call. The
 full path imports the policy model (msgspec), judges the policy against the tier's table
 and opens a session before the jail starts; for the same inputs on the same host all of
