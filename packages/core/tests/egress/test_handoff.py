@@ -69,11 +69,15 @@ class Handoff:
         user, token = self.thread.credentials(command_id)
         return base64.b64encode(f"{user}:{token}".encode())
 
+    def closed(self) -> list[AuditEvent]:
+        return [e for e in list(self.events) if e.phase == "close"]
+
     def wait_events(self, count: int, timeout: float = 5.0) -> list[AuditEvent]:
+        """The close events (one per connection), once `count` have arrived."""
         deadline = time.monotonic() + timeout
-        while len(self.events) < count and time.monotonic() < deadline:
+        while len(self.closed()) < count and time.monotonic() < deadline:
             time.sleep(0.01)
-        return list(self.events)
+        return self.closed()
 
     def close(self) -> None:
         self.relay.close()

@@ -33,12 +33,14 @@ AVAILABLE = sys.platform.startswith("linux") and hasattr(os, "splice")
 """splice(2) exists here (Linux, Python 3.10 or later)."""
 PIPE_BYTES = 1 << 20
 """Pipe capacity asked for (F_SETPIPE_SZ); the default 64 KiB when the host refuses."""
+DESCRIPTORS = 4
+"""Descriptors one spliced direction holds: two duplicated sockets and a pipe."""
 _F_SETPIPE_SZ = 1031
 _FLAGS = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK", 2)
 
 
 class Side(Protocol):
-    """What a direction needs of a tunnel end (`server._End`)."""
+    """What a direction needs of a tunnel end (`tunnel.End`)."""
 
     transport: asyncio.Transport | None
     eof: bool
