@@ -37,7 +37,7 @@ _SIZE, _DATA, _DATA_CR, _DATA_LF, _TRAILER, _DONE = range(6)
 class Body:
     """The end of one message body: `length` bytes, or chunked (`length` None)."""
 
-    __slots__ = ("chunked", "line", "remaining", "state", "strict")
+    __slots__ = ("chunked", "checked", "line", "raw", "remaining", "state", "strict")
 
     def __init__(self, length: int | None, *, strict: bool) -> None:
         self.chunked = length is None
@@ -45,7 +45,19 @@ class Body:
         self.state = _SIZE if self.chunked else (_DATA if length else _DONE)
         self.line = bytearray()
         self.strict = strict
-        """A request: a bare CR, or trailer fields carrying proxy credentials, are errors."""
+        """A request: a bare CR, or trailer fields carrying proxy credentials, are errors,
+        and trailer lines are passed on only once checked (see `raw`, `checked`)."""
+        self.raw = 0
+        """Strict: how many bytes of the last scan may be passed on as they are (what
+        follows is trailer, held back until checked)."""
+        self.checked = bytearray()
+        """Strict: trailer lines checked since the last `take_checked`, to pass on after
+        the raw bytes."""
+
+    def take_checked(self) -> bytes:
+        out = bytes(self.checked)
+        self.checked.clear()
+        return out
 
     @property
     def done(self) -> bool:
@@ -54,7 +66,9 @@ class Body:
     def scan(self, data: bytes | bytearray | memoryview) -> int:  # noqa: C901, PLR0912 - one branch per state
         """`MORE`, or the offset just past the body's end; raises `FramingError`."""
         size = len(data)
+        self.raw = 0 if self.state == _TRAILER else size
         if self.state == _DONE:
+            self.raw = 0
             return 0
         if self.state == _DATA and self.remaining > size:
             self.remaining -= size  # the common case of a large body: no per-byte work
@@ -69,6 +83,7 @@ class Body:
                 if self.remaining == 0:
                     if not self.chunked:
                         self.state = _DONE
+                        self.raw = min(self.raw, pos)
                         return pos
                     self.state = _DATA_CR
                 continue
@@ -95,8 +110,11 @@ class Body:
                     raise FramingError(pos - 1, "bare CR or NUL in chunked framing")
                 if state == _SIZE:
                     self._size(line, pos - 1)
+                    if self.state == _TRAILER and self.strict:
+                        self.raw = pos  # the trailer waits to be checked
                 elif self._trailer_ends(line, pos - 1):
                     self.state = _DONE
+                    self.raw = min(self.raw, pos)
                     return pos
         return MORE
 
@@ -109,11 +127,11 @@ class Body:
 
     def _trailer_ends(self, line: bytes, at: int) -> bool:
         """True at the empty line that ends the trailer section."""
-        if not line:
-            return True
-        if self.strict and line.split(b":", 1)[0].strip().lower() in _TRAILER_REFUSED:
-            raise FramingError(at, "proxy credentials in a trailer field")
-        return False
+        if self.strict:
+            if line and line.split(b":", 1)[0].strip().lower() in _TRAILER_REFUSED:
+                raise FramingError(min(at, self.raw), "proxy credentials in a trailer field")
+            self.checked += line + b"\r\n"
+        return not line
 
 
 _HEAD, _BODY, _UNFRAMED, _FINISHED = range(4)

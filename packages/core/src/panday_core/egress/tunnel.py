@@ -283,6 +283,12 @@ class End(asyncio.BufferedProtocol):
         if keep:
             self.count += keep
             peer.transport.write(view[:keep])
+        plain = self.conn.plain
+        if plain is not None and self is self.conn:
+            checked = plain.request.take_checked()  # trailer lines, passed on once checked
+            if checked:
+                self.count += len(checked)
+                peer.transport.write(checked)
         self.conn.framing_step()
 
     def pause_writing(self) -> None:
@@ -760,14 +766,14 @@ class PlainHttp:
         )
 
     def request_scan(self, view: memoryview) -> int:
-        if self.request.done:
+        request = self.request
+        if request.done:
             self.conn.not_forwarded += len(view)
             return 0
-        end = self.request.scan(view)
-        if end == MORE:
-            return len(view)
-        self.conn.not_forwarded += len(view) - end
-        return end
+        end = request.scan(view)
+        if end != MORE:
+            self.conn.not_forwarded += len(view) - end
+        return request.raw
 
     def response_scan(self, view: memoryview) -> int:
         if self.response.done:
