@@ -27,6 +27,8 @@ from panday_core.egress import ProxyLimits
 from panday_core.egress.audit import AuditEvent
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from conftest import Env, ProxyHandle
 
 ALLOWED = "allowed.test"
@@ -40,6 +42,27 @@ def _enough_descriptors(needed: int) -> None:
         if hard != resource.RLIM_INFINITY and hard < needed:
             pytest.fail(f"RLIMIT_NOFILE hard limit {hard} < {needed}: raise it to run this test")
         resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
+class _Served:
+    """An asyncio server the test's world closes with the others (`Env.close` awaits it)."""
+
+    def __init__(self, server: asyncio.Server) -> None:
+        self.server = server
+
+    async def close(self) -> None:
+        self.server.close()
+
+
+def _serve(env: Env, factory: Callable[[], asyncio.BaseProtocol]) -> int:
+    """Serve `factory` on 127.0.0.1 on the world's loop; the port."""
+
+    async def start() -> int:
+        server = await asyncio.get_running_loop().create_server(factory, "127.0.0.1", 0)
+        env.servers.append(_Served(server))  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - closed the same way
+        return int(server.sockets[0].getsockname()[1])
+
+    return env.lt.call(start())
 
 
 def _basic(user: str, token: str) -> bytes:
@@ -262,12 +285,7 @@ def test_a_thousand_half_closed_tunnels_hold_no_read_buffers(env: Env) -> None:
     _enough_descriptors(2 * 1000 + 512)
     _HalfOpen.transports = []
 
-    async def serve() -> int:
-        server = await asyncio.get_running_loop().create_server(_HalfOpen, "127.0.0.1", 0)
-        env.servers.append(server)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - closed the same way
-        return int(server.sockets[0].getsockname()[1])
-
-    port = env.lt.call(serve())
+    port = _serve(env, _HalfOpen)
     proc, addr, auth = _start_standalone("--allow", "127.0.0.1", "--port", str(port))
     tunnels: list[socket.socket] = []
     try:
@@ -308,6 +326,12 @@ def test_a_thousand_half_closed_tunnels_hold_no_read_buffers(env: Env) -> None:
     finally:
         for sock in tunnels:
             sock.close()
+
+        async def drop() -> None:
+            for transport in _HalfOpen.transports:
+                transport.abort()
+
+        env.lt.call(drop())
         proc.terminate()
         proc.wait(20)
         if proc.stdout is not None:
@@ -329,12 +353,7 @@ def test_clients_that_never_read_get_small_buffers_beyond_the_budget(env: Env) -
             del data
             self.transport.write(bytes(4 * MIB))
 
-    async def serve() -> int:
-        server = await asyncio.get_running_loop().create_server(Firehose, "127.0.0.1", 0)
-        env.servers.append(server)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - closed the same way
-        return int(server.sockets[0].getsockname()[1])
-
-    port = env.lt.call(serve())
+    port = _serve(env, Firehose)
     limits = ProxyLimits(buffer_budget_bytes=1 * MIB, splice_after=None)
     handle = env.proxy(allow=["127.0.0.1"], ports=[port], limits=limits)
     socks: list[socket.socket] = []
@@ -438,19 +457,12 @@ class _KeepAlive(asyncio.Protocol):
             )
 
     def eof_received(self) -> bool:
-        return True  # and still never closes
+        return False  # closes when the proxy does, never by itself
 
 
 def _keep_alive(env: Env, name: str) -> tuple[int, list[bytes]]:
     heads: list[bytes] = []
-
-    async def serve() -> int:
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: _KeepAlive(name, heads), "127.0.0.1", 0)
-        env.servers.append(server)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - closed the same way
-        return int(server.sockets[0].getsockname()[1])
-
-    return env.lt.call(serve()), heads
+    return _serve(env, lambda: _KeepAlive(name, heads)), heads
 
 
 def _read_response(sock: socket.socket) -> bytes:
@@ -536,12 +548,7 @@ def test_credentials_in_a_chunked_trailer_never_reach_the_upstream(env: Env) -> 
         def data_received(self, data: bytes) -> None:
             received.append(data)
 
-    async def serve() -> int:
-        server = await asyncio.get_running_loop().create_server(Recorder, "127.0.0.1", 0)
-        env.servers.append(server)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - closed the same way
-        return int(server.sockets[0].getsockname()[1])
-
-    port = env.lt.call(serve())
+    port = _serve(env, Recorder)
     handle = env.proxy(allow=[ALLOWED, "127.0.0.1"], ports=[port], table={ALLOWED: ["127.0.0.1"]})
     _, token = handle.creds
     body = b"5\r\nhello\r\n0\r\nProxy-Authorization: " + handle.basic() + b"\r\n\r\n"
