@@ -128,7 +128,7 @@ class HandoffListener:
         except BaseException:
             sock.close()
             raise
-        self._sock = sock
+        self._sock = sock = self._descriptors.lift_socket(sock)
         self._loop.add_reader(sock.fileno(), self._accept)
 
     def _accept(self) -> None:
@@ -172,6 +172,7 @@ class HandoffListener:
             conn.close()
             self._report(key, f"relay connection refused: {why}")
             return
+        conn = self._descriptors.lift_socket(conn)
         conn.setblocking(False)  # noqa: FBT003 - the socket API's own flag
         self._relays[conn.fileno()] = (conn, key)
         self._per_key[key] = held + 1
@@ -222,7 +223,7 @@ class HandoffListener:
                 os.close(fd)
             self._report(key, f"malformed handoff message ({len(fds)} descriptors)")
             return
-        sock, why = _adoptable(fds[0])
+        sock, why = _adoptable(self._descriptors.lift(fds[0]))
         if sock is None:
             self._report(key, why)
             return

@@ -11,16 +11,23 @@ with ``EMFILE``. So the first proxy of a process:
   room for it, otherwise a quarter of the limit (at least `MIN_CALLER`);
 * keeps `EDGE_RESERVE` descriptors for the moments where a connection must be accepted (or
   received) only to be closed, which is how a refusal at the edge works;
-* and gives every proxy of the process one shared `DescriptorBudget` of the rest, which
+* gives every proxy of the process one shared `DescriptorBudget` of the rest, which
   each accepted client, upstream connection, relay connection and spliced direction takes
   from before it is made, and gives back when it ends. What does not fit is refused at the
-  edge; nothing waits for a descriptor.
+  edge; nothing waits for a descriptor;
+* and, when the raise made room, keeps its own descriptors *numbered* at or above the
+  original soft limit (`DescriptorBudget.lift`): the kernel hands out the lowest free
+  number, so without this a proxy holding a thousand sockets would push the caller's next
+  ``open()`` past 1,024, where ``select()`` cannot watch it (a caller that selects would
+  fail with "filedescriptor out of range"). The numbers below stay the caller's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
+import socket
 import threading
 
 import msgspec
@@ -89,14 +96,45 @@ class DescriptorBudget:
     """Descriptors the egress proxies of this process may hold at once (thread-safe: each
     session proxy runs on a loop thread of its own, and they share one table)."""
 
-    def __init__(self, limit: int, caller: int) -> None:
+    def __init__(self, limit: int, caller: int, floor: int = 0) -> None:
         self.limit = limit
         """The soft ``RLIMIT_NOFILE`` the budget was derived from."""
         self.caller = caller
         """Descriptors left to the caller."""
+        self.floor = floor
+        """The lowest number the proxy's own descriptors take (0: wherever they fall)."""
         self.total = max(0, limit - caller - EDGE_RESERVE)
         self.used = 0
         self._lock = threading.Lock()
+
+    def lift(self, fd: int) -> int:
+        """`fd` renumbered at or above `floor` (the original closed), close-on-exec; `fd`
+        itself when there is no floor or no room above it."""
+        if self.floor <= 0 or fd >= self.floor:
+            return fd
+        import fcntl  # noqa: PLC0415 - POSIX only, and only with a floor
+
+        try:
+            moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, self.floor)
+        except OSError:
+            return fd  # nothing free above the floor: keep it where it is
+        os.close(fd)
+        return moved
+
+    def lift_socket(self, sock: socket.socket) -> socket.socket:
+        """`sock` renumbered as by `lift` (a new socket object; `sock` is consumed)."""
+        if self.floor <= 0 or sock.fileno() >= self.floor:
+            return sock
+        timeout = sock.gettimeout()
+        fd = self.lift(sock.detach())
+        try:
+            moved = socket.socket(fileno=fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
+        moved.settimeout(timeout)
+        return moved
 
     def take(self, count: int = 1) -> bool:
         """Reserve `count` descriptors; False (nothing reserved) when they do not fit."""
@@ -150,15 +188,16 @@ def _raise_soft_limit() -> tuple[int, int]:
 
 def derive_budget(before: int, limit: int, open_now: int) -> DescriptorBudget:
     """The budget for a process whose soft limit was `before` and is `limit` now, with
-    `open_now` descriptors open: the caller keeps its original limit when the raise made
-    room for it, else a quarter of the limit (at least `MIN_CALLER`), and never less than
-    what it holds already plus `MIN_CALLER`."""
+    `open_now` descriptors open: the caller keeps its original limit (and the numbers
+    below it) when the raise made room for it, else a quarter of the limit (at least
+    `MIN_CALLER`), and never less than what it holds already plus `MIN_CALLER`."""
+    floor = 0
     if limit - before >= MIN_CALLER + EDGE_RESERVE:
-        caller = before
+        caller = floor = before
     else:
         caller = max(MIN_CALLER, limit // 4)
     caller = max(caller, open_now + MIN_CALLER)
-    return DescriptorBudget(limit, min(caller, limit))
+    return DescriptorBudget(limit, min(caller, limit), floor)
 
 
 def descriptor_budget() -> DescriptorBudget:

@@ -234,7 +234,7 @@ class EgressProxy:
         self.credentials_store = Credentials()
         self._per_command: dict[str, int] = {}
         self._audit = audit
-        self.connector: Connector = connector or _create_connection
+        self.connector: Connector = connector or open_connection
         self._jsonl = JsonlAuditLog(audit_jsonl) if audit_jsonl else None
         self._listeners: list[_Listener] = []
         self._source = Source("the proxy's listeners", limits.max_unauthenticated)
@@ -317,7 +317,8 @@ class EgressProxy:
     def _listen(self, socks: list[socket.socket]) -> None:
         self._loop = asyncio.get_running_loop()
         for sock in socks:
-            self._listeners.append(_Listener(self, sock, self._source))
+            lifted = self.descriptors.lift_socket(sock)
+            self._listeners.append(_Listener(self, lifted, self._source))
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
         """Listen on TCP (loopback by default) and return the bound (host, port)."""
@@ -412,6 +413,12 @@ class EgressProxy:
         conn = self._admit(source)
         if conn is None:
             sock.close()
+            return
+        try:
+            sock = self.descriptors.lift_socket(sock)
+        except OSError:
+            sock.close()
+            self._release(conn)
             return
         self.spawn(self._attach(conn, sock))
 
@@ -590,10 +597,21 @@ class EgressProxy:
         task.add_done_callback(self._tasks.discard)
 
 
-async def _create_connection(
+async def open_connection(
     factory: Callable[[], asyncio.BaseProtocol], host: str, port: int
 ) -> object:
-    return await asyncio.get_running_loop().create_connection(factory, host=host, port=port)
+    """The default `Connector`: a TCP connection to `host` (an IP literal) and `port`, on a
+    descriptor numbered out of the caller's range (`DescriptorBudget.lift`)."""
+    loop = asyncio.get_running_loop()
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = descriptor_budget().lift_socket(socket.socket(family, socket.SOCK_STREAM))
+    try:
+        sock.setblocking(False)  # noqa: FBT003 - the socket API's own flag
+        await loop.sock_connect(sock, (host, port))
+        return await loop.create_connection(factory, sock=sock)
+    except BaseException:
+        sock.close()
+        raise
 
 
 def _valid_user(user: str) -> bool:

@@ -729,7 +729,9 @@ class Connection(End):
         """Hand `src` → `dst` to splice(2), if the descriptor budget allows."""
         if not self.descriptors.take(splicing.DESCRIPTORS):
             return
-        direction = splicing.Direction(self.proxy.loop, self, src, dst)
+        direction = splicing.Direction(
+            self.proxy.loop, self, src, dst, lift=self.descriptors.lift
+        )
         if direction.start():
             src.splice = direction
         else:
