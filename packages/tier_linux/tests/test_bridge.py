@@ -352,7 +352,9 @@ def test_a_commands_credentials_die_with_it(world: World) -> None:
         assert first.exit_code == 0
         url = saved.read_text()
         assert url.startswith("http://cmd-1:")
-        reuse = f'{CURL} -sS -o /dev/null -w %{{http_code}} -x "$(cat {saved})" {world.url(ALLOWED)}'
+        reuse = (
+            f'{CURL} -sS -o /dev/null -w %{{http_code}} -x "$(cat {saved})" {world.url(ALLOWED)}'
+        )
         own = f"{CURL} -sS -o /dev/null -w %{{http_code}} {world.url(ALLOWED)}"
         ok = session.run(["/bin/sh", "-c", own])
         if ok.stdout != b"200":  # the positive control: the session's own credentials pass

@@ -281,6 +281,27 @@ def _start_standalone(*args: str) -> tuple[subprocess.Popen[str], tuple[str, int
     return proc, (host, int(port)), base64.b64encode(creds.encode())
 
 
+async def _upstreams_write(data: bytes | None) -> None:
+    """Every half-open upstream connection writes `data` (None: is aborted)."""
+    for transport in _HalfOpen.transports:
+        if data is None:
+            transport.abort()
+        else:
+            transport.write(data)
+
+
+def _open_tunnel(sock: socket.socket, head: bytes) -> bytes:
+    """Send the CONNECT head and one byte; what came back until the byte's echo."""
+    sock.sendall(head + b"x")
+    answer = b""
+    while not answer.endswith(b"\r\n\r\nx"):
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        answer += chunk
+    return answer
+
+
 def test_a_thousand_half_closed_tunnels_hold_no_read_buffers(env: Env) -> None:
     _enough_descriptors(2 * 1000 + 512)
     _HalfOpen.transports = []
@@ -298,24 +319,15 @@ def test_a_thousand_half_closed_tunnels_hold_no_read_buffers(env: Env) -> None:
         for _ in range(1000):
             sock = socket.create_connection(addr, timeout=10)
             tunnels.append(sock)
-            sock.sendall(head + b"x")
-            answer = b""
-            while not answer.endswith(b"\r\n\r\nx"):
-                chunk = sock.recv(4096)
-                if not chunk:
-                    break
-                answer += chunk
-            env.expect(answer.endswith(b"\r\n\r\nx"), f"a tunnel opens and carries bytes: {answer!r}")
+            answer = _open_tunnel(sock, head)
+            env.expect(
+                answer.endswith(b"\r\n\r\nx"), f"a tunnel opens and carries bytes: {answer!r}"
+            )
             sock.shutdown(socket.SHUT_WR)  # half-close: the other direction stays open
         time.sleep(1.0)
         half = _status(proc.pid)
         # Still half-open: the upstream's direction carries bytes to every client.
-
-        async def speak() -> None:
-            for transport in _HalfOpen.transports:
-                transport.write(b"y")
-
-        env.lt.call(speak())
+        env.lt.call(_upstreams_write(b"y"))
         for sock in tunnels:
             assert env.recv_exact(sock, 1) == b"y"
         for sock in tunnels:  # all at once
@@ -326,12 +338,7 @@ def test_a_thousand_half_closed_tunnels_hold_no_read_buffers(env: Env) -> None:
     finally:
         for sock in tunnels:
             sock.close()
-
-        async def drop() -> None:
-            for transport in _HalfOpen.transports:
-                transport.abort()
-
-        env.lt.call(drop())
+        env.lt.call(_upstreams_write(None))
         proc.terminate()
         proc.wait(20)
         if proc.stdout is not None:

@@ -799,7 +799,7 @@ blocked("; ".join(seen))
     options = _granted(esc, host, port)
     for name, addr in names.items():
         esc.names[name] = [addr]
-    options["allow"] = [*options["allow"], *names]
+    options["allow"] = [*options.get("allow", ()), *names]
     esc.control(esc.inside(_through_proxy(_target(ALLOWED, port)), **options))
     attempts = len(esc.connector.attempts)
     outcome = esc.inside(reach, **options)

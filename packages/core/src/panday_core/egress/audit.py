@@ -111,9 +111,7 @@ class Throttle:
     PER_SECOND = 20
     WINDOW_S = 1.0
 
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, emit: Callable[[AuditEvent], None]
-    ) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, emit: Callable[[AuditEvent], None]) -> None:
         self._loop = loop
         self._emit = emit
         self._windows: dict[str, _Window] = {}

@@ -37,7 +37,7 @@ _SIZE, _DATA, _DATA_CR, _DATA_LF, _TRAILER, _DONE = range(6)
 class Body:
     """The end of one message body: `length` bytes, or chunked (`length` None)."""
 
-    __slots__ = ("chunked", "checked", "line", "raw", "remaining", "state", "strict")
+    __slots__ = ("checked", "chunked", "line", "raw", "remaining", "state", "strict")
 
     def __init__(self, length: int | None, *, strict: bool) -> None:
         self.chunked = length is None
@@ -216,25 +216,28 @@ class Response:
         if self.head_request or status in _NO_BODY:
             self.state = _FINISHED
             return
-        lengths: set[bytes] = set()
-        codings: list[bytes] = []
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            key = name.strip().lower()
-            if key == b"content-length":
-                lengths.add(value.strip())
-            elif key == b"transfer-encoding":
-                codings += [c.strip().lower() for c in value.split(b",")]
-        if codings:
-            chunked = codings[-1] == b"chunked"
-            self.body = Body(None, strict=False) if chunked else None
-        elif len(lengths) == 1 and next(iter(lengths)).isdigit():
-            self.body = Body(int(next(iter(lengths))), strict=False)
-        else:
-            self.body = None
+        self.body = _body_of(lines[1:])
         if self.body is None:
             self.state = _UNFRAMED
         elif self.body.done:
             self.state = _FINISHED
         else:
             self.state = _BODY
+
+
+def _body_of(lines: list[bytes]) -> Body | None:
+    """The body framing a response's header lines give; None: until the upstream closes."""
+    lengths: set[bytes] = set()
+    codings: list[bytes] = []
+    for line in lines:
+        name, _, value = line.partition(b":")
+        key = name.strip().lower()
+        if key == b"content-length":
+            lengths.add(value.strip())
+        elif key == b"transfer-encoding":
+            codings += [c.strip().lower() for c in value.split(b",")]
+    if codings:
+        return Body(None, strict=False) if codings[-1] == b"chunked" else None
+    if len(lengths) == 1 and next(iter(lengths)).isdigit():
+        return Body(int(next(iter(lengths))), strict=False)
+    return None

@@ -87,7 +87,7 @@ def jail_key(conn: socket.socket) -> str:
     except (OSError, AttributeError, struct.error):
         return f"relay fd {conn.fileno()}"
     try:
-        return f"jail {os.readlink(f'/proc/{pid}/ns/pid')}"
+        return f"jail {os.readlink(f'/proc/{pid}/ns/pid')}"  # noqa: PTH115 - os terms, as above
     except OSError:
         return f"process {pid}"
 
@@ -95,7 +95,7 @@ def jail_key(conn: socket.socket) -> str:
 class HandoffListener:
     """Serves one ``SOCK_SEQPACKET`` unix socket that relays pass connected sockets through."""
 
-    def __init__(  # noqa: PLR0913 - what the listener is told, each a separate concern
+    def __init__(
         self,
         path: str,
         *,
@@ -200,7 +200,7 @@ class HandoffListener:
         key = entry[1] if entry is not None else "relay"
         for _ in range(_BATCH):
             try:
-                data, ancillary, _flags, _addr = conn.recvmsg(
+                data, ancillary, flags, _addr = conn.recvmsg(
                     len(MESSAGE), space, socket.MSG_CMSG_CLOEXEC
                 )
             except (BlockingIOError, InterruptedError):
@@ -215,6 +215,11 @@ class HandoffListener:
             if not data and not fds:
                 self._drop(conn)  # the relay closed (its jail ended)
                 return
+            if data == MESSAGE and not fds and flags & socket.MSG_CTRUNC:
+                # The kernel could not install the descriptor (this process is out of them)
+                # and closed it: the client sees its connection end.
+                self._report(key, "a handed-over connection was dropped: no descriptor free")
+                continue
             self._handle(key, data, list(fds))
 
     def _handle(self, key: str, data: bytes, fds: list[int]) -> None:

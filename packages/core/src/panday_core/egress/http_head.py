@@ -271,19 +271,8 @@ class HeadReader:
                 raise HttpRefusal(400, "bare CR, LF or NUL in the request head")
             line = bytes(buf[self.pos : end - 1])
             self.pos = end + 1
-            if b"\r" in line or b"\x00" in line:
-                raise HttpRefusal(400, "bare CR, LF or NUL in the request head")
-            if self.lines == 0:
-                if len(line) > self.max_line:
-                    raise HttpRefusal(414, f"request line longer than {self.max_line} bytes")
-                request_line(line)
-            elif not line:
+            if self._line_ends_head(line):
                 return self.pos
-            else:
-                if self.lines > self.max_headers:
-                    raise HttpRefusal(431, f"more than {self.max_headers} header fields")
-                header_line(line)
-            self.lines += 1
         # The incomplete last line: any CR but a final one is bare (a CRLF would have ended
         # the line above).
         if (
@@ -298,6 +287,23 @@ class HeadReader:
         if len(buf) > self.max_head:
             raise HttpRefusal(431, f"request head larger than {self.max_head} bytes")
         return None
+
+    def _line_ends_head(self, line: bytes) -> bool:
+        """Check one complete line; True for the blank line that ends the head."""
+        if b"\r" in line or b"\x00" in line:
+            raise HttpRefusal(400, "bare CR, LF or NUL in the request head")
+        if self.lines == 0:
+            if len(line) > self.max_line:
+                raise HttpRefusal(414, f"request line longer than {self.max_line} bytes")
+            request_line(line)
+        elif not line:
+            return True
+        else:
+            if self.lines > self.max_headers:
+                raise HttpRefusal(431, f"more than {self.max_headers} header fields")
+            header_line(line)
+        self.lines += 1
+        return False
 
     def _request_line_so_far(self) -> None:
         """Check the new bytes of an incomplete request line (method SP target SP version)."""

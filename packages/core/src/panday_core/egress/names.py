@@ -24,6 +24,8 @@ from panday_core.egress.rules import parse_address
 from panday_core.egress.tunnel import Refusal
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from panday_core.egress.addresses import IPAddress
     from panday_core.egress.limits import ProxyLimits
     from panday_core.egress.resolver import Resolver
@@ -108,11 +110,11 @@ class CheckedNames:
         if not flight.done():
             flight.set_result(outcome)
 
-    def _check(self, host: str, answer: object) -> Outcome:
+    def _check(self, host: str, answer: Sequence[str]) -> Outcome:
         """Every address of `answer` checked: a mixed answer (how rebinding looks) is
         refused whole."""
         addresses: list[IPAddress] = []
-        for text in answer if isinstance(answer, (list, tuple)) else ():
+        for text in answer:
             addr = parse_address(str(text))
             if addr is None:
                 return Refusal("unresolvable", f"resolver gave a non-address for {host}")

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from panday_core.egress.tunnel import Connector
     from panday_core.policy import NetPolicy
 
-__all__ = ["SESSION_USER", "Connector", "EgressProxy", "ProxyLimits", "Refusal"]
+__all__ = ["SESSION_USER", "EgressProxy", "ProxyLimits", "Refusal"]
 
 _log = logging.getLogger("panday_core.egress")
 
@@ -98,7 +98,9 @@ class Credentials:
         with self._lock:
             grant = self._grants.get(user)
             if grant is None:
-                grant = self._grants[user] = _Grant(secrets.token_hex(_TOKEN_BYTES), next(self._ids))
+                grant = self._grants[user] = _Grant(
+                    secrets.token_hex(_TOKEN_BYTES), next(self._ids)
+                )
             grant.refs += 1
             return grant.token
 
@@ -443,10 +445,9 @@ class EgressProxy:
         if len(self.clients) >= self.max_connections and not self._evict_anywhere():
             self.edge(source, f"connection limit ({self.max_connections}) reached")
             return None
-        if not self.descriptors.take():
-            if not (self._evict_anywhere() and self.descriptors.take()):
-                self.edge(source, "the proxy's descriptor budget is spent")
-                return None
+        if not self.descriptors.take() and not (self._evict_anywhere() and self.descriptors.take()):
+            self.edge(source, "the proxy's descriptor budget is spent")
+            return None
         conn = Connection(self, source)
         conn.fd_held = True
         self.clients.add(conn)
@@ -564,11 +565,7 @@ class EgressProxy:
         for server in self._listeners:
             server.close()
         self._listeners.clear()
-        for client in list(self.clients):
-            for end in (client, client.up):
-                # Never touch a transport that is gone: Python 3.11 would report its loss twice.
-                if end is not None and end.transport is not None and not end.lost:
-                    end.transport.abort()
+        self._abort_all()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
@@ -581,6 +578,13 @@ class EgressProxy:
             self.resolver.close()  # its lookup threads
         if self._jsonl is not None:
             self._jsonl.close()
+
+    def _abort_all(self) -> None:
+        for client in list(self.clients):
+            for end in (client, client.up):
+                # Never touch a transport that is gone: Python 3.11 would report its loss twice.
+                if end is not None and end.transport is not None and not end.lost:
+                    end.transport.abort()
 
     async def __aenter__(self) -> Self:
         if not self._listeners:

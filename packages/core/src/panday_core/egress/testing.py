@@ -8,11 +8,11 @@ loopback ones.
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import asyncio
     from collections.abc import Callable
 
 
@@ -42,7 +42,9 @@ class HttpUpstream:
     same connection (an upstream the proxy cannot count on to end the exchange), and the
     body names the requested path."""
 
-    def __init__(self, body: bytes = b"hello from the upstream\n", *, keep_alive: bool = False) -> None:
+    def __init__(
+        self, body: bytes = b"hello from the upstream\n", *, keep_alive: bool = False
+    ) -> None:
         import http.server  # noqa: PLC0415 - tests only
         import threading  # noqa: PLC0415
 

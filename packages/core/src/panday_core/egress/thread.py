@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
 
     from panday_core.egress.audit import AuditEvent
-    from panday_core.egress.resolver import Resolver
     from panday_core.egress.limits import ProxyLimits
+    from panday_core.egress.resolver import Resolver
     from panday_core.egress.tunnel import Connector
     from panday_core.policy import NetPolicy
 

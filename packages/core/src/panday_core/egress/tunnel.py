@@ -180,12 +180,15 @@ class FrontEnd(Protocol):
     def feed(self, conn: Connection, data: bytes) -> None:
         """`data` arrived before the request was complete: parse it, and call
         `conn.authenticate` and `conn.request` when the time comes. Raises `Refusal`."""
+        ...
 
     def answer(self, refusal: Refusal) -> bytes | None:
         """What to send the client before closing, for `refusal` (None: nothing)."""
+        ...
 
     def opened(self, conn: Connection, request: HttpRequest | None) -> tuple[bytes, bytes]:
         """(to the client, to the upstream) once the upstream is connected."""
+        ...
 
 
 class End(asyncio.BufferedProtocol):
@@ -644,31 +647,39 @@ class Connection(End):
             if self.lost:
                 self.reason = "the client went away while the proxy was connecting"
                 return
-            if not self.descriptors.take():
-                raise Refusal("busy", "the proxy has no descriptor left for an upstream connection")
-            made = Upstream(self)
-            try:
-                async with asyncio.timeout(remaining):
-                    # The host is the checked address itself: nothing resolves the name again.
-                    await proxy.connector(lambda: made, str(addr), port)  # noqa: B023 - awaited in this iteration
-            except TimeoutError:
-                failure = Refusal("timeout", f"connecting to {addr} port {port} timed out")
-            except ConnectionRefusedError:
-                failure = Refusal("connection-refused", f"{addr} port {port} refused the connection")
-            except OSError as exc:
-                failure = Refusal(
-                    "unreachable", f"cannot connect to {addr} port {port}: {exc.strerror or exc}"
-                )
-            else:
-                if made.transport is not None:
-                    self._begin_relay(made, reason, http)
-                    return
-            if made.transport is None and made.holds_fd:
-                made.holds_fd = False
-                self.descriptors.give()
+            made, failure = await self._attempt(str(addr), port, remaining, failure)
+            if made is not None:
+                self._begin_relay(made, reason, http)
+                return
         if loop.time() >= deadline and failure.kind == "unreachable":
             failure = Refusal("timeout", f"connecting to {host}:{port} timed out")
         raise failure
+
+    async def _attempt(
+        self, addr: str, port: int, remaining: float, failure: Refusal
+    ) -> tuple[Upstream | None, Refusal]:
+        """One connection to a checked address: (the upstream, or None and why not)."""
+        if not self.descriptors.take():
+            raise Refusal("busy", "the proxy has no descriptor left for an upstream connection")
+        made = Upstream(self)
+        try:
+            async with asyncio.timeout(remaining):
+                # The host is the checked address itself: nothing resolves the name again.
+                await self.proxy.connector(lambda: made, addr, port)
+        except TimeoutError:
+            failure = Refusal("timeout", f"connecting to {addr} port {port} timed out")
+        except ConnectionRefusedError:
+            failure = Refusal("connection-refused", f"{addr} port {port} refused the connection")
+        except OSError as exc:
+            failure = Refusal(
+                "unreachable", f"cannot connect to {addr} port {port}: {exc.strerror or exc}"
+            )
+        if made.transport is not None:
+            return made, failure
+        if made.holds_fd:  # never connected: its descriptor is no longer held
+            made.holds_fd = False
+            self.descriptors.give()
+        return None, failure
 
     def _begin_relay(self, up: Upstream, reason: str, http: HttpRequest | None) -> None:
         self.up = up
@@ -729,9 +740,7 @@ class Connection(End):
         """Hand `src` → `dst` to splice(2), if the descriptor budget allows."""
         if not self.descriptors.take(splicing.DESCRIPTORS):
             return
-        direction = splicing.Direction(
-            self.proxy.loop, self, src, dst, lift=self.descriptors.lift
-        )
+        direction = splicing.Direction(self.proxy.loop, self, src, dst, lift=self.descriptors.lift)
         if direction.start():
             src.splice = direction
         else:
