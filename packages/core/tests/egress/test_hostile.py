@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
     from conftest import Env, ProxyHandle
 
+    from panday_core.egress.tunnel import Connection
+
 ALLOWED = "allowed.test"
 MIB = 1 << 20
 
@@ -94,7 +96,7 @@ def _get(port: int, target: str, auth: bytes, *, timeout: float = 10.0) -> tuple
 # one case, a hard one of 1,024 too): a session proxy on its loop thread, and the caller's
 # own work on another thread all along (open a file, make a socket pair), counting errors.
 FLOOD_CALLER = r"""
-import json, os, resource, socket, subprocess, sys, threading, time
+import json, os, resource, select, socket, subprocess, sys, threading, time
 hard = int(sys.argv[1]) or resource.getrlimit(resource.RLIMIT_NOFILE)[1]
 resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
 from panday_core.egress import ProxySettings, ProxyThread, StaticResolver
@@ -118,9 +120,12 @@ def work():
             with open("/etc/hostname", "rb"):
                 pass
             a, b = socket.socketpair()
-            a.close()
-            b.close()
-        except OSError as exc:
+            try:
+                select.select([a], [], [], 0)  # only below 1,024: what select() can watch
+            finally:
+                a.close()
+                b.close()
+        except (OSError, ValueError) as exc:
             errors.append(str(exc))
         time.sleep(0.005)
 threading.Thread(target=work, daemon=True).start()
@@ -347,6 +352,37 @@ def test_a_thousand_half_closed_tunnels_hold_no_read_buffers(env: Env) -> None:
     assert half["VmRSS"] <= 64 * 1024, f"RSS {half['VmRSS'] / 1024:.1f} MiB half-closed"
     # VmHWM is the peak over the process's life: the thousand closing at once included.
     assert after["VmHWM"] <= 64 * 1024, f"peak RSS {after['VmHWM'] / 1024:.1f} MiB"
+
+
+def test_an_end_of_file_gives_the_read_buffer_back(env: Env) -> None:
+    """asyncio asks for a buffer before it learns that a read returned nothing: at end of
+    file (either side) and at close, that buffer goes back to the pool at once."""
+    _HalfOpen.transports = []
+    port = _serve(env, _HalfOpen)
+    handle = env.proxy(allow=["127.0.0.1"], ports=[port])
+    tunnels: list[socket.socket] = []
+    try:
+        for _ in range(50):
+            status, _, sock, _ = env.connect(handle, f"127.0.0.1:{port}")
+            env.expect(status == 200 and sock is not None, "a tunnel opens")
+            assert sock is not None
+            tunnels.append(sock)
+            sock.sendall(b"x")
+            assert env.recv_exact(sock, 1) == b"x"
+            sock.shutdown(socket.SHUT_WR)
+        env.settle(lambda: all(c.eof for c in handle.proxy.clients))
+        proxy = handle.proxy
+        assert all(c.eof for c in proxy.clients)
+        assert [c for c in proxy.clients if c.buf is not None or c.lent] == []
+        assert proxy.pool.out == 0
+        env.lt.call(_upstreams_write(None))  # the other side ends too, at once
+        for sock in tunnels:
+            sock.close()
+        env.settle(lambda: not proxy.clients)
+        assert proxy.pool.out == 0
+    finally:
+        for sock in tunnels:
+            sock.close()
 
 
 def test_clients_that_never_read_get_small_buffers_beyond_the_budget(env: Env) -> None:
@@ -819,6 +855,33 @@ def test_refusals_without_credentials_are_summed_up(env: Env) -> None:
     assert f"{summary.count} connections like this one in 1 s, logged as one" in summary.reason
     assert summary.reason.endswith("the last: missing proxy credentials")
     assert all(isinstance(e, AuditEvent) and e.verdict == "refused" for e in events)
+
+
+def test_the_relay_core_refuses_a_request_without_credentials_whatever_the_front_end(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A front-end that forgets the credentials still gets nothing connected."""
+    from panday_core.egress import fronts  # noqa: PLC0415
+    from panday_core.egress.front_http import HttpFront  # noqa: PLC0415
+
+    up = env.upstream("up")
+
+    class Careless(HttpFront):
+        def feed(self, conn: Connection, data: bytes) -> None:
+            del data
+            conn.request(ALLOWED, up.port, b"")
+
+    monkeypatch.setattr(fronts, "choose", lambda first: Careless())
+    handle = env.proxy(
+        allow=[ALLOWED, "127.0.0.1"], ports=[up.port], table={ALLOWED: ["127.0.0.1"]}
+    )
+    with env.open_conn(handle.host, handle.port) as sock:
+        sock.sendall(b"G")
+        status, headers, _ = env.parse_response(env.recv_all(sock))
+    assert status == 407
+    assert headers["x-panday-refused"] == "missing proxy credentials"
+    assert up.connections == 0
+    assert handle.connector.attempts == []
 
 
 def test_the_standalone_proxy_refuses_a_bad_resolve_delay() -> None:

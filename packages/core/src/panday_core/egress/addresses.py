@@ -92,13 +92,16 @@ def address_refusal(addr: IPAddress) -> str | None:  # noqa: C901, PLR0911, PLR0
         return f"{addr} is a reserved address"
     if addr.is_private:
         return f"{addr} is a private address"
-    if isinstance(addr, ipaddress.IPv6Address) and addr in _SITE_LOCAL:
-        return f"{addr} is a site-local address"
+    if isinstance(addr, ipaddress.IPv6Address) and addr not in _GLOBAL_UNICAST_V6:
+        where = (
+            "a site-local address"
+            if addr in _SITE_LOCAL
+            else "outside the global unicast space 2000::/3"
+        )
+        return f"{addr} is {where} (not globally routable)"
     for net, what in _NOT_GLOBAL:
         if addr in net:
             return f"{addr} is in {what} (not globally routable)"
-    if isinstance(addr, ipaddress.IPv6Address) and addr not in _GLOBAL_UNICAST_V6:
-        return f"{addr} is outside the global unicast space 2000::/3 (not globally routable)"
     if not addr.is_global:
         return f"{addr} is not a globally routable address"
     return None

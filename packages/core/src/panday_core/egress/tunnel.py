@@ -591,6 +591,8 @@ class Connection(End):
         transport = self.transport
         assert transport is not None  # noqa: S101 - set in connection_made
         self.host, self.port = host, port
+        if self.user is None:  # whatever the front-end: no credentials, no connection
+            raise Refusal("credentials", "missing proxy credentials")
         transport.pause_reading()
         self.pending = leftover  # waits here until the tunnel is up
         self.state = _ESTABLISHING
