@@ -342,7 +342,8 @@ def _check_framing(headers: list[tuple[bytes, bytes]], *, connect: bool) -> None
 
 
 def parse_head(head: bytes, *, max_headers: int = 100) -> HttpRequest:
-    """Parse a complete head (as delimited by `head_end`) or raise `HttpRefusal`."""
+    """Parse a complete head (as delimited by `HeadReader` or `head_end`) or raise
+    `HttpRefusal`."""
     if not head.endswith(b"\r\n\r\n"):
         raise HttpRefusal(400, "incomplete request head")
     lines = head[:-4].split(b"\r\n")

@@ -132,10 +132,6 @@ class BufferPool:
         if len(buf) == self.large:
             self.out -= self.large
 
-    @property
-    def free_large(self) -> int:
-        return len(self._free)
-
 
 class Source:
     """Where connections come from: the proxy's own listeners, or one jail (its relay).
@@ -383,7 +379,6 @@ class Connection(End):
         "fd_held",
         "front",
         "grant",
-        "head_bytes",
         "host",
         "kind",
         "limits",
@@ -436,7 +431,6 @@ class Connection(End):
         self.timer: asyncio.TimerHandle | None = None
         self.reported = False
         self.pending = b""
-        self.head_bytes = 0
         self.plain: PlainHttp | None = None
         self.not_forwarded = 0
 
@@ -551,7 +545,6 @@ class Connection(End):
         if self.state != _HEAD:
             self.pending += data  # reading is paused while establishing; what raced in waits
             return
-        self.head_bytes += nbytes
         try:
             if self.front is None:
                 from panday_core.egress.fronts import choose  # noqa: PLC0415 - no import cycle
