@@ -173,12 +173,7 @@ def _phases(workspace: Path, full: Path, cache: Path) -> dict[str, float]:
         def jail_run() -> None:
             launched = jail.launch(made, ["/bin/true"], os.environ)
             assert launched is not None  # noqa: S101
-            jail.run(
-                launched,
-                cap=made.output_bytes,
-                timeout_ms=made.wall_clock_ms,
-                write=lambda _s, _d: None,
-            )
+            jail.run(launched, made, write=lambda _s, _d: None)
 
         return {
             "key": _median_ms(lookup),

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from panday_core.errors import TierUnavailable
+from panday_core.errors import PolicyViolation, TierUnavailable
 from panday_core.policy import FsPolicy, Limits, SandboxPolicy
 from panday_core.types import ExecExit, LimitBreach, LimitKind
 from panday_tier_linux import host, plan, planning
@@ -89,7 +89,7 @@ def captured(
     def write(stream: str, data: bytes) -> None:
         out[stream] += data
 
-    ended = plan.run(launched, cap=made.output_bytes, timeout_ms=made.wall_clock_ms, write=write)
+    ended = plan.run(launched, made, write=write)
     return out["stdout"], out["stderr"], ended
 
 
@@ -251,9 +251,11 @@ def test_no_bwrap_means_no_facts(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_only_sessions_a_plan_can_hold_are_planned(ws: Path) -> None:
     assert planning.plannable(SandboxPolicy(fs=FsPolicy(workspace=str(ws))))
-    for limits in ({"mem_bytes": 1 << 30}, {"pids": 64}, {"cpu_ms": 1000}, {"disk_bytes": 1 << 20}):
+    for limits in ({"mem_bytes": 1 << 30}, {"pids": 64}, {"cpu_ms": 1000}):
         policy = SandboxPolicy(fs=FsPolicy(workspace=str(ws)), limits=Limits(**limits))
-        assert not planning.plannable(policy), limits
+        assert planning.plannable(policy), limits
+    disk = SandboxPolicy(fs=FsPolicy(workspace=str(ws)), limits=Limits(disk_bytes=1 << 20))
+    assert not planning.plannable(disk)
 
 
 def test_the_planned_options_are_the_sessions(ws: Path) -> None:
@@ -361,6 +363,82 @@ def test_launch_refuses_a_protected_entry_that_became_a_link(
     (tmp_path / "hooks").mkdir()
     (ws / ".git").symlink_to(tmp_path / "hooks")
     assert plan.launch(made, ["/bin/true"], {}) is None
+
+
+def _cgroups_here() -> bool:
+    from panday_tier_linux.capabilities import probe_cgroups  # noqa: PLC0415
+
+    return not probe_cgroups()
+
+
+def test_a_planned_command_is_held_by_its_cgroup_ceilings(ws: Path) -> None:
+    if not _cgroups_here():  # the session refuses the ceilings by name: nothing to plan
+        with pytest.raises(PolicyViolation):
+            session_for(ws, pids=16)
+        return
+    session = session_for(ws, pids=16, mem_bytes=64 << 20, cpu_ms=300)
+    try:
+        made = planning.plan_of(session)
+    finally:
+        session.close()
+    assert made is not None
+    assert dict(made.ceilings) == {"pids": 16, "mem_bytes": 64 << 20, "cpu_ms": 300}
+    out, _err, ended = captured(made, ["/bin/sh", "-c", "echo fine"])  # control
+    assert (out, ended.breach) == (b"fine\n", None)
+    bomb = "for i in $(seq 40); do sleep 5 & done; wait"
+    _out, _err, ended = captured(made, ["/bin/sh", "-c", bomb])
+    assert ended.breach is not None
+    assert ended.breach[0] == "pids"
+    hog = "x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo ${#x}"
+    _out, _err, ended = captured(made, ["/bin/sh", "-c", hog])
+    assert ended.breach is not None
+    assert ended.breach[0] == "memory"
+    _out, _err, ended = captured(made, ["/bin/sh", "-c", "while :; do :; done"])
+    assert ended.breach is not None
+    assert ended.breach[0] == "cpu"
+    assert ended.signal == 9
+
+
+class _Counters:
+    """A command cgroup's counters, as `ExecCgroup` reads them."""
+
+    def __init__(self, *, oom: int, refused: int, cpu_ns: int | None) -> None:
+        self.limits = {"mem_bytes": 1 << 26, "pids": 16}
+        self.oom, self.refused, self.cpu_ns = oom, refused, cpu_ns
+
+    def oom_kills(self) -> int:
+        return self.oom
+
+    def pids_refused(self) -> int:
+        return self.refused
+
+    def cpu_usage_ns(self) -> int | None:
+        return self.cpu_ns
+
+    def read_back(self) -> dict[str, str]:
+        return {}
+
+    def kill(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("oom", "refused", "cpu_ns", "cpu_ms"),
+    [(0, 0, 10, None), (1, 0, 0, None), (0, 3, 0, None), (0, 0, 400_000_000, 300), (1, 2, 9, 5)],
+)
+def test_ceiling_breaches_are_the_supervisors(
+    oom: int, refused: int, cpu_ns: int | None, cpu_ms: int | None
+) -> None:
+    counters = _Counters(oom=oom, refused=refused, cpu_ns=cpu_ns)
+    sup = JailSupervisor(
+        cgroup=counters,  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - the counters it reads
+        cpu_ms=cpu_ms,
+        disk_bytes=None,
+        status=Status(-1),
+    )
+    theirs = sup.finished(None)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - unused
+    ours = plan.ceiling_breach(counters, cpu_ms)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - as above
+    assert ours == (None if theirs is None else (theirs.kind.value, theirs.detail))
 
 
 @pytest.mark.parametrize(

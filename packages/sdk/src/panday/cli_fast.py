@@ -367,9 +367,7 @@ def _finish(plan: Plan, launched: Launched) -> int | None:
     from panday_tier_linux import plan as jail  # noqa: PLC0415 - loaded by `_plan`
 
     try:
-        ended = jail.run(
-            launched, cap=plan.output_bytes, timeout_ms=plan.wall_clock_ms, write=_write
-        )
+        ended = jail.run(launched, plan, write=_write)
     except BaseException as exc:  # noqa: BLE001 - as `panday.cli.main`: one line and a code
         return _report(exc)
     if ended.setup_failed:

@@ -57,9 +57,11 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Literal
 
+    from panday_tier_linux.cgroups import ExecCgroup, SessionCgroup
+
     Stream = Literal["stdout", "stderr"]
 
-FORMAT = 1
+FORMAT = 2
 """The plan file's layout; part of the key."""
 MAGIC = b"panday-jail-plan 1\n"
 MAX_PLAN_BYTES = 16 << 20
@@ -74,6 +76,8 @@ class Plan:
         "allow_home",
         "bwrap",
         "caller_env",
+        "ceilings",
+        "cpu_poll_ms",
         "etc_view",
         "head",
         "output_bytes",
@@ -103,6 +107,8 @@ class Plan:
         etc_view: str | None,
         output_bytes: int | None,
         wall_clock_ms: int | None,
+        ceilings: tuple[tuple[str, int], ...] = (),
+        cpu_poll_ms: int = 10,
     ) -> None:
         self.bwrap = bwrap
         self.head = head
@@ -124,6 +130,15 @@ class Plan:
         self.etc_view = etc_view
         self.output_bytes = output_bytes
         self.wall_clock_ms = wall_clock_ms
+        self.ceilings = ceilings
+        """The policy's cgroup ceilings (``mem_bytes``, ``pids``, ``cpu_ms``): each run
+        creates the session's and the command's cgroups for them, and the jail waits on
+        bwrap's block descriptor until it is in them, as a session's command does."""
+        self.cpu_poll_ms = cpu_poll_ms
+
+    @property
+    def cpu_ms(self) -> int | None:
+        return dict(self.ceilings).get("cpu_ms")
 
     @classmethod
     def decode(cls, body: bytes) -> Plan | None:
@@ -136,12 +151,14 @@ class Plan:
         if not isinstance(loaded, tuple):
             return None
         v: tuple[object, ...] = loaded  # pyright: ignore[reportUnknownVariableType] - checked below
-        if len(v) != 15 or v[0] != FORMAT:  # noqa: PLR2004 - the format's field count
+        if len(v) != 17 or v[0] != FORMAT:  # noqa: PLR2004 - the format's field count
             return None
         bwrap, head, tail, caller_env, program, workspace, access = v[1:8]
-        staged_ro, protect, unprotect, allow_home, etc_view, output_bytes, wall_clock_ms = v[8:]
+        staged_ro, protect, unprotect, allow_home, etc_view, output_bytes, wall_clock_ms = v[8:15]
+        ceilings, poll = _ceilings(v[15]), _limit(v[16])
         bwrap_p, workspace_p, view = _path(bwrap), _path(workspace), _path(etc_view)
-        head_t, tail_t, pairs = _strings(head), _strings(tail), _pairs(caller_env)
+        head_t, tail_t = _strings(head), _strings(tail)
+        pairs = _pairs(caller_env)
         staged_t, protect_t, unprotect_t = (
             _strings(staged_ro),
             _strings(protect),
@@ -165,6 +182,8 @@ class Plan:
             or unprotect_t is None
             or out_cap is False
             or wall is False
+            or ceilings is None
+            or not isinstance(poll, int)
         ):
             return None
         return cls(
@@ -182,7 +201,23 @@ class Plan:
             etc_view=view,
             output_bytes=out_cap,
             wall_clock_ms=wall,
+            ceilings=ceilings,
+            cpu_poll_ms=poll,
         )
+
+
+def _ceilings(value: object) -> tuple[tuple[str, int], ...] | None:
+    """(ceiling, value) pairs of the cgroup ceilings."""
+    items = _items(value)
+    if items is None:
+        return None
+    names = {"mem_bytes", "pids", "cpu_ms"}
+    out = tuple(
+        (a, b)
+        for a, b in items
+        if isinstance(a, str) and a in names and isinstance(b, int) and not isinstance(b, bool)
+    )
+    return out if len(out) == len(items) else None
 
 
 def _path(value: object) -> str | None:
@@ -197,19 +232,27 @@ def _strings(value: object) -> tuple[str, ...] | None:
     return out if len(out) == len(items) else None
 
 
-def _pairs(value: object) -> tuple[tuple[int, str], ...] | None:
+def _items(value: object) -> list[tuple[object, object]] | None:
+    """`value` as a tuple of pairs, or None."""
     if not isinstance(value, tuple):
         return None
     items: tuple[object, ...] = value  # pyright: ignore[reportUnknownVariableType] - checked next
-    out: list[tuple[int, str]] = []
+    out: list[tuple[object, object]] = []
     for item in items:
-        if not isinstance(item, tuple):
+        if not isinstance(item, tuple) or len(item) != 2:  # pyright: ignore[reportUnknownArgumentType] - a pair  # noqa: PLR2004 - a pair
             return None
-        pair: tuple[object, ...] = item  # pyright: ignore[reportUnknownVariableType] - checked next
-        if len(pair) != 2 or not isinstance(pair[0], int) or not isinstance(pair[1], str):  # noqa: PLR2004 - (index, name)
-            return None
-        out.append((pair[0], pair[1]))
-    return tuple(out)
+        pair: tuple[object, object] = item  # pyright: ignore[reportUnknownVariableType] - checked
+        out.append(pair)
+    return out
+
+
+def _pairs(value: object) -> tuple[tuple[int, str], ...] | None:
+    """(tail index, variable name) pairs."""
+    items = _items(value)
+    if items is None:
+        return None
+    out = tuple((a, b) for a, b in items if isinstance(a, int) and isinstance(b, str))
+    return out if len(out) == len(items) else None
 
 
 def _limit(value: object) -> int | bool | None:
@@ -379,26 +422,42 @@ class Ended:
 
 
 class Launched:
-    """A planned jail that was spawned: its process, and what to release after it."""
+    """A planned jail that was spawned: its process, its cgroups, and what to release."""
 
     def __init__(
-        self, proc: ChildProcess, status_r: int, roots: Roots, binds: CommandBinds
+        self,
+        proc: ChildProcess,
+        status_r: int,
+        roots: Roots,
+        binds: CommandBinds,
+        cgroups: tuple[SessionCgroup, ExecCgroup] | None = None,
     ) -> None:
         self.proc = proc
         self.status_r = status_r
+        self.status = b""
+        """What bwrap has written on its status descriptor so far."""
         self.roots = roots
         self.binds: CommandBinds | None = binds
+        self.cgroups = cgroups
+        """The session's and the command's cgroups, for a plan with ceilings."""
+
+    @property
+    def cgroup(self) -> ExecCgroup | None:
+        return None if self.cgroups is None else self.cgroups[1]
 
     def kill(self) -> None:
         # As JailSupervisor.kill: bwrap is our unreaped child; its death takes the jail's
-        # pid 1 (--die-with-parent) and with it the whole pid namespace.
+        # pid 1 (--die-with-parent) and with it the whole pid namespace; the cgroup kill is
+        # a second net for anything in flight.
         if self.proc.status is None:
             with suppress(ProcessLookupError):
                 os.kill(self.proc.pid, _signal.SIGKILL)
+        if self.cgroups is not None:
+            self.cgroups[1].kill()
 
     def close(self) -> None:
-        """Kill and reap (if still running), then release every descriptor and
-        placeholder. Idempotent."""
+        """Kill and reap (if still running), then release every descriptor, placeholder
+        and cgroup. Idempotent."""
         if self.proc.status is None:
             self.kill()
             self.proc.reap(block=True)
@@ -410,6 +469,13 @@ class Launched:
             self.binds.close()
             self.binds = None
         self.roots.close()
+        if self.cgroups is not None:
+            session, command = self.cgroups
+            self.cgroups = None
+            command.remove()
+            if not session.remove():  # as LinuxSession.close: the kernel may lag a moment
+                time.sleep(0.05)
+                session.remove()
 
 
 def _data_fd(data: bytes) -> int:
@@ -428,11 +494,31 @@ def _data_fd(data: bytes) -> int:
     return fd
 
 
+def _open_cgroups(plan: Plan) -> tuple[SessionCgroup, ExecCgroup] | None:
+    """The session's and the command's cgroups for the plan's ceilings (as `open_session`
+    and `LinuxSession._exec_cgroup` make them); None when they cannot be made here now,
+    which the full path refuses by name."""
+    from panday_tier_linux import cgroups  # noqa: PLC0415 - plans with ceilings only
+
+    limits = dict(plan.ceilings)
+    try:
+        session = cgroups.open_session(limits, os.urandom(6).hex())
+    except (cgroups.CgroupUnavailable, OSError):
+        return None
+    try:
+        return session, session.new_exec(limits)
+    except OSError:
+        session.remove()
+        return None
+
+
 def launch(plan: Plan, argv: Sequence[str], environ: Mapping[str, str]) -> Launched | None:
-    """Open the roots and the protected entries again (every per-command check), bind them
-    and spawn the jail for `argv`. None, with nothing left open or running, when any check
-    would refuse, or a value the plan takes from `environ` is gone: the caller then takes
-    the full path, which refuses (or runs) with its own words.
+    """Open the roots and the protected entries again (every per-command check), bind them,
+    make the cgroups of a plan with ceilings, spawn the jail for `argv` and, with ceilings,
+    move it into its cgroup before it runs anything. None, with nothing left open or
+    running and nothing of the command run, when any check would refuse, a cgroup cannot
+    be made, or a value the plan takes from `environ` is gone: the caller then takes the
+    full path, which refuses (or runs) with its own words.
     """
     tail = list(plan.tail)
     for index, name in plan.caller_env:
@@ -443,35 +529,99 @@ def launch(plan: Plan, argv: Sequence[str], environ: Mapping[str, str]) -> Launc
     roots, _refusals = Roots.open(plan, check_entries=False)  # command_binds checks them
     if roots is None:
         return None
-    binds: CommandBinds | None = None
-    fds: list[int] = []
-    status_r = -1
     try:
-        binds = roots.command_binds()
-        options = [*plan.head, *binds.options(6), *tail]
-        fds.append(
-            _data_fd(b"".join(o.encode("utf-8", "surrogateescape") + b"\0" for o in options))
-        )
-        fds.append(_data_fd(plan.program))
-        status_r, status_w = os.pipe()
-        fds.append(status_w)
-        proc = spawn([plan.bwrap, "--args", "3", "--", *argv], env={}, pass_fds=[*fds, *binds.fds])
+        started = _start(plan, argv, tail, roots)
     except BaseException as exc:
-        if status_r >= 0:
-            os.close(status_r)
-        if binds is not None:
-            binds.close()
         roots.close()
         from panday_core.errors import PolicyViolation  # noqa: PLC0415 - refusals only
 
         if isinstance(exc, PolicyViolation):
             return None
         raise
+    if started is None:
+        roots.close()
+        return None
+    launched, block_w = started
+    if block_w >= 0 and not _release(launched, block_w):
+        launched.close()
+        return None
+    return launched
+
+
+def _start(
+    plan: Plan, argv: Sequence[str], tail: list[str], roots: Roots
+) -> tuple[Launched, int] | None:
+    """Bind, make the cgroups, spawn: the launched jail and our end of its block pipe (-1
+    without ceilings), or None when a cgroup cannot be made (nothing left open)."""
+    binds = roots.command_binds()
+    made: tuple[SessionCgroup, ExecCgroup] | None = None
+    fds: list[int] = []
+    status_r = block_w = -1
+    try:
+        if plan.ceilings:
+            made = _open_cgroups(plan)
+            if made is None:
+                binds.close()
+                return None
+        # As `LinuxSession.launch`: 3 the options, 4 the seccomp program, [5 block,] the
+        # status, then the binds.
+        options = [*plan.head, *binds.options(7 if made is not None else 6), *tail]
+        fds.append(
+            _data_fd(b"".join(o.encode("utf-8", "surrogateescape") + b"\0" for o in options))
+        )
+        fds.append(_data_fd(plan.program))
+        if made is not None:
+            block_r, block_w = os.pipe()
+            fds.append(block_r)
+        status_r, status_w = os.pipe()
+        fds.append(status_w)
+        proc = spawn([plan.bwrap, "--args", "3", "--", *argv], env={}, pass_fds=[*fds, *binds.fds])
+    except BaseException:
+        for fd in (status_r, block_w):
+            if fd >= 0:
+                os.close(fd)
+        binds.close()
+        if made is not None:
+            made[1].remove()
+            made[0].remove()
+        raise
     finally:
         for fd in fds:
             os.close(fd)
     binds.spawned()
-    return Launched(proc, status_r, roots, binds)
+    return Launched(proc, status_r, roots, binds, made), block_w
+
+
+_CHILD_PID_TIMEOUT_S = 30.0
+"""As `session._CHILD_PID_TIMEOUT_S`: how long bwrap may take to report the jail's pid."""
+
+
+def _release(launched: Launched, block_w: int) -> bool:
+    """As `LinuxSession._release`: wait for the jail's pid while bwrap waits on its block
+    descriptor, move the jail into the command's cgroup, then let it run. False (the jail
+    never ran anything) when bwrap ended first or the move failed."""
+    try:
+        deadline = time.monotonic() + _CHILD_PID_TIMEOUT_S
+        while _status_value(launched.status, "child-pid") is None or b"}" not in launched.status:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([launched.status_r], [], [], left)[0]:
+                return False
+            chunk = os.read(launched.status_r, 4096)
+            if not chunk:
+                return False
+            launched.status += chunk
+        pid = _status_value(launched.status, "child-pid")
+        cgroup = launched.cgroup
+        if pid is None or cgroup is None:
+            return False
+        try:
+            cgroup.attach(pid)
+        except OSError:
+            return False
+        os.write(block_w, b"x")
+        return True
+    finally:
+        os.close(block_w)
 
 
 _BWRAP_LINE = b"bwrap: "
@@ -499,6 +649,31 @@ def _status_value(text: bytes, key: str) -> int | None:
     return int(digits[:end]) if end else None
 
 
+def cpu_breach(cgroup: ExecCgroup, cpu_ms: int | None) -> tuple[str, str] | None:
+    """As `JailSupervisor._cpu_breach`: the CPU ceiling crossed, polled while it runs."""
+    if cpu_ms is None:
+        return None
+    used = cgroup.cpu_usage_ns()
+    if used is not None and used >= cpu_ms * 1_000_000:
+        return ("cpu", f"used {used // 1_000_000} ms of CPU, limits.cpu_ms={cpu_ms}; killed")
+    return None
+
+
+def ceiling_breach(cgroup: ExecCgroup, cpu_ms: int | None) -> tuple[str, str] | None:
+    """As `JailSupervisor.finished` with a cgroup: which ceiling ended the command, read
+    from the cgroup's counters after its exit."""
+    if cgroup.oom_kills():
+        limit = cgroup.limits.get("mem_bytes")
+        return ("memory", f"the kernel killed it at limits.mem_bytes={limit}")
+    breach = cpu_breach(cgroup, cpu_ms)
+    if breach is not None:
+        return breach
+    refused = cgroup.pids_refused()
+    if refused:
+        return ("pids", f"{refused} fork(s) refused at limits.pids={cgroup.limits.get('pids')}")
+    return None
+
+
 def setup_failed(status: bytes, *, exit_code: int | None, breach: object) -> bool:
     """`supervisor.raise_setup_failure`'s condition: bwrap reported no exit code for the
     command (and it was not our kill), so the jail never ran it."""
@@ -519,6 +694,8 @@ class _Pump:
         cap: int | None,
         timeout_ms: int | None,
         write: Callable[[Stream, bytes], None],
+        cpu_ms: int | None,
+        cpu_poll_ms: int,
     ) -> None:
         proc = launched.proc
         self.launched = launched
@@ -527,6 +704,9 @@ class _Pump:
         self.timeout_ms = timeout_ms
         self.write = write
         self.deadline = proc.started + timeout_ms / 1000 if timeout_ms is not None else None
+        self.cpu_ms = cpu_ms if launched.cgroup is not None else None
+        self.tick_s = cpu_poll_ms / 1000
+        self.next_tick = proc.started + self.tick_s if self.cpu_ms is not None else None
         self.kept = {"stdout": 0, "stderr": 0}
         self.truncated = {"stdout": False, "stderr": False}
         self.output_breach: tuple[str, str] | None = None
@@ -567,6 +747,8 @@ class _Pump:
         if self.exited_at is None:
             if self.deadline is not None and self.kill_breach is None:
                 due.append(self.deadline)
+            if self.next_tick is not None and self.kill_breach is None:
+                due.append(self.next_tick)
             if self.proc.pidfd is None:
                 due.append(now + FALLBACK_REAP_S)
         else:
@@ -623,9 +805,19 @@ class _Pump:
             self.proc.stderr = None
 
     def _timers(self, now: float) -> None:
-        if self.kill_breach is None and self.deadline is not None and now >= self.deadline:
+        if self.kill_breach is not None:
+            return
+        if self.deadline is not None and now >= self.deadline:
             self.kill_breach = ("wall_clock", wall_clock_detail(self.timeout_ms))
             self.launched.kill()
+            return
+        cgroup = self.launched.cgroup
+        if self.next_tick is not None and now >= self.next_tick and cgroup is not None:
+            self.next_tick = now + self.tick_s
+            breach = cpu_breach(cgroup, self.cpu_ms)
+            if breach is not None:
+                self.kill_breach = breach
+                self.launched.kill()
 
     def _main_exited(self) -> None:
         # As the core pump: bwrap is a zombie until reaped, so nothing can reuse its pid.
@@ -644,8 +836,10 @@ class _Pump:
         status = self.proc.status if self.proc.status is not None else 255 << 8
         code = os.waitstatus_to_exitcode(status)
         exit_code, sig = (code, None) if code >= 0 else (None, -code)
-        breach = self.kill_breach or self.output_breach
-        text = _read_all(self.launched.status_r)
+        cgroup = self.launched.cgroup
+        counted = ceiling_breach(cgroup, self.cpu_ms) if cgroup is not None else None
+        breach = self.kill_breach or counted or self.output_breach
+        text = self.launched.status + _read_all(self.launched.status_r)
         if setup_failed(text, exit_code=exit_code, breach=breach):
             self.held = []
             return Ended(exit_code=exit_code, signal=sig, breach=breach, setup_failed=True)
@@ -670,16 +864,20 @@ def _read_all(fd: int) -> bytes:
     return out
 
 
-def run(
-    launched: Launched,
-    *,
-    cap: int | None,
-    timeout_ms: int | None,
-    write: Callable[[Stream, bytes], None],
-) -> Ended:
-    """Stream a launched command to `write` until it ends; whatever happens (a breach, an
-    exception from `write`, a signal), the jail is killed and everything released."""
+def run(launched: Launched, plan: Plan, *, write: Callable[[Stream, bytes], None]) -> Ended:
+    """Stream a command launched for `plan` to `write` until it ends, within the plan's
+    output cap, wall clock and (with ceilings) CPU ceiling, polled as the session's
+    supervisor polls it; whatever happens (a breach, an exception from `write`, a
+    signal), the jail is killed and everything released."""
     try:
-        return _Pump(launched, cap=cap, timeout_ms=timeout_ms, write=write).run()
+        pump = _Pump(
+            launched,
+            cap=plan.output_bytes,
+            timeout_ms=plan.wall_clock_ms,
+            write=write,
+            cpu_ms=plan.cpu_ms,
+            cpu_poll_ms=plan.cpu_poll_ms,
+        )
+        return pump.run()
     finally:
         launched.close()

@@ -27,25 +27,43 @@ _BINDS = "\x00binds\x00"
 
 def plannable(policy: SandboxPolicy) -> bool:
     """Whether a session for `policy` could be planned (`plan_of` decides; this only
-    saves opening one that could not): no allowlist, no cgroup or disk ceiling."""
+    saves opening one that could not): no allowlist, no disk ceiling."""
+    return not policy.net.allow and policy.limits.disk_bytes is None
+
+
+def _ceilings(policy: SandboxPolicy) -> tuple[tuple[str, int], ...]:
+    """The policy's cgroup ceilings (as `session._cgroup_limits`)."""
     limits = policy.limits
-    ceilings = (limits.mem_bytes, limits.pids, limits.cpu_ms, limits.disk_bytes)
-    return not policy.net.allow and all(value is None for value in ceilings)
+    wanted = {"mem_bytes": limits.mem_bytes, "pids": limits.pids, "cpu_ms": limits.cpu_ms}
+    return tuple((k, v) for k, v in wanted.items() if v is not None)
 
 
 def plan_of(session: LinuxSession, *, caller_env: Sequence[str] = ()) -> Plan | None:
     """The plan of an open session, or None when its jail needs more than a plan holds
-    (cgroup ceilings, a disk ceiling, the egress bridge). `caller_env` names the policy's
-    variables whose values came from the caller's environment: they stay out of the plan.
+    (a disk ceiling, the egress bridge). `caller_env` names the policy's variables whose
+    values came from the caller's environment: they stay out of the plan.
     """
     from panday_tier_linux.argv import build_options  # noqa: PLC0415 - only when planning
+    from panday_tier_linux.capabilities import CPU_POLL_MS  # noqa: PLC0415 - as above
 
     spec, policy = session.spec, session.policy
-    if session.cgroup is not None or session.bridge is not None or spec.tmp_bytes is not None:
+    if session.bridge is not None or spec.tmp_bytes is not None:
         return None
-    # Exactly what `LinuxSession.launch` passes for a command without a block descriptor:
-    # 3 the options, 4 the seccomp program, 5 the status, then the binds.
-    options = build_options(spec, cwd=session.workspace, seccomp_fd=4, status_fd=5, binds=[_BINDS])
+    ceilings = _ceilings(policy)
+    if bool(ceilings) != (session.cgroup is not None):
+        return None
+    # Exactly what `LinuxSession.launch` passes: 3 the options, 4 the seccomp program,
+    # [5 the block descriptor when the jail waits to enter its cgroup,] the status, then
+    # the binds.
+    block = 5 if ceilings else None
+    options = build_options(
+        spec,
+        cwd=session.workspace,
+        seccomp_fd=4,
+        block_fd=block,
+        status_fd=6 if block else 5,
+        binds=[_BINDS],
+    )
     cut = options.index(_BINDS)
     head, tail = options[:cut], options[cut + 1 :]
     hidden: list[tuple[int, str]] = []
@@ -74,6 +92,8 @@ def plan_of(session: LinuxSession, *, caller_env: Sequence[str] = ()) -> Plan | 
         etc_view=spec.etc_view,
         output_bytes=policy.limits.output_bytes,
         wall_clock_ms=policy.limits.wall_clock_ms,
+        ceilings=ceilings,
+        cpu_poll_ms=CPU_POLL_MS,
     )
 
 
@@ -96,6 +116,8 @@ def encode(plan: Plan) -> bytes:
             plan.etc_view,
             plan.output_bytes,
             plan.wall_clock_ms,
+            plan.ceilings,
+            plan.cpu_poll_ms,
         )
     )
 
