@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 import panday
-from panday import cli_fast, exitcodes
+from panday import cli_fast, cli_plan, exitcodes
 from panday_tier_linux import host
 from panday_tier_linux import plan as jail
 
@@ -138,6 +138,30 @@ def test_breaches_are_reported_as_the_full_path_reports_them(run: Runner) -> Non
     assert "limit exceeded: wall_clock: still running after 400 ms" in err
 
 
+def test_cgroup_ceilings_hold_as_on_the_full_path(run: Runner) -> None:
+    """Where a cgroup can hold them, each ceiling ends its bomb with the full path's
+    breach; where none can, both refuse the same way (and nothing is planned)."""
+    from panday_tier_linux.capabilities import probe_cgroups  # noqa: PLC0415
+
+    cases = [
+        (("--pids", "16"), "for i in $(seq 40); do sleep 5 & done; wait", exitcodes.LIMIT_PIDS),
+        (("--mem", "64M"), "x=$(head -c 300000000 /dev/zero | tr '\\0' a)", exitcodes.LIMIT_MEMORY),
+        (("--cpu", "300ms"), "while :; do :; done", exitcodes.LIMIT_CPU),
+    ]
+    held = not probe_cgroups()
+    for option, bomb, code in cases:
+        expected = full_path(run, *option, "--", "sh", "-c", bomb)
+        assert expected[2] == (code if held else exitcodes.POLICY_REFUSED), expected
+        if code == exitcodes.LIMIT_CPU:  # CPU time is sampled: the figure in the line varies
+            expected = (expected[0], expected[1].split(" used ")[0], expected[2])
+        for _ in range(2):  # planned, then from the plan
+            got = run("run", *option, "--", "sh", "-c", bomb)
+            if code == exitcodes.LIMIT_CPU:
+                got = (got[0], got[1].split(" used ")[0], got[2])
+            assert got == expected
+    assert len(run.plans()) == (3 if held else 0)
+
+
 def test_a_program_the_jail_cannot_find_is_reported_as_the_full_path_does(run: Runner) -> None:
     expected = full_path(run, "--", "no-such-program-here")
     assert expected[2] == exitcodes.NOT_FOUND  # control
@@ -219,14 +243,21 @@ def in_process(
     monkeypatch.chdir(ws)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    real_make = cli_fast._make  # pyright: ignore[reportPrivateUsage] - spied on
+    real_make = cli_plan.make
     made: list[bool] = []
 
-    def make(*args: object) -> jail.Plan | None:
+    def make(
+        args: list[str],
+        options: list[str],
+        command: list[str],
+        inputs: list[str],
+        *,
+        again: Callable[[list[str]], list[str] | None],
+    ) -> jail.Plan | None:
         made.append(True)
-        return real_make(*args)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - passed through
+        return real_make(args, options, command, inputs, again=again)
 
-    monkeypatch.setattr(cli_fast, "_make", make)
+    monkeypatch.setattr(cli_plan, "make", make)
 
     def plan() -> tuple[jail.Plan, bool]:
         made.clear()

@@ -18,7 +18,7 @@ import pytest
 from panday_core.errors import PolicyViolation, TierUnavailable
 from panday_core.policy import FsPolicy, Limits, SandboxPolicy
 from panday_core.types import ExecExit, LimitBreach, LimitKind
-from panday_tier_linux import host, plan, planning
+from panday_tier_linux import host, plan, plan_ceilings, planning
 from panday_tier_linux.argv import build_options
 from panday_tier_linux.session import open_session
 from panday_tier_linux.supervisor import JailSupervisor, Status, raise_setup_failure
@@ -437,7 +437,7 @@ def test_ceiling_breaches_are_the_supervisors(
         status=Status(-1),
     )
     theirs = sup.finished(None)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - unused
-    ours = plan.ceiling_breach(counters, cpu_ms)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - as above
+    ours = plan_ceilings.ceiling_breach(counters, cpu_ms)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - as above
     assert ours == (None if theirs is None else (theirs.kind.value, theirs.detail))
 
 

@@ -29,8 +29,8 @@ How it stays as strict as the full path:
   read-only with placeholders (`panday_tier_linux.binds.Roots`).
 * Whatever this path does not handle returns None *before the command runs*, and the full
   path runs instead and answers in its own words: options beyond the plain ones
-  (``--json``, ``--stdin``, ``--allow``, ``--debug`` ...), a policy with cgroup or disk
-  ceilings or an allowlist, anything refused or missing, closed standard descriptors,
+  (``--json``, ``--stdin``, ``--allow``, ``--debug`` ...), a policy with a disk ceiling
+  or an allowlist, anything refused or missing, closed standard descriptors,
   and a jail that bwrap could not set up (the command never ran; the full path runs it
   again and reports why).
 """
@@ -259,18 +259,6 @@ def _inputs(options: list[str]) -> list[str] | None:
     return lines
 
 
-def _caller_env(options: list[str]) -> list[str]:
-    """The names whose values come from the environment: those whose last ``--env`` is
-    ``--env NAME`` rather than ``--env NAME=VALUE`` (the last one wins, as in
-    `panday.cli_run`)."""
-    last: dict[str, bool] = {}
-    for i in range(0, len(options), 2):
-        if options[i] == "--env":
-            name, eq, _value = options[i + 1].partition("=")
-            last[name] = not eq
-    return sorted(name for name, from_environ in last.items() if from_environ)
-
-
 def cached_plan(options: list[str]) -> Plan | None:
     """The cached plan for `panday run OPTIONS -- ...` in this directory, as things are
     now; None when there is none (or the options are a form this path leaves alone)."""
@@ -288,44 +276,11 @@ def _plan(args: list[str], options: list[str], command: list[str]) -> Plan | Non
     if found is not None:
         return found
     inputs = _inputs(options)
-    return None if inputs is None else _make(args, options, command, inputs)
-
-
-def _make(
-    args: list[str], options: list[str], command: list[str], inputs: list[str]
-) -> Plan | None:
-    """Plan this run the full path's way (its parser, its policy, its tier choice, the
-    tier's session open with every refusal), store the plan, and return it; None (with
-    nothing spawned) when the full path should run instead."""
-    from panday import cli_run, tiers  # noqa: PLC0415 - the full path, on a miss only
-    from panday._shared import exec_spec  # noqa: PLC0415
-    from panday_tier_linux import plan as jail  # noqa: PLC0415
-    from panday_tier_linux import planning  # noqa: PLC0415
-    from panday_tier_linux.session import open_session  # noqa: PLC0415
-
-    opts = cli_run.parse(args)
-    if opts.command != command or opts.flags:
+    if inputs is None:
         return None
-    exec_spec(command, stdin=None, cwd=None, timeout=None)
-    policy = cli_run.build_policy(opts)
-    if not planning.plannable(policy) or tiers.choose(policy, opts.one("--tier") or "auto") != (
-        "t2-linux"
-    ):
-        return None
-    session = open_session(policy)
-    try:
-        made = planning.plan_of(session, caller_env=_caller_env(options))
-    finally:
-        session.close()
-    if made is None:
-        return None
-    # Keyed by the inputs and facts as they are *after* the open (the session made the /etc
-    # view if it was missing), and only when the inputs did not change while it was made (a
-    # policy file edited meanwhile): a plan is never stored under inputs it was not made of.
-    facts = jail.host_facts()
-    if facts is not None and _inputs(options) == inputs:
-        planning.store("\n".join([*inputs, *facts]), made)
-    return made
+    from panday.cli_plan import make  # noqa: PLC0415 - on a miss only
+
+    return make(args, options, command, inputs, again=_inputs)
 
 
 def _write(stream: Stream, data: bytes) -> None:

@@ -20,9 +20,9 @@ directory is beside the seccomp cache under panday's per-user state, which no ja
 write: it is a protected entry of any workspace that holds it, and a writable workspace
 inside it is refused (`panday_core.protect.root_refusal`).
 
-Only sessions whose jail needs nothing per session beyond the plan are planned: no cgroup
-ceilings, no disk ceiling (its /tmp is watched through bwrap's block descriptor) and no
-egress bridge. Everything else takes the full path.
+Memory, pid and CPU ceilings are planned: each run makes the command's cgroups afresh
+(`plan_ceilings`). Sessions with a disk ceiling (its /tmp is watched through bwrap's block
+descriptor) or the egress bridge are not planned; they take the full path.
 
 This module is on `panday run`'s start-up path: it imports neither typing nor msgspec, and
 what only a miss needs lives in `planning`.
@@ -494,24 +494,6 @@ def _data_fd(data: bytes) -> int:
     return fd
 
 
-def _open_cgroups(plan: Plan) -> tuple[SessionCgroup, ExecCgroup] | None:
-    """The session's and the command's cgroups for the plan's ceilings (as `open_session`
-    and `LinuxSession._exec_cgroup` make them); None when they cannot be made here now,
-    which the full path refuses by name."""
-    from panday_tier_linux import cgroups  # noqa: PLC0415 - plans with ceilings only
-
-    limits = dict(plan.ceilings)
-    try:
-        session = cgroups.open_session(limits, os.urandom(6).hex())
-    except (cgroups.CgroupUnavailable, OSError):
-        return None
-    try:
-        return session, session.new_exec(limits)
-    except OSError:
-        session.remove()
-        return None
-
-
 def launch(plan: Plan, argv: Sequence[str], environ: Mapping[str, str]) -> Launched | None:
     """Open the roots and the protected entries again (every per-command check), bind them,
     make the cgroups of a plan with ceilings, spawn the jail for `argv` and, with ceilings,
@@ -542,9 +524,12 @@ def launch(plan: Plan, argv: Sequence[str], environ: Mapping[str, str]) -> Launc
         roots.close()
         return None
     launched, block_w = started
-    if block_w >= 0 and not _release(launched, block_w):
-        launched.close()
-        return None
+    if block_w >= 0:
+        from panday_tier_linux.plan_ceilings import release  # noqa: PLC0415 - ceilings only
+
+        if not release(launched, block_w):
+            launched.close()
+            return None
     return launched
 
 
@@ -559,7 +544,9 @@ def _start(
     status_r = block_w = -1
     try:
         if plan.ceilings:
-            made = _open_cgroups(plan)
+            from panday_tier_linux.plan_ceilings import open_cgroups  # noqa: PLC0415 - ceilings only
+
+            made = open_cgroups(plan)
             if made is None:
                 binds.close()
                 return None
@@ -592,38 +579,6 @@ def _start(
     return Launched(proc, status_r, roots, binds, made), block_w
 
 
-_CHILD_PID_TIMEOUT_S = 30.0
-"""As `session._CHILD_PID_TIMEOUT_S`: how long bwrap may take to report the jail's pid."""
-
-
-def _release(launched: Launched, block_w: int) -> bool:
-    """As `LinuxSession._release`: wait for the jail's pid while bwrap waits on its block
-    descriptor, move the jail into the command's cgroup, then let it run. False (the jail
-    never ran anything) when bwrap ended first or the move failed."""
-    try:
-        deadline = time.monotonic() + _CHILD_PID_TIMEOUT_S
-        while _status_value(launched.status, "child-pid") is None or b"}" not in launched.status:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([launched.status_r], [], [], left)[0]:
-                return False
-            chunk = os.read(launched.status_r, 4096)
-            if not chunk:
-                return False
-            launched.status += chunk
-        pid = _status_value(launched.status, "child-pid")
-        cgroup = launched.cgroup
-        if pid is None or cgroup is None:
-            return False
-        try:
-            cgroup.attach(pid)
-        except OSError:
-            return False
-        os.write(block_w, b"x")
-        return True
-    finally:
-        os.close(block_w)
-
-
 _BWRAP_LINE = b"bwrap: "
 
 
@@ -636,7 +591,7 @@ def _could_be_bwrap(data: bytes) -> bool:
     return end < 0 or end == len(data) - 1
 
 
-def _status_value(text: bytes, key: str) -> int | None:
+def status_value(text: bytes, key: str) -> int | None:
     """A number bwrap wrote on --json-status-fd (as `supervisor.Status.value`)."""
     marker = f'"{key}":'.encode()
     at = text.find(marker)
@@ -649,37 +604,12 @@ def _status_value(text: bytes, key: str) -> int | None:
     return int(digits[:end]) if end else None
 
 
-def cpu_breach(cgroup: ExecCgroup, cpu_ms: int | None) -> tuple[str, str] | None:
-    """As `JailSupervisor._cpu_breach`: the CPU ceiling crossed, polled while it runs."""
-    if cpu_ms is None:
-        return None
-    used = cgroup.cpu_usage_ns()
-    if used is not None and used >= cpu_ms * 1_000_000:
-        return ("cpu", f"used {used // 1_000_000} ms of CPU, limits.cpu_ms={cpu_ms}; killed")
-    return None
-
-
-def ceiling_breach(cgroup: ExecCgroup, cpu_ms: int | None) -> tuple[str, str] | None:
-    """As `JailSupervisor.finished` with a cgroup: which ceiling ended the command, read
-    from the cgroup's counters after its exit."""
-    if cgroup.oom_kills():
-        limit = cgroup.limits.get("mem_bytes")
-        return ("memory", f"the kernel killed it at limits.mem_bytes={limit}")
-    breach = cpu_breach(cgroup, cpu_ms)
-    if breach is not None:
-        return breach
-    refused = cgroup.pids_refused()
-    if refused:
-        return ("pids", f"{refused} fork(s) refused at limits.pids={cgroup.limits.get('pids')}")
-    return None
-
-
 def setup_failed(status: bytes, *, exit_code: int | None, breach: object) -> bool:
     """`supervisor.raise_setup_failure`'s condition: bwrap reported no exit code for the
     command (and it was not our kill), so the jail never ran it."""
-    if breach is not None or _status_value(status, "exit-code") is not None:
+    if breach is not None or status_value(status, "exit-code") is not None:
         return False
-    return not (_status_value(status, "child-pid") is not None and exit_code != 1)
+    return not (status_value(status, "child-pid") is not None and exit_code != 1)
 
 
 class _Pump:
@@ -813,6 +743,8 @@ class _Pump:
             return
         cgroup = self.launched.cgroup
         if self.next_tick is not None and now >= self.next_tick and cgroup is not None:
+            from panday_tier_linux.plan_ceilings import cpu_breach  # noqa: PLC0415 - ceilings only
+
             self.next_tick = now + self.tick_s
             breach = cpu_breach(cgroup, self.cpu_ms)
             if breach is not None:
@@ -836,8 +768,12 @@ class _Pump:
         status = self.proc.status if self.proc.status is not None else 255 << 8
         code = os.waitstatus_to_exitcode(status)
         exit_code, sig = (code, None) if code >= 0 else (None, -code)
+        counted = None
         cgroup = self.launched.cgroup
-        counted = ceiling_breach(cgroup, self.cpu_ms) if cgroup is not None else None
+        if cgroup is not None:
+            from panday_tier_linux.plan_ceilings import ceiling_breach  # noqa: PLC0415 - as above
+
+            counted = ceiling_breach(cgroup, self.cpu_ms)
         breach = self.kill_breach or counted or self.output_breach
         text = self.launched.status + _read_all(self.launched.status_r)
         if setup_failed(text, exit_code=exit_code, breach=breach):
