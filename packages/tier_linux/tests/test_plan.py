@@ -376,7 +376,7 @@ def test_a_planned_command_is_held_by_its_cgroup_ceilings(ws: Path) -> None:
         with pytest.raises(PolicyViolation):
             session_for(ws, pids=16)
         return
-    session = session_for(ws, pids=16, mem_bytes=64 << 20, cpu_ms=300)
+    session = session_for(ws, pids=16, mem_bytes=64 << 20, cpu_ms=300, wall_clock_ms=20_000)
     try:
         made = planning.plan_of(session)
     finally:
