@@ -19,9 +19,11 @@ workspace of its own with a cache of its own):
 - (h) the interpreter importing the cached path's modules and nothing else.
 
 (g) and (h) leave through ``os._exit`` as the console script does. Budget: the medians of
-(c), (d) and (e) are each at most (b)'s, and (c)'s is at most 40 ms when the machine is
-quiet (1-minute load average below 1 when the rounds start; the rounds themselves keep a
-core busy, so the figure at their end is recorded, not judged).
+(c) and (d), panday as installed (bytecode compiled: `uv sync` here, pip, `uv tool install
+--compile-bytecode`), are each at most (b)'s; and (c), (d) and (e) are each at most 40 ms
+when the machine is quiet (1-minute load average below 1 when the rounds start; the rounds
+themselves keep a core busy, so the figure at their end is recorded, not judged). (e)
+beside (b) is recorded as measured.
 """
 
 from __future__ import annotations
@@ -287,17 +289,18 @@ def _verdict(med: dict[str, float], load: tuple[float, float]) -> tuple[bool, li
     """Whether the budget holds, and the reasons it does not."""
     problems: list[str] = []
     firejail = med.get("b_firejail")
-    for name in ("c_panday", "d_panday_nowrite", "e_panday_no_bytecode"):
+    for name in ("c_panday", "d_panday_nowrite"):
         if firejail is None:
             problems.append("firejail is not installed, so nothing to compare with")
             break
         if med[name] > firejail:
             problems.append(f"{name} {med[name]:.1f} ms > firejail {firejail:.1f} ms")
-    quiet = load[0] < QUIET_LOAD
-    if quiet and med["c_panday"] > BUDGET_MS:
-        problems.append(
-            f"c_panday {med['c_panday']:.1f} ms > {BUDGET_MS:.0f} ms on a quiet machine"
-        )
+    if load[0] < QUIET_LOAD:
+        for name in ("c_panday", "d_panday_nowrite", "e_panday_no_bytecode"):
+            if med[name] > BUDGET_MS:
+                problems.append(
+                    f"{name} {med[name]:.1f} ms > {BUDGET_MS:.0f} ms on a quiet machine"
+                )
     return not problems, problems
 
 
@@ -349,14 +352,28 @@ def _notes(
         ),
         (
             f"(e)-(c) = {e - c:.1f} ms is compiling panday's modules from source at every "
-            "start when no bytecode exists and none may be written (lines per module below); "
-            "`uv sync` here compiles bytecode (`[tool.uv] compile-bytecode = true`), and pip "
-            "compiles it when it installs the wheel; with uv, install with "
-            "`--compile-bytecode` (docs/cli.md). (f)-(c) = "
-            f"{f - c:.1f} ms is what the cached plan saves per run: the policy model "
-            "(msgspec), the capability check and a session's open."
+            "start when no bytecode exists and none may be written (lines per module below: "
+            "the cached path loads only these, and the protected-entry and bind code, "
+            "the largest, is the per-command security work that is never cached). "
+            f"{_beside(e, fj)} "
+            "`uv sync` here compiles bytecode (`[tool.uv] compile-bytecode = true`), pip "
+            "compiles it when it installs the wheel, and with uv `--compile-bytecode` does "
+            f"(docs/cli.md). (f)-(c) = {f - c:.1f} ms is what the cached plan saves per run: "
+            "the policy model (msgspec), the capability check and a session's open."
         ),
     ]
+
+
+def _beside(e: float, firejail: float | None) -> str:
+    """How (e) compares with firejail, in words."""
+    if firejail is None:
+        return "Without firejail here, (e) is compared with nothing."
+    word = "within" if e <= firejail else f"{e - firejail:.1f} ms over"
+    return (
+        f"So without any bytecode panday took {e:.1f} ms, {word} firejail's {firejail:.1f} ms "
+        "in the same rounds (firejail's own time is mostly waiting, so it barely moves "
+        "with the load, while compiling is CPU work that does)."
+    )
 
 
 def main(rounds: int, warmup: int) -> dict[str, object]:
@@ -418,8 +435,8 @@ def main(rounds: int, warmup: int) -> dict[str, object]:
         "ratio": round(med["c_panday"] / fj, 2) if fj else None,
         "ratio_of": "(c) / (b), medians",
         "budget": (
-            f"(c), (d), (e) medians <= (b)'s; (c) <= {BUDGET_MS:.0f} ms when the load average "
-            f"is below {QUIET_LOAD:.0f} at the start"
+            f"(c), (d) medians <= (b)'s; (c), (d), (e) <= {BUDGET_MS:.0f} ms when the load "
+            f"average is below {QUIET_LOAD:.0f} at the start"
         ),
         "within_budget": within,
         "over_budget": problems,
