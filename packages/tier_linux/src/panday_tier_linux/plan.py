@@ -527,7 +527,12 @@ def launch(plan: Plan, argv: Sequence[str], environ: Mapping[str, str]) -> Launc
     if block_w >= 0:
         from panday_tier_linux.plan_ceilings import release  # noqa: PLC0415 - ceilings only
 
-        if not release(launched, block_w):
+        try:
+            released = release(launched, block_w)
+        except BaseException:  # Ctrl-C while bwrap waits: nothing of the command ran
+            launched.close()
+            raise
+        if not released:
             launched.close()
             return None
     return launched

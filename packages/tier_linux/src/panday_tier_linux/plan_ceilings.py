@@ -62,7 +62,10 @@ def release(launched: Launched, block_w: int) -> bool:
             cgroup.attach(pid)
         except OSError:
             return False
-        os.write(block_w, b"x")
+        try:
+            os.write(block_w, b"x")
+        except OSError:  # bwrap is gone: it never ran the command
+            return False
         return True
     finally:
         os.close(block_w)
