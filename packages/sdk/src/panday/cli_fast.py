@@ -153,11 +153,12 @@ def _read_policy(path: str) -> bytes | None:
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             return None
         data = b""
-        while len(data) <= _POLICY_LIMIT:
-            chunk = os.read(fd, _POLICY_LIMIT + 1 - len(data))
+        while len(data) <= _POLICY_LIMIT:  # reads sized by the file, not by the limit
+            chunk = os.read(fd, min(_POLICY_LIMIT + 1, st.st_size + 1) - len(data) or 1)
             if not chunk:
                 break
             data += chunk

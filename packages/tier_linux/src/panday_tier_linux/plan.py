@@ -365,8 +365,8 @@ def _read_plan_file(directory: int, name: str) -> bytes | None:
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
             return None
         blob = b""
-        while len(blob) <= MAX_PLAN_BYTES:
-            chunk = os.read(fd, MAX_PLAN_BYTES + 1 - len(blob))
+        while len(blob) <= MAX_PLAN_BYTES:  # reads sized by the file, not by the limit
+            chunk = os.read(fd, min(MAX_PLAN_BYTES + 1, st.st_size + 1) - len(blob) or 1)
             if not chunk:
                 break
             blob += chunk
