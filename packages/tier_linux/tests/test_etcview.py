@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -9,6 +10,23 @@ import pytest
 
 from panday_tier_linux import etcview
 from panday_tier_linux.host import ETC_ALLOWLIST
+
+# What of /etc the jail may show, written out here rather than read from ETC_ALLOWLIST: an
+# entry added to the allowlist (say gshadow) must turn this red, not follow along.
+EXPECTED = (
+    "alternatives",
+    "group",
+    "hosts",
+    "ld.so.cache",
+    "localtime",
+    "nsswitch.conf",
+    "os-release",
+    "passwd",
+    "pki/ca-trust/extracted",
+    "pki/tls/certs",
+    "ssl/certs",
+)
+NEVER = ("shadow", "gshadow", "shadow-", "gshadow-", "sudoers", "ssh", "machine-id", "ssl/private")
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux host layout")
 
@@ -52,3 +70,40 @@ def test_a_view_others_can_write_is_not_used() -> None:
     assert view is not None
     Path(view).chmod(0o777)
     assert etcview.etc_view() is None
+
+
+def shown(view: Path, relative: str = "") -> set[str]:
+    """Every path of the view, down to the allowlisted entries (which are copied whole)."""
+    out: set[str] = set()
+    for child in sorted((view / relative).iterdir() if relative else view.iterdir()):
+        path = f"{relative}/{child.name}" if relative else child.name
+        out.add(path)
+        if path not in EXPECTED and child.is_dir() and not child.is_symlink():
+            out |= shown(view, path)
+    return out
+
+
+def test_the_view_is_exactly_the_expected_entries_that_exist_on_this_host() -> None:
+    view = etcview.etc_view()
+    assert view is not None
+    present = {name for name in EXPECTED if os.path.lexists(f"/etc/{name}")}
+    parents = {
+        "/".join(name.split("/")[:i]) for name in present for i in range(1, name.count("/") + 1)
+    }
+    assert shown(Path(view)) == present | parents
+
+
+def test_secrets_of_etc_are_not_in_the_view() -> None:
+    # Control: the host has at least one of them, so their absence below means something.
+    present = [name for name in NEVER if os.path.lexists(f"/etc/{name}")]
+    if not present:
+        pytest.fail(f"inconclusive: this host has none of {NEVER} in /etc")
+    view = etcview.etc_view()
+    assert view is not None
+    for name in NEVER:
+        assert not os.path.lexists(Path(view, name)), name
+
+
+def test_the_allowlist_is_the_expected_one() -> None:
+    # The same literal, against the table itself: a new entry needs this review too.
+    assert set(ETC_ALLOWLIST) == set(EXPECTED)

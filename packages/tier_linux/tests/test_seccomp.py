@@ -137,3 +137,40 @@ def test_inet_sockets_only_with_the_egress_bridge() -> None:
     assert seccomp.socket_families(bridge=True) == frozenset(
         {seccomp.AF_UNIX, seccomp.AF_INET, seccomp.AF_INET6}
     )
+
+
+# One BPF instruction: `ret SECCOMP_RET_ALLOW`, a filter that lets everything through.
+ALLOW_EVERYTHING = (
+    (0x06).to_bytes(2, sys.byteorder) + b"\0\0" + (0x7FFF0000).to_bytes(4, sys.byteorder)
+)
+
+
+@linux
+def test_a_cache_entry_owned_by_another_user_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    spec = seccomp.FilterSpec()
+    compiled = seccomp.program(spec)
+    (entry,) = (tmp_path / "panday" / "seccomp").iterdir()
+    entry.write_bytes(seccomp.CACHE_MAGIC + spec.text.encode() + ALLOW_EVERYTHING)
+    entry.chmod(0o600)
+    # Control: an entry that is ours, private and matches the rules is served as it is (so
+    # the forged program below would reach bwrap if ownership were not checked).
+    if seccomp.program(spec) != ALLOW_EVERYTHING:
+        pytest.fail("inconclusive: control failed, the cache did not serve our own entry")
+    if os.geteuid() == 0:
+        # The same entry, now owned by another user (what a file planted by someone who
+        # could write into the directory would look like).
+        os.chown(entry, 65534, 65534)
+        assert seccomp.program(spec) == compiled
+        assert entry.stat().st_uid == 0  # recompiled and replaced by our own
+    else:
+        # An unprivileged caller cannot give a file away; it checks the same entry as if
+        # the cache belonged to another uid (the directory checks are done by `program`).
+        real = os.geteuid()
+        path = str(entry)
+        read = seccomp._read_cache  # pyright: ignore[reportPrivateUsage] - the unit under test
+        assert read(path, spec.text.encode()) == ALLOW_EVERYTHING
+        monkeypatch.setattr(os, "geteuid", lambda: real + 1)
+        assert read(path, spec.text.encode()) is None
