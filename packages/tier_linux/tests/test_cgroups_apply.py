@@ -126,7 +126,7 @@ def members() -> Iterator[Callable[[int], list[subprocess.Popen[bytes]]]]:
 
 def dead(proc: subprocess.Popen[bytes]) -> bool:
     try:
-        proc.wait(timeout=10)
+        proc.wait(timeout=5)  # a SIGKILLed sleep is reaped in milliseconds
     except subprocess.TimeoutExpired:
         return False
     return True
