@@ -43,6 +43,28 @@ import results  # noqa: E402 - tools/results.py, importable once tools/ is on th
 os.environ.setdefault(results.RUN_ENV, f"{os.getpid()}-{int(time.time())}")
 
 
+def _commit_state() -> str:
+    """HEAD's commit, with ``+dirty`` when the tree has uncommitted changes (RUN-REPORT.md
+    aside: it is the report's own output). Empty outside a git checkout."""
+    import subprocess  # noqa: PLC0415 - only here
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(
+                ["git", *args], cwd=REPO, capture_output=True, text=True, check=True
+            ).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return ""
+
+    head = git("rev-parse", "HEAD")
+    dirty = git("status", "--porcelain", "--", ".", ":(exclude)RUN-REPORT.md")
+    return f"{head}+dirty" if head and dirty else head
+
+
+# Which commit (and whether a dirty tree) the gates of this run saw: the run report's stamp.
+os.environ.setdefault(results.COMMIT_ENV, _commit_state())
+
+
 def _gate(name: str) -> Callable[[Callable[[nox.Session], None]], Callable[[nox.Session], None]]:
     """Record the gate's outcome for the run report: failed if the session raised, else ok
     (with the figures the gate's tool recorded, or a bare record if it recorded none)."""
@@ -210,12 +232,31 @@ def schemas(session: nox.Session) -> None:
 @nox.session(venv_backend="none", tags=["static"])
 @_gate("lock")
 def lock(session: nox.Session) -> None:
-    """uv.lock is current with every pyproject.toml."""
+    """uv.lock is what a fresh resolution of every pyproject.toml gives, and is committed.
+
+    `uv run nox` (without ``--locked``) re-locks before any gate runs, so a stale lock
+    would reach this gate already rewritten: the README, `.ci/run` and CI run
+    ``uv run --locked nox``, which refuses a stale lock before nox starts, and this gate
+    also fails when uv.lock differs from the committed one (a lock rewritten on the way in).
+    """
     session.run("uv", "lock", "--check", external=True)
     packages = tomllib.loads((REPO / "uv.lock").read_text(encoding="utf-8")).get("package", [])
     if not packages:
         session.error("uv.lock lists no packages")
-    print(f"lock: uv.lock is current; it pins {len(packages)} packages")
+    if (REPO / ".git").exists():
+        changed = session.run(
+            "git", "status", "--porcelain", "--", "uv.lock", silent=True, external=True
+        )
+        if str(changed or "").strip():
+            session.error(
+                "uv.lock differs from the committed one (did `uv run` re-lock it? the gates "
+                "run as `uv run --locked nox`): commit it, or restore it with "
+                "`git checkout uv.lock`"
+            )
+    print(
+        f"lock: uv.lock matches a fresh resolution of every pyproject.toml (uv lock --check) "
+        f"and the committed file; it pins {len(packages)} packages"
+    )
 
 
 @nox.session(venv_backend="none", tags=["static"])
@@ -388,11 +429,20 @@ def mutmut(session: nox.Session) -> None:
 
 
 # ---------------------------------------------------------------------------- run report
-# Last on purpose: a plain `nox` runs sessions in the order they are defined, so this one
-# reads the results every other gate of the same run recorded.
+# RUN-REPORT.md is a committed file, so a plain `nox` never rewrites it: `nox -s report`
+# does, from the newest run's records (`uv run --locked nox`, then `... nox -s report`).
+# `report_fresh` is a default gate (not `static`: a pull request changes code, and CI cannot
+# write this host's report): it fails when the committed report names no commit, was written
+# from a dirty tree, or anything but itself changed since the commit it names.
+
+
+@nox.session(venv_backend="none", default=False)
+def report(session: nox.Session) -> None:
+    """Write RUN-REPORT.md from the newest run's gate results (then commit it)."""
+    _tool(session, "report.py")
 
 
 @nox.session(venv_backend="none")
-def report(session: nox.Session) -> None:
-    """Write RUN-REPORT.md from this run's gate results (commit it)."""
-    _tool(session, "report.py")
+def report_fresh(session: nox.Session) -> None:
+    """RUN-REPORT.md describes HEAD: its commit is HEAD's or only the report changed since."""
+    _tool(session, "report.py", "--check")
