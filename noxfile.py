@@ -217,9 +217,34 @@ def tests(session: nox.Session) -> None:
         f"test directories on {sys.platform}"
     )
     failed = totals["failures"] + totals["errors"]
+    floor_problems = _floors(session, "tests", [junit], dirs)
     results.record(
-        "tests", f"{totals['tests']} tests, {failed} failed", passed=passed, counts=totals
+        "tests",
+        f"{totals['tests']} tests, {failed} failed"
+        + (", below a floor" if floor_problems else ""),
+        status="failed" if floor_problems else "ok",
+        passed=passed,
+        counts=totals,
     )
+    if floor_problems:
+        session.error(f"tests: {len(floor_problems)} test directories below their floor")
+
+
+def _floors(session: nox.Session, table: str, junits: list[Path], dirs: list[str]) -> list[str]:
+    """Check the tests collected per directory against tools/test-floors.toml."""
+    import floors  # noqa: PLC0415 - tools/floors.py, on the path like results
+
+    if session.posargs:
+        print(f"{table}: floors not checked: arguments narrowed the run ({session.posargs})")
+        return []
+    found = floors.counts(junits, dirs)
+    problems = floors.check(found, floors.load(table))
+    for problem in problems:
+        print(f"{table}: FLOOR: {problem}")
+    if not problems:
+        shown = ", ".join(f"{d} {n}" for d, n in sorted(found.items()))
+        print(f"{table}: every directory at or above its floor ({shown})")
+    return problems
 
 
 @nox.session(venv_backend="none", tags=["static"])
@@ -375,6 +400,9 @@ def escape(session: nox.Session) -> None:
         if total == 0:
             session.error(f"{label}: no probe of the {host} suite ran")
         labels.append(f"{label} {passed}/{total}")
+    if _floors(session, "escape", [first], suites):
+        results.record("escape", " · ".join([*labels, "below a floor"]), status="failed")
+        session.error("escape: an escape suite is below its floor")
     results.record("escape", " · ".join(labels))
 
 
