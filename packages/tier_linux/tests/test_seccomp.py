@@ -174,3 +174,20 @@ def test_a_cache_entry_owned_by_another_user_is_not_trusted(
         assert read(path, spec.text.encode()) == ALLOW_EVERYTHING
         monkeypatch.setattr(os, "geteuid", lambda: real + 1)
         assert read(path, spec.text.encode()) is None
+
+
+@linux
+def test_the_cache_is_private_whatever_the_umask(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    old = os.umask(0)
+    try:
+        compiled = seccomp.program(seccomp.FilterSpec())
+    finally:
+        os.umask(old)
+    for directory in (tmp_path / "panday", tmp_path / "panday" / "seccomp"):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
+    (entry,) = (tmp_path / "panday" / "seccomp").iterdir()  # cached, not refused
+    assert stat.S_IMODE(entry.stat().st_mode) == 0o600
+    assert entry.read_bytes().endswith(compiled)

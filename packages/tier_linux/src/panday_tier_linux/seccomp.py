@@ -236,6 +236,8 @@ def cache_dir() -> str | None:
 def _safe_dir(path: str) -> bool:
     """Create `path` (0700) if needed; True when it is ours and nobody else can write it."""
     try:
+        # Both levels with an explicit mode (makedirs gives intermediate ones the umask's).
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         os.makedirs(path, mode=0o700, exist_ok=True)
         for p in (os.path.dirname(path), path):
             st = os.lstat(p)
