@@ -138,6 +138,7 @@ def test_modes_do_not_depend_on_the_callers_umask(cache: Path) -> None:
     finally:
         os.umask(old)
     assert view is not None
+    assert (cache / "panday").stat().st_mode & 0o777 == 0o700
     assert (cache / "panday" / "etc").stat().st_mode & 0o777 == 0o700
     assert Path(view).stat().st_mode & 0o777 == 0o755
     for entry in _walk(Path(view)):

@@ -264,13 +264,16 @@ def verdict(program: bytes, name: str, *args: int, arch: int | None = None) -> s
     return f"{ret:#x}"
 
 
-@pytest.fixture(scope="module")
+# Function-scoped on purpose: compiling takes a few milliseconds, and a test that compiles
+# its own program is a test mutation testing can tie to the compiler (a module-scoped
+# fixture would be built by the first test alone).
+@pytest.fixture
 def program() -> bytes:
     """The program for a session without network (no egress bridge)."""
     return seccomp.compile_program(seccomp.FilterSpec())
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def bridge_program() -> bytes:
     """The program for a session with ``net.allow`` (the egress bridge)."""
     families = seccomp.socket_families(bridge=True)

@@ -1,0 +1,255 @@
+"""Session and command cgroups on a stand-in cgroupfs: where they go, what they are called,
+what is left over from a crashed caller, what a failure leaves behind, and the counters.
+
+The stand-in is plain directories and files laid out as the kernel lays them out (see
+test_cgroups_apply.py for the ceilings themselves). What a kernel does on its own (moving
+a process, enabling a controller when "+memory" is written) is not imitated: those paths
+run against the real hierarchy in the escape suite.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from panday_tier_linux import cgroups
+from panday_tier_linux.cgroups import CgroupUnavailable, ExecCgroup, Mounts, open_session
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux cgroups")
+
+LIMITS = {"mem_bytes": 64 << 20, "pids": 10}
+
+
+def v2_tree(root: Path, controllers: str = "memory pids") -> Mounts:
+    """A v2 mount at `root` whose root hands `controllers` down; we live in /app/term."""
+    (root / "app" / "term").mkdir(parents=True)
+    (root / "cgroup.subtree_control").write_text(f"{controllers}\n")
+    (root / "app" / "cgroup.subtree_control").write_text(f"{controllers}\n")
+    return cgroups.discover(f"30 23 0:26 / {root} rw - cgroup2 cgroup2 rw\n", "0::/app/term\n")
+
+
+def v1_tree(root: Path, controllers: tuple[str, ...] = ("memory", "pids", "cpuacct")) -> Mounts:
+    own = {c: root / c / "user" for c in controllers}
+    for path in own.values():
+        path.mkdir(parents=True)
+    return Mounts({c: str(p) for c, p in own.items()}, None)
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+# ---------------------------------------------------------------------- v2
+
+
+def test_v2_session_directory_name_roles_and_mechanism(tmp_path: Path) -> None:
+    mounts = v2_tree(tmp_path)
+    session = open_session(LIMITS, "s1", mounts)
+    path = tmp_path / "app" / f"panday-{os.getpid()}-s1"
+    assert session.version == 2
+    assert session.dirs == dict.fromkeys(("memory", "pids", "cpu", "kill"), str(path))
+    assert session.mechanism == f"cgroup v2 at {tmp_path / 'app'}"
+    assert session.count == 0
+    assert set((path / "cgroup.subtree_control").read_text().split()) == {"+memory", "+pids"}
+
+
+def test_v2_commands_are_numbered_children_and_attach_writes_the_pid(tmp_path: Path) -> None:
+    session = open_session(LIMITS, "s", v2_tree(tmp_path))
+    first, second = session.new_exec(LIMITS), session.new_exec(LIMITS)
+    base = Path(session.dirs["memory"])
+    assert [Path(first.dirs["pids"]).name, Path(second.dirs["pids"]).name] == ["exec-1", "exec-2"]
+    assert first.dirs == dict.fromkeys(("memory", "pids", "cpu", "kill"), str(base / "exec-1"))
+    assert first.version == 2
+    assert first.limits == LIMITS
+    assert not first.removed
+    assert (base / "exec-1").stat().st_mode & 0o777 == 0o755
+    first.attach(4242)
+    assert (base / "exec-1" / "cgroup.procs").read_text() == "4242"
+
+
+def test_v2_without_a_delegating_ancestor_names_the_controllers(tmp_path: Path) -> None:
+    mounts = v2_tree(tmp_path, controllers="cpu")
+    with pytest.raises(CgroupUnavailable) as info:
+        open_session(LIMITS, "s", mounts)
+    assert info.value.reason == (
+        f"cgroup v2: no writable cgroup above {tmp_path / 'app' / 'term'} hands down "
+        "memory, pids (no delegated subtree)"
+    )
+
+
+def test_v2_a_session_directory_that_cannot_be_made_is_a_reason(tmp_path: Path) -> None:
+    mounts = v2_tree(tmp_path)
+    blocker = tmp_path / "app" / f"panday-{os.getpid()}-s"
+    blocker.write_text("in the way")  # a file where the directory would go
+    with pytest.raises(CgroupUnavailable) as info:
+        open_session(LIMITS, "s", mounts)
+    assert info.value.reason.startswith(f"cgroup v2: cannot create {blocker}: ")
+
+
+def test_only_a_dead_callers_leftovers_are_reaped(tmp_path: Path) -> None:
+    mounts = v2_tree(tmp_path)
+    parent = tmp_path / "app"
+    stale = parent / f"panday-{dead_pid()}-old"
+    (stale / "exec-1").mkdir(parents=True)  # with a command cgroup inside, as left behind
+    ours = parent / f"panday-{os.getpid()}-other"
+    alive = parent / "panday-1-init"  # pid 1 is always alive
+    foreign = parent / "someone-else"
+    not_a_dir = parent / f"panday-{dead_pid()}-file"
+    for d in (ours, alive, foreign):
+        d.mkdir()
+    not_a_dir.write_text("")
+    open_session(LIMITS, "s", mounts)
+    assert not stale.exists()
+    assert ours.is_dir()
+    assert alive.is_dir()
+    assert foreign.is_dir()
+    assert not_a_dir.is_file()
+
+
+def test_remove_takes_the_session_and_its_commands(tmp_path: Path) -> None:
+    # v1, and commands without ceilings: rmdir on a real cgroupfs ignores the interface
+    # files a cgroup shows, on the stand-in written files would keep a directory busy.
+    session = open_session(LIMITS, "s", v1_tree(tmp_path))
+    command = session.new_exec({})
+    assert command.remove()
+    assert command.removed
+    assert command.remove()  # idempotent
+    for role in ("memory", "pids"):
+        assert not Path(command.dirs[role]).exists()
+    session.new_exec({})
+    assert session.remove()
+    for role in ("memory", "pids"):
+        assert not Path(session.dirs[role]).exists()
+
+
+# ---------------------------------------------------------------------- v1
+
+
+def test_v1_session_has_one_directory_per_controller(tmp_path: Path) -> None:
+    mounts = v1_tree(tmp_path)
+    session = open_session({**LIMITS, "cpu_ms": 500}, "s", mounts)
+    name = f"panday-{os.getpid()}-s"
+    assert session.version == 1
+    assert session.dirs == {
+        "memory": str(tmp_path / "memory" / "user" / name),
+        "pids": str(tmp_path / "pids" / "user" / name),
+        "cpu": str(tmp_path / "cpuacct" / "user" / name),
+    }
+    where = ", ".join(sorted(str(tmp_path / c / "user") for c in ("cpuacct", "memory", "pids")))
+    assert session.mechanism == f"cgroup v1 under {where}"
+    command = session.new_exec(LIMITS)
+    for role in ("memory", "pids", "cpu"):
+        assert command.dirs[role] == os.path.join(session.dirs[role], "exec-1")
+    assert command.version == 1
+    command.attach(77)
+    for role in ("memory", "pids", "cpu"):
+        assert Path(command.dirs[role], "cgroup.procs").read_text() == "77"
+
+
+def test_v1_a_missing_controller_is_the_reason(tmp_path: Path) -> None:
+    mounts = v1_tree(tmp_path, ("memory",))
+    with pytest.raises(CgroupUnavailable, match="cgroup v1: the pids controller is not mounted"):
+        open_session(LIMITS, "s", mounts)
+    # Nothing half-made is left in the hierarchy that was there.
+    assert [p.name for p in (tmp_path / "memory" / "user").iterdir()] == []
+
+
+def test_no_cgroup_file_system_at_all() -> None:
+    with pytest.raises(CgroupUnavailable, match="no cgroup file system is mounted"):
+        open_session(LIMITS, "s", Mounts({}, None))
+
+
+def test_a_command_cgroup_that_cannot_be_made_leaves_nothing_behind(tmp_path: Path) -> None:
+    session = open_session(LIMITS, "s", v1_tree(tmp_path))
+    (Path(session.dirs["pids"]) / "exec-1").write_text("in the way")
+    with pytest.raises(OSError, match="exists"):
+        session.new_exec(LIMITS)
+    assert not (Path(session.dirs["memory"]) / "exec-1").exists()  # the one made is removed
+
+
+def test_v1_read_back_and_counters(tmp_path: Path) -> None:
+    memory, pids, cpu = (tmp_path / n for n in ("memory", "pids", "cpu"))
+    for d in (memory, pids, cpu):
+        d.mkdir()
+    (memory / "memory.limit_in_bytes").write_text("1048576\n")
+    (memory / "memory.memsw.limit_in_bytes").write_text("1048576\n")
+    (memory / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
+    (pids / "pids.max").write_text("5\n")
+    (pids / "pids.events").write_text("max 3\n")
+    (cpu / "cpuacct.usage").write_text("123456789\n")
+    cg = ExecCgroup(1, {"memory": str(memory), "pids": str(pids), "cpu": str(cpu)}, {})
+    assert cg.read_back() == {
+        "memory.limit_in_bytes": "1048576",
+        "memory.memsw.limit_in_bytes": "1048576",
+        "pids.max": "5",
+    }
+    assert cg.oom_kills() == 2
+    assert cg.pids_refused() == 3
+    assert cg.cpu_usage_ns() == 123456789
+    (cpu / "cpuacct.usage").write_text("garbage\n")
+    assert cg.cpu_usage_ns() is None
+
+
+def test_v2_counters(tmp_path: Path) -> None:
+    leaf = tmp_path / "exec-1"
+    leaf.mkdir()
+    (leaf / "memory.events").write_text("low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\n")
+    (leaf / "pids.events").write_text("max 7\n")
+    (leaf / "cpu.stat").write_text("usage_usec 2500\nuser_usec 2000\nsystem_usec 500\n")
+    cg = ExecCgroup(2, dict.fromkeys(("memory", "pids", "cpu", "kill"), str(leaf)), {})
+    assert cg.oom_kills() == 1
+    assert cg.pids_refused() == 7
+    assert cg.cpu_usage_ns() == 2_500_000
+    assert cg.read_back() == {}  # no ceiling files: nothing to show
+
+
+def test_without_the_roles_the_counters_are_empty() -> None:
+    cg = ExecCgroup(2, {}, {})
+    assert cg.cpu_usage_ns() is None
+    assert cg.oom_kills() == 0
+    assert cg.pids_refused() == 0
+    assert cg.read_back() == {}
+    cg.kill()  # nothing to kill: no error
+
+
+# ---------------------------------------------------------------------- discovery
+
+
+def test_mountinfo_lines_are_read_by_their_columns(tmp_path: Path) -> None:
+    del tmp_path
+    mountinfo = (
+        "garbage line without a separator\n"
+        "1 2 3 - cgroup2 cgroup2 rw\n"  # too few fields before the separator: ignored
+        "41 31 0:38 / /sys/fs/cgroup/my\\040mount rw,relatime - cgroup2 cgroup2 rw\n"
+        "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime shared:1 - cgroup cgroup rw,memory\n"
+        "36 31 0:33 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids\n"
+    )
+    mounts = cgroups.discover(mountinfo, "5:pids:/p\n4:memory:/m\n0::/u\n")
+    assert mounts.v2 == "/sys/fs/cgroup/my mount/u"
+    assert mounts.v2_mount == "/sys/fs/cgroup/my mount"
+    assert mounts.v1 == {"memory": "/sys/fs/cgroup/memory/m", "pids": "/sys/fs/cgroup/pids/p"}
+
+
+def test_a_cgroup_at_the_mount_root_and_a_path_equal_to_the_mount_root(tmp_path: Path) -> None:
+    del tmp_path
+    mountinfo = "30 23 0:26 /docker/abc /sys/fs/cgroup/ rw - cgroup2 cgroup2 rw\n"
+    assert cgroups.discover(mountinfo, "0::/docker/abc\n").v2 == "/sys/fs/cgroup"
+    assert cgroups.discover(mountinfo, "0::/elsewhere\n").v2 == "/sys/fs/cgroup/elsewhere"
+    plain = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
+    assert cgroups.discover(plain, "0::/\n").v2 == "/sys/fs/cgroup"
+    assert cgroups.discover(plain, "0::/abc\n").v2 == "/sys/fs/cgroup/abc"
+    # Without a v2 mount, the unified line of /proc/self/cgroup means nothing.
+    assert cgroups.discover("", "0::/abc\n").v2 is None
+
+
+def test_the_reason_is_kept_on_the_exception() -> None:
+    exc = CgroupUnavailable("why not")
+    assert exc.reason == "why not"
+    assert str(exc) == "why not"
