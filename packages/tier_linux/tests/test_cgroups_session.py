@@ -146,7 +146,7 @@ def test_v1_session_has_one_directory_per_controller(tmp_path: Path) -> None:
     assert session.mechanism == f"cgroup v1 under {where}"
     command = session.new_exec(LIMITS)
     for role in ("memory", "pids", "cpu"):
-        assert command.dirs[role] == os.path.join(session.dirs[role], "exec-1")
+        assert command.dirs[role] == str(Path(session.dirs[role], "exec-1"))
     assert command.version == 1
     command.attach(77)
     for role in ("memory", "pids", "cpu"):

@@ -284,6 +284,7 @@ def test_a_missing_libseccomp_makes_the_tier_unavailable_with_the_package_to_ins
 def test_socket_families_must_be_valid_address_families() -> None:
     assert seccomp.FilterSpec(socket_families=frozenset({0, 1})).text  # AF_UNSPEC is a family
     assert seccomp.FilterSpec(socket_families=frozenset({seccomp.AF_MAX - 1})).text
-    for bad in ({seccomp.AF_MAX}, {-1}, set()):
+    bad_sets: list[set[int]] = [{seccomp.AF_MAX}, {-1}, set()]
+    for bad in bad_sets:
         with pytest.raises(ValueError, match=r"must be within 0\.\.45"):
             seccomp.FilterSpec(socket_families=frozenset(bad))
