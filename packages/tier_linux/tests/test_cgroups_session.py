@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -253,3 +254,110 @@ def test_the_reason_is_kept_on_the_exception() -> None:
     exc = CgroupUnavailable("why not")
     assert exc.reason == "why not"
     assert str(exc) == "why not"
+
+
+# ---------------------------------------------------------------------- edges
+
+
+def test_discover_reads_this_process_when_given_nothing() -> None:
+    mountinfo = Path("/proc/self/mountinfo").read_text(encoding="ascii")
+    own = Path("/proc/self/cgroup").read_text(encoding="ascii")
+    expected = cgroups.discover(mountinfo, own)
+    found = cgroups.discover()
+    assert (found.v1, found.v2, found.v2_mount) == (expected.v1, expected.v2, expected.v2_mount)
+    assert found.v1 or found.v2  # control: this host has a cgroup hierarchy at all
+
+
+def test_cgroup_lines_split_on_the_first_two_colons_only() -> None:
+    mountinfo = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
+    assert cgroups.discover(mountinfo, "broken\n0::/a:b\n").v2 == "/sys/fs/cgroup/a:b"
+
+
+def test_session_and_command_directories_are_0755_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        v2 = open_session(LIMITS, "s", v2_tree(tmp_path / "v2"))
+        v1 = open_session(LIMITS, "s", v1_tree(tmp_path / "v1"))
+        command = v1.new_exec({})
+    finally:
+        os.umask(old)
+    paths = [v2.dirs["memory"], v1.dirs["memory"], v1.dirs["pids"], command.dirs["pids"]]
+    for path in paths:
+        assert Path(path).stat().st_mode & 0o777 == 0o755, path
+
+
+def test_v2_in_the_root_cgroup_goes_right_below_it(tmp_path: Path) -> None:
+    # Inside a container we may be in the (namespaced) root cgroup itself; a mount point
+    # written with a trailing slash is the same directory.
+    (tmp_path / "cgroup.subtree_control").write_text("memory pids\n")
+    mounts = Mounts({}, str(tmp_path), f"{tmp_path}/")
+    session = open_session(LIMITS, "s", mounts)
+    assert Path(session.dirs["memory"]).parent == tmp_path
+
+
+def test_v2_asks_only_the_mount_root_to_hand_controllers_down(tmp_path: Path) -> None:
+    (tmp_path / "app" / "term").mkdir(parents=True)
+    (tmp_path / "cgroup.subtree_control").write_text("")
+    (tmp_path / "app" / "cgroup.subtree_control").write_text("cpu\n")
+    mounts = cgroups.discover(
+        f"30 23 0:26 / {tmp_path} rw - cgroup2 cgroup2 rw\n", "0::/app/term\n"
+    )
+    with pytest.raises(CgroupUnavailable):  # a plain file does not enable anything
+        open_session(LIMITS, "s", mounts)
+    written = (tmp_path / "cgroup.subtree_control").read_text()
+    assert sorted(written.split(" ")) == ["+memory", "+pids"]
+    assert (tmp_path / "app" / "cgroup.subtree_control").read_text() == "cpu\n"
+
+
+def test_v1_a_session_directory_that_cannot_be_made_removes_the_ones_made(
+    tmp_path: Path,
+) -> None:
+    mounts = v1_tree(tmp_path)
+    (tmp_path / "pids" / "user" / f"panday-{os.getpid()}-s").write_text("in the way")
+    with pytest.raises(CgroupUnavailable) as info:
+        open_session(LIMITS, "s", mounts)
+    assert "cgroup v1: cannot create " in info.value.reason
+    assert [p.name for p in (tmp_path / "memory" / "user").iterdir()] == []
+
+
+def test_v1_a_hierarchy_we_may_not_write_is_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As root every directory is writable (os.access says so), so "not writable" is what
+    # an unprivileged caller meets; it is stood in for by answering no.
+    def never(path: str) -> bool:
+        del path
+        return False
+
+    monkeypatch.setattr(cgroups, "_writable", never)
+    with pytest.raises(CgroupUnavailable, match=r"\(memory\) is not writable by uid"):
+        open_session(LIMITS, "s", v1_tree(tmp_path))
+
+
+def test_reaping_knows_our_names_and_never_follows_links(tmp_path: Path) -> None:
+    mounts = v1_tree(tmp_path)
+    base = tmp_path / "memory" / "user"
+    dead = dead_pid()
+    stale = base / f"panday-{dead}-a-b"  # a session id with dashes
+    stale.mkdir()
+    lookalike = base / f"cgroup-{dead}-x"  # as long a prefix, another name
+    lookalike.mkdir()
+    outside = tmp_path / "outside" / "keep"
+    outside.mkdir(parents=True)
+    (base / f"panday-{dead}-link").symlink_to(outside.parent)
+    open_session(LIMITS, "s", mounts)
+    assert not stale.exists()
+    assert lookalike.is_dir()
+    assert outside.is_dir()
+
+
+def test_removing_twice_is_fine_and_a_busy_directory_is_given_up_on(tmp_path: Path) -> None:
+    session = open_session(LIMITS, "s", v1_tree(tmp_path))
+    assert session.remove()
+    assert session.remove()  # already gone: removed is removed
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "member").write_text("")  # a stand-in for a cgroup that still holds a process
+    remove_tree = cgroups._remove_tree  # pyright: ignore[reportPrivateUsage] - the unit under test
+    assert not remove_tree(str(busy), time.monotonic() + 0.1)
+    assert busy.is_dir()
