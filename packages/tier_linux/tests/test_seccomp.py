@@ -288,3 +288,26 @@ def test_socket_families_must_be_valid_address_families() -> None:
     for bad in bad_sets:
         with pytest.raises(ValueError, match=r"must be within 0\.\.45"):
             seccomp.FilterSpec(socket_families=frozenset(bad))
+
+
+@linux
+def test_a_cache_directory_owned_by_another_user_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    spec = seccomp.FilterSpec()
+    compiled = seccomp.program(spec)
+    directory = tmp_path / "panday" / "seccomp"
+    entry = _forge(directory, spec)
+    entry.chmod(0o601)  # executable by others, writable by nobody else: still trusted
+    if seccomp.program(spec) != ALLOW_EVERYTHING:  # control
+        pytest.fail("inconclusive: control failed, the cache did not serve our own entry")
+    if os.geteuid() == 0:
+        os.chown(directory, 65534, 65534)
+        assert seccomp.program(spec) == compiled
+    else:
+        real = os.geteuid()
+        safe = seccomp._safe_dir  # pyright: ignore[reportPrivateUsage] - the unit under test
+        assert safe(str(directory))
+        monkeypatch.setattr(os, "geteuid", lambda: real + 1)
+        assert not safe(str(directory))
