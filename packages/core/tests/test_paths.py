@@ -406,3 +406,36 @@ def test_resolved_display_is_relative_for_the_workspace(tree: Tree, resolver: Pa
     assert isinstance(resolved, Resolved)
     assert resolved.display == "sub/inner.txt"
     assert resolver.resolve(".").display == "."
+
+
+# ------------------------------------------------------------------ link handling details
+
+
+def test_a_write_goes_through_a_directory_link_in_the_middle(
+    tree: Tree, resolver: PathResolver
+) -> None:
+    tree.link("s", "sub")
+    (tree.ws / "sub" / "deeper").mkdir()
+    write(resolver, "s/deeper/new.txt", b"through the link")
+    assert (tree.ws / "sub" / "deeper" / "new.txt").read_bytes() == b"through the link"
+
+
+def test_a_link_target_with_a_trailing_slash_is_followed(
+    tree: Tree, resolver: PathResolver
+) -> None:
+    tree.link("slash", "sub/")
+    tree.link("dotted", "./sub/.")
+    assert read(resolver, "slash/inner.txt") == INSIDE
+    assert read(resolver, "dotted/inner.txt") == INSIDE
+
+
+def test_exactly_forty_links_are_followed_and_one_more_is_a_loop(
+    tree: Tree, resolver: PathResolver
+) -> None:
+    # A chain l0 -> l1 -> ... -> lN -> inside.txt makes N + 1 links to follow.
+    for i in range(40):
+        tree.link(f"l{i}", f"l{i + 1}")
+    tree.link("l40", "inside.txt")
+    assert read(resolver, "l1") == INSIDE  # 40 links: the limit, still read
+    with pytest.raises(PathRefused, match="more than 40 symbolic links"):
+        read(resolver, "l0")  # 41
