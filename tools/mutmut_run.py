@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 REPO = Path(__file__).resolve().parents[1]
+LAST = REPO / ".nox" / "mutmut"
+"""Each module's latest measurement (`--from-last` writes the files from these)."""
 FLOORS = REPO / "tools" / "mutmut-floors.toml"
 SURVIVORS = REPO / "tools" / "mutmut-survivors.toml"
 UNREVIEWED = "UNREVIEWED"
@@ -177,17 +179,16 @@ def _change(diff: str) -> str:
 
 def _function(mutant: str) -> str:
     """``panday_core.paths.x_resolve__mutmut_3`` -> ``resolve``; methods keep their class."""
-    tail = mutant.rsplit(".", 1)[-1].split("__mutmut_")[0]
+    tail = mutant.rsplit(".", 1)[-1].split("__mutmut_", 1)[0]
     return tail.removeprefix("x_").replace("ǁ", ".").strip(".")
 
 
 def _stats(root: Path, mutmut: str) -> dict[str, int]:
     subprocess.run([mutmut, "export-cicd-stats"], cwd=root, check=True, capture_output=True)
-    stats = cast(
+    return cast(
         "dict[str, int]",
         json.loads((root / "mutants" / "mutmut-cicd-stats.json").read_text(encoding="utf-8")),
     )
-    return stats
 
 
 def measure(name: str, jobs: int) -> Measured:
@@ -222,11 +223,38 @@ def measure(name: str, jobs: int) -> Measured:
     killed = stats.get("killed", 0) + stats.get("timeout", 0)
     total = stats.get("total", 0)
     other = {
-        k: v
-        for k, v in stats.items()
-        if k not in {"killed", "timeout", "survived", "total"} and isinstance(v, int) and v
+        k: v for k, v in stats.items() if k not in {"killed", "timeout", "survived", "total"} and v
     }
     return Measured(name, killed, total, survivors, other)
+
+
+def save(m: Measured) -> None:
+    LAST.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "killed": m.killed,
+        "total": m.total,
+        "other": m.other,
+        "survivors": [[s.function, s.change] for s in m.survivors],
+    }
+    (LAST / f"{m.name}.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+
+
+def load_last(name: str) -> Measured:
+    path = LAST / f"{name}.json"
+    if not path.is_file():
+        raise SystemExit(f"mutmut: {name}: no saved measurement ({path}); run it first")
+    doc = cast("dict[str, object]", json.loads(path.read_text(encoding="utf-8")))
+    survivors = [
+        Survivor(name, function, change)
+        for function, change in cast("list[list[str]]", doc["survivors"])
+    ]
+    return Measured(
+        name,
+        cast("int", doc["killed"]),
+        cast("int", doc["total"]),
+        survivors,
+        cast("dict[str, int]", doc["other"]),
+    )
 
 
 # ------------------------------------------------------------------ committed files
@@ -234,7 +262,7 @@ def measure(name: str, jobs: int) -> Measured:
 
 def load_floors(path: Path = FLOORS) -> dict[str, float]:
     doc = tomllib.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    return {k: float(v["floor"]) for k, v in cast("dict[str, dict[str, object]]", doc).items()}
+    return {k: float(v["floor"]) for k, v in cast("dict[str, dict[str, float]]", doc).items()}
 
 
 def write_floors(measured: Sequence[Measured], path: Path = FLOORS) -> None:
@@ -295,11 +323,9 @@ def write_survivors(
 ) -> None:
     names = {m.name for m in measured}
     keep = [s for s in listed.values() if s.module not in names]
-    for m in measured:
-        for s in m.survivors:
-            keep.append(listed.get(s.key, s))
+    keep.extend(listed.get(s.key, s) for m in measured for s in m.survivors)
     lines = [
-        "# Mutants that survive `nox -s mutmut`, each with the reason it may (tools/mutmut_run.py).",
+        "# Mutants that survive `nox -s mutmut` (tools/mutmut_run.py), each with its reason.",
         "# A survivor not listed here fails the gate; so does one whose reason is UNREVIEWED.",
         "# `uv run --locked nox -s mutmut -- --write` adds new survivors as UNREVIEWED and drops",
         "# listed ones that are now killed; then write each reason by hand.",
@@ -349,6 +375,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--write", action="store_true", help="raise the floors and update the survivors file"
     )
+    parser.add_argument(
+        "--from-last",
+        action="store_true",
+        help="do not run mutmut: judge (and with --write, record) the last saved measurements",
+    )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.modules) - set(MODULES))
     if unknown:
@@ -357,7 +388,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     measured: list[Measured] = []
     problems: list[str] = []
     for name in args.modules or list(MODULES):
-        m = measure(name, args.jobs)
+        m = load_last(name) if args.from_last else measure(name, args.jobs)
+        if not args.from_last:
+            save(m)
         measured.append(m)
         floor = floors.get(m.name)
         shown = "none" if floor is None else f"{floor:.1f}%"
@@ -378,11 +411,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if total == 0:
         print("mutmut: no mutants generated; refusing to report a rate", file=sys.stderr)
         return 1
-    print(f"mutmut: kill rate {killed}/{total} ({100 * killed / total:.1f}%) over {len(measured)} modules")
+    rate = 100 * killed / total
+    print(f"mutmut: kill rate {killed}/{total} ({rate:.1f}%) over {len(measured)} modules")
     if args.write:
         write_floors(measured)
         write_survivors(measured, listed)
-        print(f"mutmut: wrote {FLOORS.name} and {SURVIVORS.name}; give each UNREVIEWED survivor its reason")
+        print(f"mutmut: wrote {FLOORS.name} and {SURVIVORS.name}; review each UNREVIEWED one")
     for problem in problems:
         print(f"mutmut: FAIL {problem}", file=sys.stderr)
     return 1 if problems else 0
