@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -46,6 +48,7 @@ PYTEST_TIMEOUT_S = 900
 TIMEOUT_FLOOR_S = 10.0
 TIMEOUT_FACTOR = 4.0
 TIMES_ENV = "PANDAY_FALSIFY_TIMES"
+TIMEOUT_ENV = "PANDAY_FALSIFY_TIMEOUT"
 """Set for the baseline run: this module, loaded as a pytest plugin, appends each test's
 duration to the file it names."""
 
@@ -146,20 +149,32 @@ def run_tests(
         *extra,
         *tests,
     ]
-    try:
-        proc = subprocess.run(
+    # Output goes to a file and the run is its own process group: a process the tests left
+    # behind (a mutated guard that no longer kills) may hold a pipe open long after pytest
+    # ended, and is killed with the group once pytest has exited.
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(
             cmd,
             cwd=root,
             env={**_env(root), **(env or {})},
-            capture_output=True,
-            text=True,
-            timeout=PYTEST_TIMEOUT_S,
-            check=False,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
-    except subprocess.TimeoutExpired:
+        try:
+            code = proc.wait(timeout=PYTEST_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            code = 124
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        out.seek(0)
+        text = out.read().decode("utf-8", "replace")
+    if code == 124:  # noqa: PLR2004 - timeout(1)'s code for "timed out"
         return 124, f"timed out after {PYTEST_TIMEOUT_S}s"
-    tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
-    return proc.returncode, tail
+    tail = "\n".join(text.strip().splitlines()[-3:])
+    return code, tail
 
 
 def _imports_from(root: Path) -> bool:
@@ -174,6 +189,20 @@ def _imports_from(root: Path) -> bool:
         check=False,
     ).stdout
     return out.startswith(str(root))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Plugin hook (``-p falsify``, mutation runs): every test's timeout, overriding the
+    tests' own ``timeout`` marks. The thread method ends the whole pytest process: the
+    signal method only fails the test, whose cleanup can then wait out the very hang (a
+    kill that never comes) for as long as the test would have."""
+    seconds = os.environ.get(TIMEOUT_ENV)
+    if not seconds:
+        return
+    import pytest  # noqa: PLC0415 - only inside pytest, where it is loaded already
+
+    for item in items:
+        item.add_marker(pytest.mark.timeout(float(seconds), method="thread"), append=False)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -229,8 +258,11 @@ def run_one(mutation: Mutation, base: Path, timeout: float | None = None) -> Out
         problem = apply(mutation, root)
         if problem is not None:
             return Outcome(mutation, "stale", problem, time.monotonic() - start)
-        extra = () if timeout is None else (f"--timeout={timeout:.0f}",)
-        code, tail = run_tests(root, mutation.tests, *extra)
+        if timeout is None:
+            code, tail = run_tests(root, mutation.tests)
+        else:
+            env = {TIMEOUT_ENV: f"{timeout:.0f}"}
+            code, tail = run_tests(root, mutation.tests, "-p", "falsify", env=env)
     seconds = time.monotonic() - start
     if code == 1:
         return Outcome(mutation, "killed", tail, seconds)
