@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 REGISTRY = REPO / "tools" / "mutations.toml"
 PYTEST_TIMEOUT_S = 900
 TIMEOUT_FLOOR_S = 10.0
-TIMEOUT_FACTOR = 4.0
+TIMEOUT_FACTOR = 3.0
 TIMES_ENV = "PANDAY_FALSIFY_TIMES"
 TIMEOUT_ENV = "PANDAY_FALSIFY_TIMEOUT"
 """Set for the baseline run: this module, loaded as a pytest plugin, appends each test's

@@ -30,6 +30,10 @@ FIXTURE_DB = Path(__file__).parent / "fixtures" / "advisories"
 VULNERABLE = "requests==2.19.0\n"
 FIXED = "requests==2.32.3\n"
 
+# Slow: each case runs pip-audit against a loopback service (about 9 s in all). The
+# `tests` gate leaves them to CI and to PANDAY_SLOW_TESTS=1 (.ci/run sets it).
+pytestmark = pytest.mark.slow
+
 
 def _audit(run_gate: RunGate, tmp_path: Path, requirements: str, *args: str) -> tuple[int, str]:
     req = tmp_path / "requirements.txt"
