@@ -361,3 +361,9 @@ def test_removing_twice_is_fine_and_a_busy_directory_is_given_up_on(tmp_path: Pa
     remove_tree = cgroups._remove_tree  # pyright: ignore[reportPrivateUsage] - the unit under test
     assert not remove_tree(str(busy), time.monotonic() + 0.1)
     assert busy.is_dir()
+    # A busy child keeps its parent too: the tree is reported as not removed.
+    parent = tmp_path / "parent"
+    (parent / "child").mkdir(parents=True)
+    (parent / "child" / "member").write_text("")
+    assert not remove_tree(str(parent), time.monotonic() + 0.1)
+    assert (parent / "child").is_dir()
