@@ -439,3 +439,41 @@ def test_exactly_forty_links_are_followed_and_one_more_is_a_loop(
     assert read(resolver, "l1") == INSIDE  # 40 links: the limit, still read
     with pytest.raises(PathRefused, match="more than 40 symbolic links"):
         read(resolver, "l0")  # 41
+
+
+def test_a_final_no_follow_open_still_follows_links_in_the_middle(
+    tree: Tree, resolver: PathResolver
+) -> None:
+    # O_NOFOLLOW concerns the last component only, as open(2) has it.
+    tree.link("s", "sub")
+    fd = resolver.open(resolver.resolve("s/inner.txt"), os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        assert read_bytes(fd, 100) == INSIDE
+    finally:
+        os.close(fd)
+    tree.link("last", "inside.txt")
+    with pytest.raises(PathRefused):  # ELOOP from the kernel or the walk, as a refusal
+        os.close(resolver.open(resolver.resolve("last"), os.O_RDONLY | os.O_NOFOLLOW))
+
+
+def test_read_bytes_reads_exactly_the_size_asked_for(tree: Tree, resolver: PathResolver) -> None:
+    fd, _st = open_regular_for_read(resolver, resolver.resolve("inside.txt"))
+    try:
+        assert read_bytes(fd, 1) == INSIDE[:1]
+        assert read_bytes(fd, 3) == INSIDE[1:4]
+    finally:
+        os.close(fd)
+
+
+def test_a_new_file_is_0644_and_its_directory_must_exist_unless_asked(
+    tree: Tree, resolver: PathResolver
+) -> None:
+    old = os.umask(0o077)  # the mode is set explicitly, whatever the umask
+    try:
+        write(resolver, "fresh.txt")
+    finally:
+        os.umask(old)
+    assert (tree.ws / "fresh.txt").stat().st_mode & 0o777 == 0o644
+    with pytest.raises(FileNotFoundError):
+        write(resolver, "no/such/dir/file.txt")
+    assert not (tree.ws / "no").exists()
