@@ -456,7 +456,7 @@ def test_a_final_no_follow_open_still_follows_links_in_the_middle(
         os.close(resolver.open(resolver.resolve("last"), os.O_RDONLY | os.O_NOFOLLOW))
 
 
-def test_read_bytes_reads_exactly_the_size_asked_for(tree: Tree, resolver: PathResolver) -> None:
+def test_read_bytes_reads_exactly_the_size_asked_for(resolver: PathResolver) -> None:
     fd, _st = open_regular_for_read(resolver, resolver.resolve("inside.txt"))
     try:
         assert read_bytes(fd, 1) == INSIDE[:1]
