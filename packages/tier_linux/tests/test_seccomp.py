@@ -251,9 +251,9 @@ def test_the_cache_lives_under_home_without_xdg_cache_home(
 ) -> None:
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert seccomp.cache_dir() == str(tmp_path / ".cache" / "panday" / "seccomp")
+    assert host.cache_dir() == str(tmp_path / ".cache" / "panday" / "seccomp")
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # ignored: not absolute
-    assert seccomp.cache_dir() == str(tmp_path / ".cache" / "panday" / "seccomp")
+    assert host.cache_dir() == str(tmp_path / ".cache" / "panday" / "seccomp")
 
 
 @linux
