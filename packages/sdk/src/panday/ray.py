@@ -31,6 +31,10 @@ Why it is shaped like this:
 Ray is imported here only, so ``import panday`` and the CLI never pay for it.
 """
 
+# Ray is an optional extra that the static gates' environment does not install; pyright
+# checks this module against the stub in typings/ray instead of Ray's source.
+# pyright: reportMissingModuleSource=false
+
 from __future__ import annotations
 
 import contextlib
@@ -38,6 +42,7 @@ import os
 import shutil
 import socket
 import tempfile
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -59,7 +64,7 @@ from panday_core.policy import policy_to_dict
 from panday_core.types import ExecResult
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
     from ray.actor import ActorHandle
     from ray.types import ObjectRef
@@ -75,6 +80,7 @@ __all__ = [
     "Job",
     "NodeReport",
     "Pool",
+    "PoolClosed",
     "WorkerLost",
 ]
 
@@ -84,6 +90,7 @@ DEFAULT_GRACE_S = 30.0
 """Beyond a command's own time limit, how long its answer may take before the actor is
 taken for hung (killed, and the command reported lost)."""
 _POLL_S = 1.0
+AUTO = "auto"
 
 
 # ------------------------------------------------------------------------------ errors
@@ -108,7 +115,11 @@ class WorkerLost(SandboxError):  # noqa: N818 - the name says what happened, lik
         )
 
 
-class ClusterRefused(SandboxError):
+class PoolClosed(SandboxError):  # noqa: N818 - a state, like the others
+    """The pool was closed before the command finished (its jail was killed, not finished)."""
+
+
+class ClusterRefused(SandboxError):  # noqa: N818 - a verdict, like PolicyViolation
     """No node can enforce the policy (or, with ``require_all``, some node cannot).
 
     `refused` holds every refusing node's report, with each refused field and reason.
@@ -120,7 +131,7 @@ class ClusterRefused(SandboxError):
         super().__init__(f"{why}: {detail}" if detail else why)
 
 
-class BatchFailed(SandboxError):
+class BatchFailed(SandboxError):  # noqa: N818 - a verdict on the batch, not an error type
     """Some commands of a `Pool.map` failed; `outcomes` holds, in input order, each
     command's `ExecResult` or the error it raised (`errors` the failed positions)."""
 
@@ -247,6 +258,9 @@ _reply_dec = msgspec.msgpack.Decoder(_Reply)
 _started_dec = msgspec.msgpack.Decoder(_Started)
 
 
+_CLOSED = _Failure("Closed", ("the pool was closed before the command finished",))
+
+
 def _failure_of(exc: SandboxError) -> _Failure:
     """An SDK error as data, so the driver raises the same type the local session would."""
     if isinstance(exc, CommandNotFound):
@@ -260,19 +274,23 @@ def _failure_of(exc: SandboxError) -> _Failure:
     return _Failure(type(exc).__name__, (str(exc),))
 
 
-def _raise_failure(failure: _Failure) -> SandboxError:
+_TWO_ARGS: dict[str, Callable[[str, str], SandboxError]] = {
+    "LimitExceeded": LimitExceeded,
+    "PathRefused": PathRefused,
+    "TierUnavailable": TierUnavailable,
+}
+_ONE_ARG: dict[str, Callable[[str], SandboxError]] = {"Internal": Internal, "Closed": PoolClosed}
+
+
+def _error_of(failure: _Failure) -> SandboxError:
+    """The SDK error a `_Failure` stands for (`SandboxError` for any other kind)."""
     a = failure.args
     if failure.kind == "CommandNotFound":
         return CommandNotFound(a[0], a[1], exit_code=failure.exit_code)
-    if failure.kind == "LimitExceeded":
-        return LimitExceeded(a[0], a[1])
-    if failure.kind == "PathRefused":
-        return PathRefused(a[0], a[1])
-    if failure.kind == "TierUnavailable":
-        return TierUnavailable(a[0], a[1])
-    if failure.kind == "Internal":
-        return Internal(a[0])
-    return SandboxError(a[0])
+    two = _TWO_ARGS.get(failure.kind)
+    if two is not None:
+        return two(a[0], a[1])
+    return _ONE_ARG.get(failure.kind, SandboxError)(a[0])
 
 
 # --------------------------------------------------------------------- the node actor
@@ -293,6 +311,10 @@ class NodeWorker:
         self._node_id = node_id
         self._session: Session | None = None
         self._workdir: str | None = None
+        # Commands run one at a time (the lock); `close` runs beside a command (the actor
+        # has a thread more than the pool queues on it), so it can kill the jail.
+        self._one = threading.Lock()
+        self._closing = False
 
     def start(self) -> bytes:
         import ray  # noqa: PLC0415 - the actor runs under Ray, which is imported by then
@@ -319,7 +341,7 @@ class NodeWorker:
             return refuse("WorkerError", [("", f"{type(exc).__name__}: {exc}")])
         # `panday.open` never replaces a named tier; the pool checks it all the same, since
         # a weaker tier on one node would be a silent downgrade of the whole pool.
-        if self._tier != "auto" and session.tier != self._tier:
+        if self._tier not in (AUTO, session.tier):
             self.close()
             return refuse("TierUnavailable", [("tier", f"opened {session.tier}, not {self._tier}")])
         started = _Started(here, pid, hostname, session.tier, session.id, None, ())
@@ -343,24 +365,31 @@ class NodeWorker:
         return self._session
 
     def run(self, call: bytes) -> bytes:
+        with self._one:
+            return self._run(_call_dec.decode(call))
+
+    def _run(self, c: _Call) -> bytes:
         session = self._session
-        if session is None:
-            failure = _Failure("Internal", ("the session on this node is not open",))
-            return _call_enc.encode(_Reply(None, {}, failure))
-        c = _call_dec.decode(call)
+        if session is None or self._closing:
+            return _call_enc.encode(_Reply(None, {}, _CLOSED))
         try:
             for path, data in c.files.items():
                 session.put(path, data)
             result = session.run(c.argv, stdin=c.stdin, cwd=c.cwd, timeout=c.timeout)
             files = {p: session.get(p, max_bytes=c.fetch_max) for p in c.fetch}
         except SandboxError as exc:
-            return _call_enc.encode(_Reply(None, {}, _failure_of(exc)))
+            failure = _CLOSED if self._closing else _failure_of(exc)
+            return _call_enc.encode(_Reply(None, {}, failure))
         except (OSError, ValueError, TypeError) as exc:
             failure = _Failure("Internal", (f"{type(exc).__name__}: {exc}",))
-            return _call_enc.encode(_Reply(None, {}, failure))
+            return _call_enc.encode(_Reply(None, {}, _CLOSED if self._closing else failure))
+        if self._closing:
+            # Killed by close, not finished: never passed off as the command's result.
+            return _call_enc.encode(_Reply(None, {}, _CLOSED))
         return _call_enc.encode(_Reply(result, files, None))
 
     def close(self) -> None:
+        self._closing = True
         session, self._session = self._session, None
         try:
             if session is not None:
@@ -460,17 +489,18 @@ class Pool:
         doc = msgspec.msgpack.encode(policy_to_dict(self.policy))
         try:
             self._start(doc, nodes, slots_per_node, num_cpus, start_timeout)
-            if not self.nodes:
-                raise ClusterRefused(
-                    list(self.refused.values()), why="no node can enforce this policy"
-                )
-            if require_all and self.refused:
-                raise ClusterRefused(
-                    list(self.refused.values()), why="some nodes cannot enforce this policy"
-                )
+            self._check_verdicts(require_all=require_all)
         except BaseException:
             self.close()
             raise
+
+    def _check_verdicts(self, *, require_all: bool) -> None:
+        if not self.nodes:
+            refused = list(self.refused.values())
+            raise ClusterRefused(refused, why="no node can enforce this policy")
+        if require_all and self.refused:
+            refused = list(self.refused.values())
+            raise ClusterRefused(refused, why="some nodes cannot enforce this policy")
 
     # -------------------------------------------------------------------- starting
 
@@ -502,7 +532,7 @@ class Pool:
             for _ in range(count):
                 actor = self._remote.options(
                     num_cpus=num_cpus,
-                    max_concurrency=1,
+                    max_concurrency=self.depth + 1,  # + 1: close beside a command
                     max_restarts=0,
                     max_task_retries=0,
                     scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
@@ -514,37 +544,23 @@ class Pool:
             for node_id in sorted(missing):
                 why = "not a live node with CPUs in this cluster"
                 self.refused[node_id] = NodeReport(
-                    node_id=node_id, address="", accepted=False, error="NotStarted",
+                    node_id=node_id,
+                    address="",
+                    accepted=False,
+                    error="NotStarted",
                     refusals=(("node", why),),
-                )  # fmt: skip
-        self._collect_starts(pending, addresses, timeout)
+                )
+        started, failed = _await_starts(pending, timeout)
+        self._judge_nodes(addresses, started, failed)
 
-    def _collect_starts(
-        self, pending: dict[ObjectRef, _Slot], addresses: dict[str, str], timeout: float
+    def _judge_nodes(
+        self,
+        addresses: dict[str, str],
+        started: dict[str, list[tuple[_Slot, _Started]]],
+        failed: dict[str, tuple[str, str]],
     ) -> None:
-        import ray  # noqa: PLC0415
+        """Sort nodes into accepted and refused; the refused ones' actors go at once."""
 
-        started: dict[str, list[tuple[_Slot, _Started]]] = {}
-        failed: dict[str, tuple[str, str]] = {}
-        deadline = time.monotonic() + timeout
-        waiting = list(pending)
-        while waiting:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            ready, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=min(left, 1.0))
-            for ref in ready:
-                slot = pending[ref]
-                try:
-                    report = _started_dec.decode(ray.get(ref))
-                except ray.exceptions.RayError as exc:
-                    failed[slot.node_id] = ("WorkerError", f"the actor failed to start: {exc}")
-                    continue
-                started.setdefault(slot.node_id, []).append((slot, report))
-        for ref in waiting:
-            slot = pending[ref]
-            why = f"its actor did not start within {timeout:.0f} s"
-            failed.setdefault(slot.node_id, ("NotStarted", why))
         for node_id, address in addresses.items():
             reports = started.get(node_id, [])
             refusal = next((r for _, r in reports if r.error is not None), None)
@@ -558,16 +574,26 @@ class Pool:
                     else (failed[node_id][0], (("node", failed[node_id][1]),))
                 )
                 self.refused[node_id] = NodeReport(
-                    node_id=node_id, address=address, accepted=False, error=kind,
-                    refusals=refusals, hostname=hostname, pids=pids,
-                )  # fmt: skip
+                    node_id=node_id,
+                    address=address,
+                    accepted=False,
+                    error=kind,
+                    refusals=refusals,
+                    hostname=hostname,
+                    pids=pids,
+                )
                 continue
             for slot, report in reports:
                 slot.session_id = report.session_id or ""
             self.nodes[node_id] = NodeReport(
-                node_id=node_id, address=address, accepted=True, tier=reports[0][1].tier,
-                slots=len(reports), hostname=hostname, pids=pids,
-            )  # fmt: skip
+                node_id=node_id,
+                address=address,
+                accepted=True,
+                tier=reports[0][1].tier,
+                slots=len(reports),
+                hostname=hostname,
+                pids=pids,
+            )
         # Nothing is ever sent to a refusing node: its actors go now, sessions or not.
         for slot in self._slots:
             if slot.node_id not in self.nodes:
@@ -642,7 +668,9 @@ class Pool:
         self._check_files(files)
         limits = self.policy.limits
         fetch_max = min(DEFAULT_GET_BYTES, limits.output_bytes or DEFAULT_GET_BYTES)
-        call = _Call(spec.argv, spec.stdin, spec.cwd, job.timeout, files, tuple(job.fetch), fetch_max)
+        call = _Call(
+            spec.argv, spec.stdin, spec.cwd, job.timeout, files, tuple(job.fetch), fetch_max
+        )
         budget = [v / 1000 for v in (spec.timeout_ms, limits.wall_clock_ms) if v is not None]
         deadline = min(budget) + self.grace if budget else None
         return _Task(index, job, _call_enc.encode(call), deadline)
@@ -666,6 +694,10 @@ class Pool:
 
         running: dict[ObjectRef, tuple[_Slot, _Task, float]] = {}
         while tasks or running:
+            if self.closed:  # closed from another thread: nothing new is sent
+                for task in tasks:
+                    outcomes[task.index] = PoolClosed("the pool was closed before it ran")
+                tasks.clear()
             while tasks:
                 slot = self._free_slot()
                 if slot is None:
@@ -705,13 +737,17 @@ class Pool:
             return
         now = time.time()
         if reply.failure is not None:
-            error = _raise_failure(reply.failure)
+            error = _error_of(reply.failure)
             self.records.append(
                 CommandRecord(
-                    time=now, node_id=slot.node_id, session_id=slot.session_id,
-                    argv=tuple(task.job.argv), outcome="error", error=str(error),
+                    time=now,
+                    node_id=slot.node_id,
+                    session_id=slot.session_id,
+                    argv=tuple(task.job.argv),
+                    outcome="error",
+                    error=str(error),
                     attempt=task.attempts,
-                )  # fmt: skip
+                )
             )
             outcomes[task.index] = error
             return
@@ -721,11 +757,16 @@ class Pool:
             return
         self.records.append(
             CommandRecord(
-                time=now, node_id=slot.node_id, session_id=slot.session_id,
-                argv=tuple(task.job.argv), outcome="completed", exit_code=result.exit_code,
+                time=now,
+                node_id=slot.node_id,
+                session_id=slot.session_id,
+                argv=tuple(task.job.argv),
+                outcome="completed",
+                exit_code=result.exit_code,
                 breach=result.breach.kind.value if result.breach else None,
-                wall_ms=result.wall_ms, attempt=task.attempts,
-            )  # fmt: skip
+                wall_ms=result.wall_ms,
+                attempt=task.attempts,
+            )
         )
         outcomes[task.index] = Done(
             result=result, files=reply.files, node_id=slot.node_id, attempts=task.attempts
@@ -756,12 +797,20 @@ class Pool:
         outcomes: list[Done | SandboxError | None],
     ) -> None:
         self._retire(slot, close=False)
+        if self.closed:  # the pool's own close killed it: not a lost worker
+            outcomes[task.index] = PoolClosed("the pool was closed before the command finished")
+            return
         self.lost[slot.node_id] = reason
         self.records.append(
             CommandRecord(
-                time=time.time(), node_id=slot.node_id, session_id=slot.session_id,
-                argv=tuple(task.job.argv), outcome="lost", error=reason, attempt=task.attempts,
-            )  # fmt: skip
+                time=time.time(),
+                node_id=slot.node_id,
+                session_id=slot.session_id,
+                argv=tuple(task.job.argv),
+                outcome="lost",
+                error=reason,
+                attempt=task.attempts,
+            )
         )
         if task.job.idempotent and task.attempts <= self.retries:
             tasks.appendleft(task)  # sent again, to another live worker
@@ -831,6 +880,37 @@ class Pool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _await_starts(
+    pending: dict[ObjectRef, _Slot], timeout: float
+) -> tuple[dict[str, list[tuple[_Slot, _Started]]], dict[str, tuple[str, str]]]:
+    """Every actor's verdict on its node, by node; and the nodes whose actors failed or did
+    not answer within `timeout` (kind, reason)."""
+    import ray  # noqa: PLC0415
+
+    started: dict[str, list[tuple[_Slot, _Started]]] = {}
+    failed: dict[str, tuple[str, str]] = {}
+    deadline = time.monotonic() + timeout
+    waiting = list(pending)
+    while waiting:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=min(left, 1.0))
+        for ref in ready:
+            slot = pending[ref]
+            try:
+                report = _started_dec.decode(ray.get(ref))
+            except ray.exceptions.RayError as exc:
+                failed[slot.node_id] = ("WorkerError", f"the actor failed to start: {exc}")
+                continue
+            started.setdefault(slot.node_id, []).append((slot, report))
+    for ref in waiting:
+        slot = pending[ref]
+        why = f"its actor did not start within {timeout:.0f} s"
+        failed.setdefault(slot.node_id, ("NotStarted", why))
+    return started, failed
 
 
 def _reason(exc: BaseException) -> str:
