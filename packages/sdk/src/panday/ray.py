@@ -464,7 +464,8 @@ class Pool:
                 "panday.ray: Ray is not initialised; call ray.init(address=...) first "
                 "(the pool never starts a cluster of its own)"
             )
-        tiers.check_name(tier)
+        if tiers.check_name(tier) not in (AUTO, *tiers.COMMAND_TIERS):
+            raise ValueError(f"tier: {tier!r} runs no commands; a pool needs a command tier")
         if depth < 1 or retries < 0 or num_cpus <= 0:
             raise ValueError("depth must be >= 1, retries >= 0 and num_cpus > 0")
         # Validated here, once, so a malformed policy is one PolicyError on the driver, not
