@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # loopback only (module docstring)
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # no usage report is ever sent
 
-import pytest  # noqa: E402 - after the environment Ray reads at import
-import ray  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
+import pytest  # after the environment Ray reads at import
+import ray
+from ray.cluster_utils import Cluster
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -67,9 +67,9 @@ def alive(pid: int) -> bool:
 def descendants(roots: Iterable[int]) -> set[int]:
     """Every live process below `roots` (by parent links in /proc)."""
     parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (ppid := _ppid(int(entry))) is not None:
-            parents[int(entry)] = ppid
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (ppid := _ppid(int(entry.name))) is not None:
+            parents[int(entry.name)] = ppid
     found: set[int] = set()
     frontier = set(roots)
     while frontier:
@@ -116,9 +116,16 @@ def live_nodes() -> set[str]:
     return {str(n["NodeID"]) for n in ray.nodes() if n.get("Alive")}
 
 
+def cgroup_dirs(pids: Iterable[int]) -> set[str]:
+    """The tier's cgroup directories (``panday-<pid>-<session>``) of the processes `pids`."""
+    root = Path("/sys/fs/cgroup")
+    return {str(p) for pid in pids for p in root.glob(f"**/panday-{pid}-*")}
+
+
 class Host:
     """The /proc helpers above, for tests (a fixture: test modules do not import conftest)."""
 
+    cgroup_dirs = staticmethod(cgroup_dirs)
     alive = staticmethod(alive)
     comm = staticmethod(comm)
     descendants = staticmethod(descendants)
@@ -207,7 +214,7 @@ class ConstrainedNode:
     lacks: `panday.open` in an actor there sees the same filesystem its commands would.
     """
 
-    def __init__(self, gcs: str, *, hide_files: Iterable[str], cover_dirs: Iterable[str]):
+    def __init__(self, gcs: str, *, hide_files: Iterable[str], cover_dirs: Iterable[str]) -> None:
         mounts = [f"mount --bind /dev/null {shlex.quote(p)}" for p in hide_files]
         mounts += [f"mount -t tmpfs -o ro,size=4k none {shlex.quote(d)}" for d in cover_dirs]
         node = f"exec {shlex.quote(sys.executable)} {shlex.quote(str(NODE_MAIN))}"
@@ -249,8 +256,40 @@ def bwrap_paths() -> list[str]:
     """Every bubblewrap panday would find here (the system's and the wheel's)."""
     from panday_tier_linux import host  # noqa: PLC0415 - the tier's own search list
 
-    found = [p for p in host.SYSTEM_BWRAP if os.path.isfile(p)]
-    wheel = host._wheel_bwrap()  # noqa: SLF001 - the same lookup the tier makes
+    found = [p for p in host.SYSTEM_BWRAP if Path(p).is_file()]
+    wheel = host._wheel_bwrap()  # pyright: ignore[reportPrivateUsage] - the tier's own lookup
     if wheel is not None:
         found.append(wheel.path)
-    return sorted({os.path.realpath(p) for p in found})
+    return sorted({str(Path(p).resolve()) for p in found})
+
+
+class NodeMaker:
+    """Starts constrained nodes for one test module and stops them all at its end."""
+
+    def __init__(self, gcs: str) -> None:
+        self.gcs = gcs
+        self.started: list[ConstrainedNode] = []
+        self.bwrap_paths = bwrap_paths
+
+    def __call__(
+        self, *, hide_files: Iterable[str] = (), cover_dirs: Iterable[str] = ()
+    ) -> ConstrainedNode:
+        node = ConstrainedNode(self.gcs, hide_files=hide_files, cover_dirs=cover_dirs)
+        self.started.append(node)
+        return node
+
+    def stop_all(self) -> set[int]:
+        pids: set[int] = set()
+        for node in self.started:
+            pids |= node.stop()
+        return pids
+
+
+@pytest.fixture(scope="module")
+def make_node(cluster: LocalCluster) -> Iterator[NodeMaker]:
+    maker = NodeMaker(cluster.cluster.gcs_address)
+    try:
+        yield maker
+    finally:
+        left = wait_gone(maker.stop_all())
+        assert not left, f"processes of the constrained nodes were left: {sorted(left)}"

@@ -7,6 +7,7 @@ that really lacks something, rather than one told to pretend. It is built exactl
 until its standard input closes (the test ends it, or the test process died), then stops
 every Ray process it started.
 """
+# pyright: reportMissingModuleSource=false
 
 from __future__ import annotations
 
