@@ -173,6 +173,8 @@ def tests(session: nox.Session) -> None:
         *dirs,
         "--ignore-glob=*/tests/escape",
         "--ignore-glob=*/tests/escape/*",
+        "--ignore-glob=*/tests/ray",  # the `ray` session's, with Ray installed
+        "--ignore-glob=*/tests/ray/*",
         f"--junitxml={junit}",
         "-p",
         "no:cacheprovider",
@@ -385,6 +387,45 @@ def mutmut(session: nox.Session) -> None:
         env={"VIRTUAL_ENV": str(env_dir)},
         external=True,
     )  # fmt: skip
+
+
+# ----------------------------------------------------------------------- Ray (issue 17)
+# `ray`: panday.ray against a real Ray cluster this session's tests start on 127.0.0.1
+# (a head and two worker raylets, plus nodes the tests add, kill or constrain). Ray is an
+# optional extra: it is installed from uv.lock into this session's environment only, so no
+# other gate (and no user without `panday[ray]`) carries it. In the default run: it takes
+# about 45 s on this 2-core machine.
+
+
+@nox.session(venv_backend="none", tags=["ray"])
+@_gate("ray")
+def ray(session: nox.Session) -> None:
+    """panday.ray on a real local Ray cluster (every node, refusals per node, faults, close)."""
+    env_dir = REPO / ".nox" / "_ray"
+    session.run_install(
+        "uv", "sync", "--locked", "--no-default-groups", "--compile-bytecode", "--all-packages",
+        "--python", sys.executable, "--group=test", "--extra=ray",
+        env={"UV_PROJECT_ENVIRONMENT": str(env_dir)},
+        external=True,
+        silent=True,
+    )  # fmt: skip
+    results.RESULTS.mkdir(parents=True, exist_ok=True)
+    junit = results.RESULTS / "ray.xml"
+    junit.unlink(missing_ok=True)
+    session.run(
+        str(env_dir / "bin" / "python"), "-m", "pytest", "packages/sdk/tests/ray",
+        "-q", "-ra", "-p", "no:cacheprovider", f"--junitxml={junit}", *session.posargs,
+        env={
+            "VIRTUAL_ENV": str(env_dir),
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # Ray then stays on 127.0.0.1
+            "RAY_USAGE_STATS_ENABLED": "0",
+        },
+        external=True,
+    )  # fmt: skip
+    passed, total = _junit_counts(junit, "tests.ray")
+    if total == 0:
+        session.error("ray: no test of packages/sdk/tests/ray ran")
+    results.record("ray", f"ray {passed}/{total} on a local multi-node cluster", passed=passed)
 
 
 # ---------------------------------------------------------------------------- run report

@@ -5,7 +5,8 @@ panday ships for (linux, macos), a runtime-only environment is synced from uv.lo
 (`uv sync --locked --no-default-groups --no-editable --python-platform ...`: no dev tools,
 exactly the locked versions) and `cyclonedx-py environment` describes it. The platform is
 part of the SBOM because the closure differs: the sdk pulls in the Linux tier (and its
-bubblewrap wheel) only on Linux.
+bubblewrap wheel) only on Linux. Each optional extra of a package (``panday[ray]``) gets
+SBOMs of its own, so the licence gate also covers what the extra pulls in.
 
 cyclonedx-py sees our own packages as local directories: no purl, and an absolute
 `file://` path that differs per checkout. They are published on PyPI under their
@@ -40,18 +41,31 @@ class Target:
     pyproject: Path
     sync_args: tuple[str, ...]  # selects what `uv sync` installs
     kind: str  # CycloneDX type of the root component
+    extra: str = ""  # an optional extra (e.g. `ray` for panday[ray]): its closure, separately
 
     def file_name(self, platform: str) -> str:
-        return f"{self.name}-{self.version}.{platform}.cdx.json"
+        extra = f"+{self.extra}" if self.extra else ""
+        return f"{self.name}{extra}-{self.version}.{platform}.cdx.json"
 
 
 def targets(members: list[Member]) -> list[Target]:
+    import tomllib  # noqa: PLC0415 - only needed here
+
     found = [
         Target(m.name, m.version, m.directory / "pyproject.toml", ("--package", m.name), "library")
         for m in members
     ]
+    # Each optional extra gets SBOMs of its own (the package with that extra): what a user
+    # of `panday[ray]` installs is described, and the licence and audit gates cover it.
+    for m in members:
+        pyproject = m.directory / "pyproject.toml"
+        extras = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"].get(
+            "optional-dependencies", {}
+        )
+        for extra in sorted(extras):
+            sync = ("--package", m.name, "--extra", extra)
+            found.append(Target(m.name, m.version, pyproject, sync, "library", extra))
     root = REPO / "pyproject.toml"
-    import tomllib  # noqa: PLC0415 - only needed here
 
     project = tomllib.loads(root.read_text(encoding="utf-8"))["project"]
     found.append(
@@ -102,6 +116,8 @@ def finish(doc: dict[str, object], target: Target, platform: str, ours: set[str]
     root["purl"] = _purl(target.name, target.version, on_pypi=canonical(target.name) in ours)
     properties: list[dict[str, str]] = metadata.setdefault("properties", [])  # pyright: ignore[reportAssignmentType] - CycloneDX JSON
     properties.append({"name": "panday:platform", "value": platform})
+    if target.extra:
+        properties.append({"name": "panday:extra", "value": target.extra})
     properties.sort(key=lambda p: (p["name"], p["value"]))
     components: list[dict[str, object]] = doc.setdefault("components", [])  # pyright: ignore[reportAssignmentType] - CycloneDX JSON
     for component in components:
