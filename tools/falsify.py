@@ -13,6 +13,11 @@ edit, and runs the named tests there with the scratch sources first on ``sys.pat
 
 Before mutating anything, the union of the named tests must pass on the unmutated copy, so
 a test that is already red cannot "kill" a mutation.
+
+A mutation whose tests need an optional extra (``extra = "ray"``) runs them with the
+interpreter of an environment synced from uv.lock with that extra (``.nox/_<extra>``, the
+one its own nox session uses); those run one at a time, after the rest, since each starts
+a cluster of its own.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class Mutation:
     find: str
     replace: str
     tests: tuple[str, ...]
+    extra: str = ""
 
 
 @dataclass(frozen=True)
@@ -61,7 +67,7 @@ def load_registry(path: Path = REGISTRY) -> list[Mutation]:
     mutations: list[Mutation] = []
     names: set[str] = set()
     for i, entry in enumerate(raw):
-        unknown = set(entry) - {"name", "file", "find", "replace", "tests"}
+        unknown = set(entry) - {"name", "file", "find", "replace", "tests", "extra"}
         if unknown:
             msg = f"mutation[{i}]: unknown keys {sorted(unknown)}"
             raise ValueError(msg)
@@ -75,7 +81,14 @@ def load_registry(path: Path = REGISTRY) -> list[Mutation]:
             msg = f"mutation {name!r} names no tests"
             raise ValueError(msg)
         mutations.append(
-            Mutation(name, str(entry["file"]), str(entry["find"]), str(entry["replace"]), tests)
+            Mutation(
+                name,
+                str(entry["file"]),
+                str(entry["find"]),
+                str(entry["replace"]),
+                tests,
+                str(entry.get("extra", "")),
+            )
         )
     return mutations
 
@@ -119,9 +132,27 @@ def _env(root: Path) -> dict[str, str]:
     return env
 
 
-def run_tests(root: Path, tests: Sequence[str]) -> tuple[int, str]:
+def python_for(extra: str) -> str:
+    """The interpreter for tests that need `extra`: this one, or `.nox/_<extra>`'s, synced
+    from uv.lock with the extra and the test group."""
+    if not extra:
+        return sys.executable
+    env_dir = REPO / ".nox" / f"_{extra}"
+    env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(env_dir)}
+    env.pop("VIRTUAL_ENV", None)
+    subprocess.run(
+        [
+            "uv", "sync", "--quiet", "--locked", "--no-default-groups", "--all-packages",
+            "--python", sys.executable, "--group=test", f"--extra={extra}",
+        ],
+        cwd=REPO, env=env, check=True,
+    )  # fmt: skip
+    return str(env_dir / "bin" / "python")
+
+
+def run_tests(root: Path, tests: Sequence[str], python: str = sys.executable) -> tuple[int, str]:
     cmd = [
-        sys.executable,
+        python,
         "-m",
         "pytest",
         "-q",
@@ -147,11 +178,11 @@ def run_tests(root: Path, tests: Sequence[str]) -> tuple[int, str]:
     return proc.returncode, tail
 
 
-def _imports_from(root: Path) -> bool:
+def _imports_from(root: Path, python: str = sys.executable) -> bool:
     """Guard against testing the installed tree instead of the mutated copy."""
     probe = "import panday_core, sys; sys.stdout.write(panday_core.__file__ or '')"
     out = subprocess.run(
-        [sys.executable, "-c", probe],
+        [python, "-c", probe],
         cwd=root,
         env=_env(root),
         capture_output=True,
@@ -161,7 +192,7 @@ def _imports_from(root: Path) -> bool:
     return out.startswith(str(root))
 
 
-def run_one(mutation: Mutation, base: Path) -> Outcome:
+def run_one(mutation: Mutation, base: Path, python: str = sys.executable) -> Outcome:
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="panday-falsify-") as tmp:
         root = Path(tmp)
@@ -169,7 +200,7 @@ def run_one(mutation: Mutation, base: Path) -> Outcome:
         problem = apply(mutation, root)
         if problem is not None:
             return Outcome(mutation, "stale", problem, time.monotonic() - start)
-        code, tail = run_tests(root, mutation.tests)
+        code, tail = run_tests(root, mutation.tests, python)
     seconds = time.monotonic() - start
     if code == 1:
         return Outcome(mutation, "killed", tail, seconds)
@@ -196,22 +227,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="panday-falsify-base-") as tmp:
         base = Path(tmp)
         copy_tree(REPO, base)
-        if not _imports_from(base):
+        pythons = {m.extra: python_for(m.extra) for m in mutations}
+        if not all(_imports_from(base, python) for python in pythons.values()):
             print(
                 "falsify: the scratch copy does not shadow the installed packages", file=sys.stderr
             )
             return 1
-        union = sorted({t for m in mutations for t in m.tests})
-        code, tail = run_tests(base, union)
-        if code != 0:
-            print(
-                f"falsify: the named tests do not pass unmutated (exit {code}):\n{tail}",
-                file=sys.stderr,
-            )
-            return 1
-        print(f"falsify: baseline: {len(union)} named tests pass on the unmutated tree")
+        for extra, python in sorted(pythons.items()):
+            union = sorted({t for m in mutations if m.extra == extra for t in m.tests})
+            code, tail = run_tests(base, union, python)
+            if code != 0:
+                print(
+                    f"falsify: the named tests do not pass unmutated (exit {code}):\n{tail}",
+                    file=sys.stderr,
+                )
+                return 1
+            print(f"falsify: baseline: {len(union)} named tests pass on the unmutated tree")
+        plain = [m for m in mutations if not m.extra]
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            outcomes = list(pool.map(run_one, mutations, [base] * len(mutations)))
+            outcomes = list(pool.map(run_one, plain, [base] * len(plain)))
+        outcomes += [run_one(m, base, pythons[m.extra]) for m in mutations if m.extra]
     killed = 0
     for outcome in outcomes:
         mark = "killed  " if outcome.status == "killed" else outcome.status.upper().ljust(8)

@@ -339,11 +339,6 @@ class NodeWorker:
             return refuse("TierUnavailable", [("tier", f"{exc.tier}: {exc.reason}")])
         except (SandboxError, OSError, ValueError) as exc:
             return refuse("WorkerError", [("", f"{type(exc).__name__}: {exc}")])
-        # `panday.open` never replaces a named tier; the pool checks it all the same, since
-        # a weaker tier on one node would be a silent downgrade of the whole pool.
-        if self._tier not in (AUTO, session.tier):
-            self.close()
-            return refuse("TierUnavailable", [("tier", f"opened {session.tier}, not {self._tier}")])
         started = _Started(here, pid, hostname, session.tier, session.id, None, ())
         return _call_enc.encode(started)
 

@@ -99,3 +99,38 @@ def test_no_node_able_means_no_pool(constrained: Nodes) -> None:
         Pool(LIMITED, nodes=bad)
     assert sorted(r.node_id for r in refused.value.refused) == bad
     assert {r.error for r in refused.value.refused} == {"TierUnavailable", "PolicyViolation"}
+
+
+def test_an_actor_off_its_node_refuses(cluster: LocalCluster) -> None:
+    """Node affinity puts each actor where it was asked; the actor checks it all the same,
+    because a command must only run on the node whose host was judged."""
+    import msgspec  # noqa: PLC0415
+    import ray  # noqa: PLC0415
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
+
+    from panday.ray import NodeWorker  # noqa: PLC0415
+
+    here, elsewhere = cluster.base[0], cluster.base[1]
+    doc = msgspec.msgpack.encode({"limits": {"wall_clock_ms": 10_000}})
+    verdicts: dict[str, list[object]] = {}
+    for expected in (here, elsewhere):  # the first is the positive control
+        actor = (
+            ray.remote(NodeWorker)
+            .options(
+                num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)
+            )
+            .remote(doc, "auto", expected)
+        )
+        try:
+            raw = ray.get(actor.start.remote(), timeout=60)
+            verdicts[expected] = msgspec.msgpack.decode(raw, type=list[object])
+            ray.get(actor.close.remote(), timeout=30)
+        finally:
+            ray.kill(actor)
+    accepted, misplaced = verdicts[here], verdicts[elsewhere]
+    assert accepted[0] == here
+    assert accepted[3] == "t2-linux"  # the tier it opened
+    assert accepted[5] is None  # no refusal
+    assert misplaced[0] == here
+    assert misplaced[5] == "Misplaced"
+    assert misplaced[3] is None  # no session was opened there
