@@ -419,6 +419,7 @@ def ray(session: nox.Session) -> None:
             "VIRTUAL_ENV": str(env_dir),
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # Ray then stays on 127.0.0.1
             "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",  # workers: this interpreter, not `uv run`
         },
         external=True,
     )  # fmt: skip

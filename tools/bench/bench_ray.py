@@ -98,6 +98,7 @@ def measure(commands: int) -> dict[str, object]:
     # Ray is imported only here, after the environment that keeps it on loopback is set.
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"  # workers: this interpreter, not `uv run`
     import ray  # noqa: PLC0415
     from ray.cluster_utils import Cluster  # noqa: PLC0415
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415

@@ -349,8 +349,10 @@ class NodeWorker:
         policy = policy_from_dict(msgspec.msgpack.decode(self._policy, type=dict[str, object]))
         if policy.fs.workspace is None:
             # Each session gets its own workspace on its node (the driver's directory means
-            # nothing here); it is removed at close.
-            self._workdir = tempfile.mkdtemp(prefix="panday-ray-")
+            # nothing here); it is removed at close. One left by an actor that was killed
+            # (its pid is gone) is removed by the next actor that starts on the host.
+            _reap_workspaces(tempfile.gettempdir())
+            self._workdir = tempfile.mkdtemp(prefix=f"{_WORKSPACE_PREFIX}{os.getpid()}-")
             policy = policy.with_workspace(self._workdir)
         try:
             self._session = panday.open(policy, tier=self._tier)
@@ -396,6 +398,27 @@ class NodeWorker:
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
+
+
+_WORKSPACE_PREFIX = "panday-ray-"
+
+
+def _reap_workspaces(base: str) -> None:
+    """Remove ``panday-ray-<pid>-*`` workspaces whose actor process no longer exists."""
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        pid, _, rest = name.removeprefix(_WORKSPACE_PREFIX).partition("-")
+        if not name.startswith(_WORKSPACE_PREFIX) or not pid.isdigit() or not rest:
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        except PermissionError:
+            continue  # alive, someone else's
 
 
 # ----------------------------------------------------------------------------- the pool

@@ -26,6 +26,9 @@ from typing import TYPE_CHECKING
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # loopback only (module docstring)
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # no usage report is ever sent
+# Under `uv run` (nox itself runs so), Ray would start its workers with the same `uv run`
+# command line, i.e. run nox or pytest again instead of a worker; they use this interpreter.
+os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"
 
 import pytest  # after the environment Ray reads at import
 import ray

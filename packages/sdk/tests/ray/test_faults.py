@@ -4,6 +4,7 @@ it held, correct results for the rest, and a retry only for commands marked idem
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,10 +30,10 @@ def _jobs(count: int, *, idempotent: bool) -> list[Job]:
 
 def _kill_mid_command(
     cluster: LocalCluster, host: Host, *, idempotent: bool
-) -> tuple[Pool, str, list[Done | SandboxError], set[int], set[str]]:
+) -> tuple[Pool, str, list[Done | SandboxError], set[int], set[str], set[str]]:
     """A pool over a fresh victim node and one base worker; the victim is killed (no grace)
     while its jails run. Returns the pool, the victim's id, the outcomes, its jail pids and
-    its actors' cgroup directories (there while the jails ran)."""
+    its actors' cgroup directories and workspaces (there while the jails ran)."""
     victim = cluster.add_node()
     victim_id = victim.node_id
     host.wait_for(lambda: victim_id in _live(), 30, "the victim node")
@@ -52,12 +53,16 @@ def _kill_mid_command(
 
     host.wait_for(jails, 20, "a jail running on the victim node")
     running = jails() | host.descendants(jails())
+    workspaces = {
+        str(p) for a in actors for p in Path(tempfile.gettempdir()).glob(f"panday-ray-{a}-*")
+    }
+    assert len(workspaces) == len(actors)  # positive control: each actor's workspace
     cgroups = host.cgroup_dirs(actors)
     assert cgroups  # positive control: the jail's ceilings are in place on the host
     cluster.remove_node(victim, graceful=False)
     runner.join(timeout=60)
     assert not runner.is_alive()
-    return pool, victim_id, outcomes, running, cgroups
+    return pool, victim_id, outcomes, running, cgroups, workspaces
 
 
 def _live() -> set[str]:
@@ -69,7 +74,9 @@ def _live() -> set[str]:
 def test_killed_node_loses_exactly_its_commands(
     cluster: LocalCluster, host: Host, tmp_path: Path
 ) -> None:
-    pool, victim, outcomes, jails, cgroups = _kill_mid_command(cluster, host, idempotent=False)
+    pool, victim, outcomes, jails, cgroups, workspaces = _kill_mid_command(
+        cluster, host, idempotent=False
+    )
     try:
         assert len(outcomes) == 4
         lost = {i: o for i, o in enumerate(outcomes) if isinstance(o, WorkerLost)}
@@ -98,10 +105,14 @@ def test_killed_node_loses_exactly_its_commands(
     with panday.open({**LIMITED, "fs": {"workspace": str(tmp_path)}}) as session:
         assert session.run(["true"]).exit_code == 0
     assert not {d for d in cgroups if Path(d).exists()}, "the killed actor's cgroups stayed"
+    # Its workspace outlived it (no one could remove it); the next actor on the host does.
+    assert {d for d in workspaces if Path(d).exists()} == workspaces
+    with Pool(None, nodes=cluster.base[:1]):
+        assert not {d for d in workspaces if Path(d).exists()}, "a dead actor's workspace"
 
 
 def test_idempotent_commands_are_retried_elsewhere(cluster: LocalCluster, host: Host) -> None:
-    pool, victim, outcomes, _, _ = _kill_mid_command(cluster, host, idempotent=True)
+    pool, victim, outcomes, _, _, _ = _kill_mid_command(cluster, host, idempotent=True)
     try:
         assert all(isinstance(o, Done) for o in outcomes), outcomes
         done = [o for o in outcomes if isinstance(o, Done)]
