@@ -727,7 +727,11 @@ class Pool:
                 running[slot.actor.run.remote(task.call)] = (slot, task, time.monotonic())
             if not running:
                 for task in tasks:  # nowhere left to run them
-                    outcomes[task.index] = self._lost(task, "", "no live worker is left")
+                    outcomes[task.index] = (
+                        PoolClosed("the pool was closed before it ran")
+                        if self.closed
+                        else self._lost(task, "", "no live worker is left")
+                    )
                 return
             ready, _ = ray.wait(list(running), num_returns=1, timeout=_POLL_S)
             for ref in ready:
