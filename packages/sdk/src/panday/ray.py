@@ -686,7 +686,8 @@ class Pool:
         files = {p: d.encode() if isinstance(d, str) else d for p, d in job.files.items()}
         self._check_files(files)
         limits = self.policy.limits
-        fetch_max = min(DEFAULT_GET_BYTES, limits.output_bytes or DEFAULT_GET_BYTES)
+        # The session's own `get` also holds each file to limits.output_bytes, as locally.
+        fetch_max = DEFAULT_GET_BYTES
         call = _Call(
             spec.argv, spec.stdin, spec.cwd, job.timeout, files, tuple(job.fetch), fetch_max
         )
