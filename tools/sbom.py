@@ -43,9 +43,13 @@ class Target:
     kind: str  # CycloneDX type of the root component
     extra: str = ""  # an optional extra (e.g. `ray` for panday[ray]): its closure, separately
 
+    @property
+    def key(self) -> str:
+        """The name, with the extra when there is one (``panday+ray``)."""
+        return f"{self.name}+{self.extra}" if self.extra else self.name
+
     def file_name(self, platform: str) -> str:
-        extra = f"+{self.extra}" if self.extra else ""
-        return f"{self.name}{extra}-{self.version}.{platform}.cdx.json"
+        return f"{self.key}-{self.version}.{platform}.cdx.json"
 
 
 def targets(members: list[Member]) -> list[Target]:
@@ -75,7 +79,7 @@ def targets(members: list[Member]) -> list[Target]:
 
 
 def _runtime_env(target: Target, platform: str, where: Path) -> Path:
-    env_dir = where / f"{target.name}-{platform}"
+    env_dir = where / f"{target.key}-{platform}"
     run(["uv", "venv", "--quiet", "--python", sys.executable, str(env_dir)], cwd=REPO)
     sync_env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(env_dir)}
     sync_env.pop("VIRTUAL_ENV", None)
@@ -175,7 +179,7 @@ def generate(where: Path, *, check: bool = True) -> dict[str, tuple[str, int]]:
     for target in targets(members):
         for platform in PLATFORMS:
             env_dir = _runtime_env(target, platform, where)
-            raw = _raw_sbom(target, env_dir, where / f"{target.name}-{platform}.raw.json")
+            raw = _raw_sbom(target, env_dir, where / f"{target.key}-{platform}.raw.json")
             text = finish(raw, target, platform, ours)
             names = component_names(text)
             if target.kind == "application":  # the workspace: all our packages must be in it
