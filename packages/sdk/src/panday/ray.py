@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Literal, Self
 import msgspec
 
 from panday._shared import DEFAULT_GET_BYTES, exec_spec
+from panday_core.egress.audit import AuditEvent
 from panday_core.errors import (
     CommandNotFound,
     Internal,
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
     from ray.types import ObjectRef
 
     from panday.session import Session
+    from panday_core.egress.thread import ProxySettings
     from panday_core.policy import SandboxPolicy
 
 __all__ = [
@@ -77,6 +79,7 @@ __all__ = [
     "ClusterRefused",
     "CommandRecord",
     "Done",
+    "EgressRecord",
     "Job",
     "NodeReport",
     "Pool",
@@ -217,6 +220,13 @@ class CommandRecord(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int = 1
 
 
+class EgressRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One request a node's egress proxy answered (`AuditEvent`), with that node's id."""
+
+    node_id: str
+    event: AuditEvent
+
+
 # ----------------------------------------------------------------- the wire (msgpack)
 
 
@@ -240,6 +250,7 @@ class _Reply(msgspec.Struct, frozen=True, array_like=True):
     result: ExecResult | None
     files: dict[str, bytes]
     failure: _Failure | None
+    events: list[AuditEvent] = []
 
 
 class _Started(msgspec.Struct, frozen=True, array_like=True):
@@ -255,6 +266,7 @@ class _Started(msgspec.Struct, frozen=True, array_like=True):
 _call_enc = msgspec.msgpack.Encoder()
 _call_dec = msgspec.msgpack.Decoder(_Call)
 _reply_dec = msgspec.msgpack.Decoder(_Reply)
+_events_dec = msgspec.msgpack.Decoder(list[AuditEvent])
 _started_dec = msgspec.msgpack.Decoder(_Started)
 
 
@@ -315,6 +327,8 @@ class NodeWorker:
         # has a thread more than the pool queues on it), so it can kill the jail.
         self._one = threading.Lock()
         self._closing = False
+        # The session proxy's audit events, appended on its thread (deque: atomic ends).
+        self._events: deque[AuditEvent] = deque()
 
     def start(self) -> bytes:
         import ray  # noqa: PLC0415 - the actor runs under Ray, which is imported by then
@@ -355,20 +369,40 @@ class NodeWorker:
             self._workdir = tempfile.mkdtemp(prefix=f"{_WORKSPACE_PREFIX}{os.getpid()}-")
             policy = policy.with_workspace(self._workdir)
         try:
-            self._session = panday.open(policy, tier=self._tier)
+            self._session = panday.open(policy, tier=self._tier, egress=self._egress(policy))
         except BaseException:
             self._remove_workdir()
             raise
         return self._session
 
+    def _egress(self, policy: SandboxPolicy) -> ProxySettings | None:
+        """An audit sink for the session's egress proxy, where the tier takes one (T2
+        Linux); elsewhere the proxy still enforces the allowlist, unaudited here."""
+        from panday import tiers  # noqa: PLC0415
+
+        if not policy.net.allow or tiers.host_command_tier() != "t2-linux":
+            return None
+        if self._tier not in (AUTO, "t2-linux"):
+            return None
+        from panday_core.egress.thread import ProxySettings  # noqa: PLC0415 - net.allow only
+
+        return ProxySettings(audit=self._events.append)
+
+    def _drain(self) -> list[AuditEvent]:
+        events: list[AuditEvent] = []
+        while self._events:
+            events.append(self._events.popleft())
+        return events
+
     def run(self, call: bytes) -> bytes:
         with self._one:
-            return self._run(_call_dec.decode(call))
+            reply = self._run(_call_dec.decode(call))
+        return _call_enc.encode(msgspec.structs.replace(reply, events=self._drain()))
 
-    def _run(self, c: _Call) -> bytes:
+    def _run(self, c: _Call) -> _Reply:
         session = self._session
         if session is None or self._closing:
-            return _call_enc.encode(_Reply(None, {}, _CLOSED))
+            return _Reply(None, {}, _CLOSED)
         try:
             for path, data in c.files.items():
                 session.put(path, data)
@@ -376,16 +410,17 @@ class NodeWorker:
             files = {p: session.get(p, max_bytes=c.fetch_max) for p in c.fetch}
         except SandboxError as exc:
             failure = _CLOSED if self._closing else _failure_of(exc)
-            return _call_enc.encode(_Reply(None, {}, failure))
+            return _Reply(None, {}, failure)
         except (OSError, ValueError, TypeError) as exc:
             failure = _Failure("Internal", (f"{type(exc).__name__}: {exc}",))
-            return _call_enc.encode(_Reply(None, {}, _CLOSED if self._closing else failure))
+            return _Reply(None, {}, _CLOSED if self._closing else failure)
         if self._closing:
             # Killed by close, not finished: never passed off as the command's result.
-            return _call_enc.encode(_Reply(None, {}, _CLOSED))
-        return _call_enc.encode(_Reply(result, files, None))
+            return _Reply(None, {}, _CLOSED)
+        return _Reply(result, files, None)
 
-    def close(self) -> None:
+    def close(self) -> bytes:
+        """Close the session; the proxy's audit events not yet sent back."""
         self._closing = True
         session, self._session = self._session, None
         try:
@@ -393,6 +428,7 @@ class NodeWorker:
                 session.close()
         finally:
             self._remove_workdir()
+        return _call_enc.encode(self._drain())
 
     def _remove_workdir(self) -> None:
         if self._workdir is not None:
@@ -502,6 +538,8 @@ class Pool:
         """Actors lost since the pool started: node id -> the last reason."""
         self.records: list[CommandRecord] = []
         """Audit records, one per attempt, each with the node id."""
+        self.egress: list[EgressRecord] = []
+        """The egress proxies' audit events (T2 Linux nodes), each with its node id."""
         self._slots: list[_Slot] = []
         self._next = 0
         self._remote = ray.remote(NodeWorker)
@@ -760,6 +798,7 @@ class Pool:
             self._lose(slot, task, _reason(exc), tasks, outcomes)
             return
         now = time.time()
+        self.egress += [EgressRecord(node_id=slot.node_id, event=e) for e in reply.events]
         if reply.failure is not None:
             error = _error_of(reply.failure)
             self.records.append(
@@ -896,6 +935,10 @@ class Pool:
         if closing:
             with contextlib.suppress(ray.exceptions.RayError):
                 ray.wait(closing, num_returns=len(closing), timeout=30)
+            for slot, ref in zip(live, closing, strict=True):
+                with contextlib.suppress(ray.exceptions.RayError, msgspec.ValidationError):
+                    events = _events_dec.decode(ray.get(ref, timeout=0))
+                    self.egress += [EgressRecord(node_id=slot.node_id, event=e) for e in events]
         for slot in live:
             self._retire(slot, close=False)
 

@@ -15,7 +15,15 @@ import pytest
 
 import panday
 from panday.ray import ClusterRefused, Done, Job, Pool, PoolClosed
-from panday_core.errors import CommandNotFound, LimitExceeded, PolicyError, SandboxError
+from panday_core.egress.audit import AuditEvent
+from panday_core.egress.thread import ProxySettings
+from panday_core.errors import (
+    CommandNotFound,
+    LimitExceeded,
+    PolicyError,
+    SandboxError,
+    Unsupported,
+)
 from panday_core.types import ExecResult
 
 if TYPE_CHECKING:
@@ -179,3 +187,35 @@ def test_close_leaves_no_jail_cgroup_proxy_or_workspace(cluster: LocalCluster, h
     assert not {d for d in cgroups if Path(d).exists()}, "cgroups left after close"
     assert not {d for d in made if Path(d).exists()}, "workspaces or proxy dirs left"
     assert all(not host.alive(p) for p in actors)
+
+
+def test_each_nodes_egress_proxy_enforces_the_allowlist(cluster: LocalCluster) -> None:
+    """Each node's sessions have their own egress proxy with the policy's allowlist; its
+    audit events come back with the node id. The allowed host gets past the policy (and
+    fails only for want of a network: 502, verdict "failed"), the other one is refused
+    (403, verdict "refused"): the difference is the allowlist, on every node."""
+    policy = {"net": {"allow": ["allowed.invalid"]}}
+    probe = 'curl -s -o /dev/null -w "%{http_code} " http://denied.invalid/ http://allowed.invalid/'
+    with Pool(policy, nodes=cluster.base) as pool:
+        by_node = _by_node(pool.map_jobs([Job(argv=["sh", "-c", probe])] * 6))
+    assert sorted(by_node) == cluster.base
+    for done in (d for ds in by_node.values() for d in ds):
+        assert done.result.stdout == b"403 502 "
+    seen = {(r.node_id, r.event.host, r.event.verdict) for r in pool.egress}
+    for node in cluster.base:
+        assert (node, "denied.invalid", "refused") in seen
+        assert (node, "allowed.invalid", "failed") in seen
+
+
+def test_open_passes_egress_settings_on_t2_linux_and_refuses_them_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """The SDK hook the pool's actors use: `panday.open(..., egress=ProxySettings(...))`."""
+    events: list[AuditEvent] = []
+    policy = {"fs": {"workspace": str(tmp_path)}, "net": {"allow": ["allowed.invalid"]}}
+    with panday.open(policy, egress=ProxySettings(audit=events.append)) as session:
+        assert session.run(["curl", "-s", "http://denied.invalid/"]).exit_code == 0
+    assert any(e.host == "denied.invalid" and e.verdict == "refused" for e in events)
+    # Not silently dropped where the tier cannot take it.
+    with pytest.raises(Unsupported, match="egress"):
+        panday.open({"fs": {"workspace": str(tmp_path)}}, tier="t0", egress=ProxySettings())
