@@ -15,7 +15,6 @@ import pytest
 
 import panday
 from panday.ray import ClusterRefused, Done, Job, Pool, PoolClosed
-from panday_core.egress.audit import AuditEvent
 from panday_core.egress.thread import ProxySettings
 from panday_core.errors import (
     CommandNotFound,
@@ -28,6 +27,8 @@ from panday_core.types import ExecResult
 
 if TYPE_CHECKING:
     from conftest import Host, LocalCluster
+
+    from panday_core.egress.audit import AuditEvent
 
 LIMITED = {"limits": {"mem_bytes": 128 << 20, "pids": 64, "output_bytes": 1 << 20}}
 """Needs cgroups (memory, pids) on every node: the host facts the refusal tests take away."""
