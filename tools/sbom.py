@@ -108,6 +108,30 @@ def _raw_sbom(target: Target, env_dir: Path, out: Path) -> dict[str, object]:
     return doc
 
 
+def declared_licence_names(doc: dict[str, object], env_dir: Path) -> None:
+    """A component cyclonedx-py gave no licence keeps the one its metadata declares.
+
+    cyclonedx-py drops a `License:` metadata field that is not an SPDX id (``Apache 2.0``,
+    ``3-Clause BSD License``: Ray and protobuf write those). Such a declaration is recorded
+    as a licence *name*, as declared, so the licence gate sees what the package says and
+    must accept that exact text by an exception, rather than the SBOM saying nothing.
+    """
+    from importlib.metadata import distributions  # noqa: PLC0415 - only needed here
+
+    declared: dict[str, str] = {}
+    for site in env_dir.glob("lib/python*/site-packages"):
+        for dist in distributions(path=[str(site)]):
+            texts = [t.strip() for t in dist.metadata.get_all("License") or []]
+            if len(texts) == 1 and texts[0] and "\n" not in texts[0]:
+                declared[canonical(dist.metadata["Name"])] = texts[0]
+    components: list[dict[str, object]] = doc.get("components", [])  # pyright: ignore[reportAssignmentType] - CycloneDX JSON
+    for component in components:
+        name = canonical(str(component.get("name", "")))
+        if not component.get("licenses") and name in declared:
+            licence = {"name": declared[name], "acknowledgement": "declared"}
+            component["licenses"] = [{"license": licence}]
+
+
 def _purl(name: str, version: str, *, on_pypi: bool) -> str:
     kind = "pypi" if on_pypi else "generic"
     return f"pkg:{kind}/{canonical(name)}@{version}"
@@ -180,6 +204,7 @@ def generate(where: Path, *, check: bool = True) -> dict[str, tuple[str, int]]:
         for platform in PLATFORMS:
             env_dir = _runtime_env(target, platform, where)
             raw = _raw_sbom(target, env_dir, where / f"{target.key}-{platform}.raw.json")
+            declared_licence_names(raw, env_dir)
             text = finish(raw, target, platform, ours)
             names = component_names(text)
             if target.kind == "application":  # the workspace: all our packages must be in it

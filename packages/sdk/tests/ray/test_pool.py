@@ -196,7 +196,10 @@ def test_each_nodes_egress_proxy_enforces_the_allowlist(cluster: LocalCluster) -
     fails only for want of a network: 502, verdict "failed"), the other one is refused
     (403, verdict "refused"): the difference is the allowlist, on every node."""
     policy = {"net": {"allow": ["allowed.invalid"]}}
-    probe = 'curl -s -o /dev/null -w "%{http_code} " http://denied.invalid/ http://allowed.invalid/'
+    probe = (
+        "for host in denied allowed; do "
+        'curl -s -o /dev/null -w "%{http_code} " "http://$host.invalid/"; done'
+    )
     with Pool(policy, nodes=cluster.base) as pool:
         by_node = _by_node(pool.map_jobs([Job(argv=["sh", "-c", probe])] * 6))
     assert sorted(by_node) == cluster.base
