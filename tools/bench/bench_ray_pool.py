@@ -1,7 +1,7 @@
 """Benchmark: short jailed commands through a `panday.ray.Pool` on a local multi-node Ray
 cluster against the same commands through one local session, in one run.
 
-    python tools/bench/bench_ray.py [--commands 2000] [--results PATH]
+    python tools/bench/bench_ray_pool.py [--commands 2000] [--results PATH]
 
 The cluster is started here, on 127.0.0.1: a head node with no CPUs (the driver's) and two
 worker nodes (separate raylets) with one Ray CPU and a 100 MiB object store each. The
