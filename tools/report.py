@@ -33,7 +33,7 @@ BENCH = REPO / "benchmarks" / "results.json"
 # The order of the verification line: every default gate, as the seed's report listed them.
 GATES = (
     "fmt", "lint", "typecheck", "tests", "escape", "schemas", "lock", "docs", "fields",
-    "falsify", "sbom", "audit", "licenses", "actions", "build",
+    "falsify", "sbom", "audit", "licenses", "actions", "build", "ray",
 )  # fmt: skip
 HEADINGS = (
     "# Run report",
