@@ -125,10 +125,35 @@ def cgroup_dirs(pids: Iterable[int]) -> set[str]:
     return {str(p) for pid in pids for p in root.glob(f"**/panday-{pid}-*")}
 
 
+def unix_socket_paths(pids: Iterable[int]) -> set[str]:
+    """Paths of the unix sockets the processes `pids` hold open (/proc/net/unix by inode):
+    here, the egress proxies' sockets inside their runtime directories."""
+    inodes: set[str] = set()
+    for pid in pids:
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = str(fd.readlink())
+            except OSError:
+                continue  # closed meanwhile
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    paths: set[str] = set()
+    for line in Path("/proc/net/unix").read_text(encoding="utf-8").splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 8 and fields[6] in inodes:
+            paths.add(fields[7])
+    return paths
+
+
 class Host:
     """The /proc helpers above, for tests (a fixture: test modules do not import conftest)."""
 
     cgroup_dirs = staticmethod(cgroup_dirs)
+    unix_socket_paths = staticmethod(unix_socket_paths)
     alive = staticmethod(alive)
     comm = staticmethod(comm)
     descendants = staticmethod(descendants)
