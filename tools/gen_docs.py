@@ -7,10 +7,10 @@ Markdown files carry marker pairs::
     ...replaced by this tool...
     <!-- /generated:NAME -->
 
-NAME is ``policy-fields``, ``policy-enforcement``, ``fields:<tier>`` or
-``guarantees:<tier>``. ``--check`` (the `docs` gate) fails when a committed file differs
-from what the code says; ``--write`` updates the files. Prose around the markers is the
-author's; the tables are never typed by hand.
+NAME is ``policy-fields``, ``policy-enforcement``, ``fields:<tier>``,
+``guarantees:<tier>`` or ``protected-entries``. ``--check`` (the `docs` gate) fails when a
+committed file differs from what the code says; ``--write`` updates the files. Prose
+around the markers is the author's; the tables are never typed by hand.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import msgspec
 from panday import tiers
 from panday_core.capabilities import Support, TierCapabilities, policy_fields
 from panday_core.policy import FsPolicy, Limits, NetPolicy, SandboxPolicy
+from panday_core.protect import DEFAULT_ENTRIES, HOME_ENTRIES
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -144,7 +145,20 @@ def render_tier_guarantees(tier: str) -> str:
     return "\n".join(lines)
 
 
+def render_protected_entries() -> str:
+    """The protected entries and why each is there (panday_core.protect)."""
+    lines = ["| entry | when missing | why |", "|---|---|---|"]
+    for title, entries in (("workspace", DEFAULT_ENTRIES), ("home", HOME_ENTRIES)):
+        for entry in entries:
+            where = f"`{entry.rel}`" if title == "workspace" else f"`~/{entry.rel}`"
+            missing = "cannot be created" if entry.create else "may be created"
+            lines.append(f"| {where} | {missing} | {_cell(entry.why)} |")
+    return "\n".join(lines)
+
+
 def renderer(name: str) -> Callable[[], str]:
+    if name == "protected-entries":
+        return render_protected_entries
     if name == "policy-fields":
         return render_policy_fields
     if name == "policy-enforcement":

@@ -267,15 +267,17 @@ def test_symlink_loop_is_refused(tree: Tree, resolver: PathResolver) -> None:
 
 @pytest.mark.escape
 def test_magic_link_beneath_a_staged_root_is_refused(tree: Tree) -> None:
-    """/proc/self as a (silly) staged root: /proc/self/root and /proc/self/cwd are magic links
-    that jump to the host's root; RESOLVE_NO_MAGICLINKS (or the walk's absolute-link rule)
-    refuses them."""
+    """/proc/<pid> as a (silly) staged root (the resolver alone; sessions refuse /proc):
+    /proc/<pid>/root and /proc/<pid>/cwd are magic links that jump to the host's root;
+    RESOLVE_NO_MAGICLINKS (or the walk's absolute-link rule) refuses them. (/proc/self is
+    itself a link, which no root may be.)"""
     if not LINUX:
         pytest.skip("/proc magic links are Linux-only")
+    me = f"/proc/{os.getpid()}"
     for backend in BACKENDS:
-        with PathResolver(str(tree.ws), staged_ro=["/proc/self"], backend=backend) as r:
-            control("read /proc/self/status", lambda r=r: read(r, "/proc/self/status"))
-            for path in ("/proc/self/root/etc/hostname", "/proc/self/cwd/inside.txt"):
+        with PathResolver(str(tree.ws), staged_ro=[me], backend=backend) as r:
+            control("read /proc/<pid>/status", lambda r=r: read(r, f"{me}/status"))
+            for path in (f"{me}/root/etc/hostname", f"{me}/cwd/inside.txt"):
                 with pytest.raises(PathRefused):
                     read(r, path)
 
@@ -336,13 +338,20 @@ def test_read_only_workspace_refuses_writes(tree: Tree) -> None:
             assert not (tree.ws / "b.txt").exists()
 
 
-def test_workspace_given_through_a_symlink_is_canonicalised(tree: Tree) -> None:
+def test_a_root_given_through_a_symlink_is_refused_naming_the_link(tree: Tree) -> None:
+    """A jail can plant links in its workspace; a later session whose root followed one
+    would expose what the link names. Roots are opened without following any link."""
+    with PathResolver(str(tree.ws)) as r:  # control: the real path is a root
+        assert read(r, "inside.txt") == INSIDE
     alias = tree.base / "alias"
     alias.symlink_to(tree.ws)
-    with PathResolver(str(alias)) as r:
-        assert r.workspace.path == os.path.realpath(tree.ws)
-        assert read(r, str(alias / "inside.txt")) == INSIDE
-        assert read(r, str(tree.ws / "inside.txt")) == INSIDE
+    (tree.ws / "sub").mkdir(exist_ok=True)
+    for path in (alias, alias / "sub"):
+        with pytest.raises(PolicyError, match=r"fs\.workspace.*symbolic link") as caught:
+            PathResolver(str(path))
+        assert str(tree.ws) in str(caught.value)  # the real path, to use instead
+    with pytest.raises(PolicyError, match=r"fs\.staged_ro\[0\].*symbolic link"):
+        PathResolver(str(tree.ws), staged_ro=[str(alias)])
 
 
 def test_missing_workspace_is_a_policy_error(tmp_path: Path) -> None:

@@ -5,13 +5,20 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
 import pytest
 
 from panday_core.capabilities import Support, policy_fields
-from panday_core.errors import LimitExceeded, PathRefused, PolicyViolation, Unsupported
+from panday_core.errors import (
+    LimitExceeded,
+    PathRefused,
+    PolicyError,
+    PolicyViolation,
+    Unsupported,
+)
 from panday_core.paths import openat2_available
 from panday_core.policy import FsPolicy, Limits, NetPolicy, SandboxPolicy
 from panday_core.t0 import InvalidArgument, T0Sandbox, T0Session, declared_capabilities
@@ -19,7 +26,6 @@ from panday_core.types import ExecSpec, SessionSpec
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
     from panday_core.paths import Backend
 
@@ -288,3 +294,53 @@ def test_grep_skips_hard_links_and_never_reads_outside(
 def test_results_encode_to_json(session: T0Session) -> None:
     encoded = msgspec.json.encode(session.grep("needle"))
     assert b"needle in markdown" in encoded
+
+
+# ------------------------------------------------------------------ protected entries
+
+
+def test_protected_entries_are_never_written_by_the_file_tools(ws: Path, backend: Backend) -> None:
+    (ws / ".git" / "hooks").mkdir(parents=True)
+    (ws / ".git" / "config").write_text("[core]\n")
+    (ws / "into-git").symlink_to(".git")  # a link on the way changes nothing
+    attempts = [".git/config", ".git/hooks/pre-commit", ".mcp.json", ".vscode/tasks.json"]
+    attempts.append("into-git/config")
+    opted = SandboxPolicy(fs=FsPolicy(workspace=str(ws), unprotect=(".git", ".mcp.json")))
+    with T0Session(opted, backend=backend) as granted:  # control: opted out, they land
+        granted.write(".git/hooks/pre-commit", b"#!/bin/sh\n")
+        granted.write(".mcp.json", b"{}")
+    (ws / ".git" / "hooks" / "pre-commit").unlink()
+    (ws / ".mcp.json").unlink()
+    with T0Session(policy(ws), backend=backend) as s:
+        s.write("ordinary.txt", b"ok")
+        for path in attempts:
+            with pytest.raises(PathRefused, match="protected"):
+                s.write(path, b"planted", make_parents=True)
+    assert (ws / ".git" / "config").read_text() == "[core]\n"
+    assert not (ws / ".git" / "hooks" / "pre-commit").exists()
+    assert not (ws / ".mcp.json").exists()
+    assert not (ws / ".vscode").exists()
+
+
+def test_a_write_never_keeps_a_setuid_or_setgid_bit(ws: Path, backend: Backend) -> None:
+    target = ws / "tool"
+    target.write_bytes(b"old")
+    target.chmod(0o6755)
+    if not target.stat().st_mode & 0o6000:
+        pytest.fail("inconclusive: this file system dropped the bits before the write")
+    with T0Session(policy(ws), backend=backend) as s:
+        s.write("tool", b"new")
+    mode = target.stat().st_mode
+    assert mode & 0o777 == 0o755
+    assert not mode & 0o6000
+
+
+def test_a_root_through_a_link_or_a_system_directory_is_refused(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "alias").symlink_to(real)
+    with pytest.raises(PolicyError, match="symbolic link"):
+        T0Session(policy(tmp_path / "alias"))
+    with pytest.raises(PolicyViolation) as refused:
+        T0Session(policy(Path("/etc")))
+    assert refused.value.field == "fs.workspace"

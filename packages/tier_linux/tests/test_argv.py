@@ -29,7 +29,6 @@ LAYOUT = HostLayout(
 def spec(
     *,
     workspace_rw: bool = True,
-    staged: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
     tmp_bytes: int | None = None,
     relay: RelaySpec | None = None,
@@ -38,7 +37,6 @@ def spec(
         layout=LAYOUT,
         workspace="/work/ws",
         workspace_rw=workspace_rw,
-        staged=staged,
         env=env,
         tmp_bytes=tmp_bytes,
         relay=relay,
@@ -46,11 +44,23 @@ def spec(
 
 
 RELAY = RelaySpec(python="/usr/bin/python3", directory="/rt/panday-egress-1")
+BIND_OPTIONS = ("--bind-fd", "--ro-bind-fd")
 
 
-def argv(s: JailSpec | None = None) -> list[str]:
+def workspace_binds(s: JailSpec) -> list[str]:
+    """What binds.CommandBinds gives for a bare workspace (descriptor 7 in the child)."""
+    return ["--bind-fd" if s.workspace_rw else "--ro-bind-fd", "7", s.workspace]
+
+
+def argv(s: JailSpec | None = None, binds: list[str] | None = None) -> list[str]:
+    s = s or spec()
     return build_argv(
-        s or spec(), ["/bin/true"], bwrap="/usr/bin/bwrap", cwd="/work/ws", seccomp_fd=4
+        s,
+        ["/bin/true"],
+        bwrap="/usr/bin/bwrap",
+        cwd="/work/ws",
+        seccomp_fd=4,
+        binds=workspace_binds(s) if binds is None else binds,
     )
 
 
@@ -61,7 +71,6 @@ def pairs(args: list[str], flag: str) -> list[str]:
 VARIANTS = [
     spec(),
     spec(workspace_rw=False),
-    spec(staged=("/data/in",)),
     spec(tmp_bytes=1 << 20, workspace_rw=False),
     spec(env={"TOKEN": "x"}),
     spec(relay=RELAY),
@@ -84,7 +93,8 @@ def test_every_jail_gets_every_wall(variant: JailSpec) -> None:
     assert args[sep + 1 :] == jail_command(variant, ["/bin/true"])
     assert args[-1] == "/bin/true"
     # The read-only remount of / comes after every bind, so it covers them all.
-    last_bind = max(i for i, a in enumerate(args) if a in {"--bind", "--ro-bind", "--symlink"})
+    binds = {"--bind", "--ro-bind", "--symlink", *BIND_OPTIONS}
+    last_bind = max(i for i, a in enumerate(args) if a in binds)
     assert args.index("--remount-ro", last_bind) < args.index("--chdir")
     assert args[args.index("--remount-ro", last_bind) + 1] == "/"
 
@@ -92,10 +102,12 @@ def test_every_jail_gets_every_wall(variant: JailSpec) -> None:
 def test_reads_are_an_allowlist() -> None:
     args = argv()
     sources = pairs(args, "--ro-bind") + pairs(args, "--bind")
-    assert sorted(sources) == ["/etc/passwd", "/lib64", "/usr", "/work/ws"]
+    assert sorted(sources) == ["/etc/passwd", "/lib64", "/usr"]
     assert "/" not in sources
     assert "/etc" not in sources
-    assert pairs(args, "--bind") == ["/work/ws"]
+    # The workspace is never bound by path: only from the session's held descriptor.
+    assert pairs(args, "--bind") == []
+    assert [args[i + 2] for i, a in enumerate(args) if a in BIND_OPTIONS] == ["/work/ws"]
     assert pairs(args, "--symlink")[:3] == ["usr/bin", "usr/lib", "/usr/share/zoneinfo/UTC"]
     assert pairs(args, "--proc") == ["/proc"]
     assert pairs(args, "--dev-bind") == ["/dev/null", "/dev/zero", "/dev/urandom"]
@@ -103,19 +115,13 @@ def test_reads_are_an_allowlist() -> None:
     assert "/tmp" in pairs(args, "--tmpfs")
 
 
-def test_a_read_only_workspace_is_bound_read_only() -> None:
-    args = argv(spec(workspace_rw=False))
+def test_the_binds_come_after_tmp_and_before_the_read_only_remount() -> None:
+    binds = ["--bind-fd", "7", "/work/ws", "--ro-bind-fd", "8", "/work/ws/.git"]
+    args = argv(binds=binds)
+    at = args.index("--bind-fd")
+    assert args[at : at + 6] == binds
+    assert args.index("/tmp") < at < args.index("--remount-ro", at)
     assert "--bind" not in args
-    assert "/work/ws" in pairs(args, "--ro-bind")
-
-
-def test_staged_paths_are_read_only_and_nested_ones_mount_over_their_parent() -> None:
-    args = argv(spec(staged=("/work/ws/vendor", "/data")))
-    binds = [(a, args[i + 1]) for i, a in enumerate(args) if a in {"--bind", "--ro-bind"}]
-    order = [p for _, p in binds]
-    assert order.index("/work/ws") < order.index("/work/ws/vendor")
-    assert ("--ro-bind", "/work/ws/vendor") in binds
-    assert ("--ro-bind", "/data") in binds
 
 
 def test_a_disk_ceiling_sizes_tmp_which_is_also_dev_shm() -> None:

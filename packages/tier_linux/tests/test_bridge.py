@@ -30,7 +30,8 @@ from panday_core.policy import FsPolicy, NetPolicy, SandboxPolicy
 from panday_core.types import ExecExit, ExecSpec, SessionSpec
 from panday_tier_linux import bridge, declared_capabilities, host_capabilities
 from panday_tier_linux.sandbox import T2LinuxSandbox
-from panday_tier_linux.session import _raise_relay_failure, open_session  # pyright: ignore[reportPrivateUsage] - the relay's failure path
+from panday_tier_linux.session import open_session
+from panday_tier_linux.supervisor import raise_relay_failure as _raise_relay_failure
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -189,7 +190,7 @@ def test_a_workspace_around_the_bridge_is_refused(world: World) -> None:
     with pytest.raises(PolicyViolation) as refused:
         open_session(policy, egress=world.settings)
     assert refused.value.field == "fs.workspace"
-    assert "/run/panday" in refused.value.reason
+    assert "'/run'" in refused.value.reason
 
 
 @linux

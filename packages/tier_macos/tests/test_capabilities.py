@@ -16,6 +16,7 @@ from panday_core.errors import PolicyViolation
 from panday_core.policy import policy_from_dict
 from panday_core.types import SandboxTier
 from panday_tier_macos import declared_capabilities, host_capabilities, unavailable_reason
+from panday_tier_macos.capabilities import ROOT_REASON, caller_reason
 
 
 def test_every_policy_field_is_declared_exactly_once() -> None:
@@ -101,3 +102,27 @@ def test_unavailable_off_macos_says_why() -> None:
     assert reason is not None
     assert "macOS" in reason
     assert sys.platform in reason
+
+
+def test_a_root_caller_is_refused_and_an_ordinary_one_is_not() -> None:
+    """Issue 12: a root jail's files would be root's, and not every way root can leave a
+    privileged file behind (a set-id mode at creation, a device node, chown) has a Seatbelt
+    rule this tier can rely on; so root callers are refused, with the reason, on macOS."""
+    assert caller_reason(0) == ROOT_REASON
+    assert "ordinary user" in ROOT_REASON
+    for euid in (1, 501, 65534):
+        assert caller_reason(euid) is None
+
+
+def test_the_new_fields_and_guarantees_are_declared() -> None:
+    caps = declared_capabilities()
+    for field in ("fs.protect", "fs.unprotect", "fs.allow_home", "allow_env_hooks"):
+        entry = caps.for_field(field)
+        assert entry is not None
+        assert entry.support is Support.STRICT, field
+    hooks = caps.for_field("allow_env_hooks")
+    assert hooks is not None
+    assert "DYLD_" in hooks.mechanism
+    names = " / ".join(g.name for g in caps.guarantees)
+    for words in ("runs outside it later", "later jail sees", "setuid, setgid or device", "listed"):
+        assert words in names

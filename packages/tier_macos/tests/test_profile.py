@@ -19,6 +19,7 @@ import pytest
 
 from panday_core.policy import SandboxPolicy, policy_from_dict
 from panday_tier_macos.profile import (
+    DATA_VOLUME,
     HOME_PARAMS,
     MACH_SERVICES,
     PARAM_TMPDIR,
@@ -28,6 +29,7 @@ from panday_tier_macos.profile import (
     ProxyEndpoint,
     SeatbeltProfile,
     protecting,
+    workspace_guards,
 )
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -204,17 +206,21 @@ def policy(doc: dict[str, object] | None = None) -> SandboxPolicy:
     return policy_from_dict(doc or {}).with_workspace(WS)
 
 
-POLICIES: dict[str, tuple[SandboxPolicy, ProxyEndpoint | None]] = {
-    "default": (policy(), None),
-    "read-only": (policy({"fs": {"access": "ro"}}), None),
-    "staged": (policy({"fs": {"staged_ro": ["/opt/data", f"{WS}/inputs"]}}), None),
-    "proxy": (policy({"net": {"allow": ["api.github.com"], "ports": [443]}}), PROXY),
+POLICIES: dict[str, tuple[SandboxPolicy, ProxyEndpoint | None, int, int]] = {
+    # name: (policy, proxy endpoint, protected entries, ancestors)
+    "default": (policy(), None, 0, 0),
+    "read-only": (policy({"fs": {"access": "ro"}}), None, 0, 0),
+    "staged": (policy({"fs": {"staged_ro": ["/opt/data", f"{WS}/inputs"]}}), None, 0, 0),
+    "proxy": (policy({"net": {"allow": ["api.github.com"], "ports": [443]}}), PROXY, 0, 0),
+    # A writable workspace as `create` sees it: three protected entries, a nested staged
+    # input, and the directories that hold them.
+    "protected": (policy({"fs": {"staged_ro": [f"{WS}/data/in"]}}), None, 3, 2),
 }
 
 
 def profile_of(name: str) -> SeatbeltProfile:
-    pol, proxy = POLICIES[name]
-    return SeatbeltProfile.from_policy(pol, proxy)
+    pol, proxy, protected, ancestors = POLICIES[name]
+    return SeatbeltProfile.from_policy(pol, proxy, protected=protected, ancestors=ancestors)
 
 
 def parsed(name: str) -> list[Rule]:
@@ -286,7 +292,7 @@ def test_no_bind_no_inbound_no_local_filter_no_port_53(name: str) -> None:
     assert "*:" not in text
 
 
-@pytest.mark.parametrize("name", ["default", "read-only", "staged"])
+@pytest.mark.parametrize("name", ["default", "read-only", "staged", "protected"])
 def test_without_an_allowlist_no_outbound_is_allowed_at_all(name: str) -> None:
     assert allows(parsed(name), "network-outbound") == []
 
@@ -347,7 +353,7 @@ def _write_subpaths(rs: list[Rule]) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("name", ["default", "staged", "proxy"])
+@pytest.mark.parametrize("name", ["default", "staged", "proxy", "protected"])
 def test_workspace_and_private_temp_are_the_only_write_subpaths(name: str) -> None:
     assert _write_subpaths(parsed(name)) == {PARAM_WORKSPACE, PARAM_TMPDIR}
 
@@ -366,6 +372,7 @@ def test_staged_inputs_are_denied_writes_after_the_workspace_rule() -> None:
     assert len(denies) == 1
     assert denies[0].index > workspace_rule.index
     assert {p for f in denies[0].filters for p in params_in(f)} == {"STAGED_0", "STAGED_1"}
+    assert {_kind(f) for f in denies[0].filters} == {"subpath"}
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -382,6 +389,20 @@ def test_reads_are_broad_and_the_protected_paths_are_denied_last(name: str) -> N
     text = repr(protected[0].filters)
     for required in (".ssh", ".aws", ".gnupg", ".config/gh", "Library/Keychains", "_history"):
         assert required in text
+    # issue 12, 6(d): secrets the first list missed
+    for required in (
+        ".cargo/credentials.toml",
+        ".cargo/credentials",
+        ".config/git/credentials",
+        ".vault-token",
+        ".pgpass",
+        ".terraform.d",
+        ".gem/credentials",
+        ".codex",
+        ".claude",
+    ):
+        for home in HOME_PARAMS:
+            assert (home, "/" + required) in _paths(protected[0], "subpath")
     for system in ("/private/etc/master.passwd", "/private/var/db"):
         assert system in text
     for home in HOME_PARAMS:
@@ -392,12 +413,17 @@ def test_var_db_is_denied_with_only_the_named_carve_outs() -> None:
     rs = parsed("default")
     protected = next(r for r in rs if set(r.operations) == {"file-read*", "file-write*"})
     var_db = [f for f in protected.filters if isinstance(f, list) and f[0] == Sym("require-all")]
-    assert len(var_db) == 1
-    inner = var_db[0][1:]
-    assert inner[0] == [Sym("subpath"), Str("/private/var/db")]
-    for carve in inner[1:]:
-        assert isinstance(carve, list)
-        assert carve[0] == Sym("require-not")
+    assert len(var_db) == 2, "once as /private/var/db, once in the Data-volume spelling"
+    for prefix, rule in zip(("", DATA_VOLUME), var_db, strict=True):
+        inner = rule[1:]
+        assert inner[0] == [Sym("subpath"), Str(prefix + "/private/var/db")]
+        for carve in inner[1:]:
+            assert isinstance(carve, list)
+            assert carve[0] == Sym("require-not")
+            target = carve[1]
+            assert isinstance(target, list)
+            assert isinstance(target[1], Str)
+            assert target[1].value.startswith(prefix + "/private/var/db/")
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -406,7 +432,9 @@ def test_process_rules(name: str) -> None:
     (exec_allow,) = allows(rs, "process-exec")
     setuid = [r for r in rs if r.action == "deny" and r.operations == ("process-exec",)]
     assert len(setuid) == 1
-    assert setuid[0].filters == ([Sym("file-mode"), 0o4000],)
+    assert setuid[0].filters == (
+        [Sym("require-any"), [Sym("file-mode"), 0o4000], [Sym("file-mode"), 0o2000]],
+    ), "setuid and setgid programs alike"
     assert setuid[0].index > exec_allow.index
     for op in ("signal", "process-info-pidinfo"):
         (rule,) = allows(rs, op)
@@ -420,16 +448,37 @@ def test_mach_lookup_is_limited_to_the_named_services(name: str) -> None:
     assert all(isinstance(f, list) and f[0] == Sym("global-name") for f in rule.filters)
 
 
+def _sysctl_allowed(rs: list[Rule], name: str) -> bool:
+    """Whether an allow rule's sysctl filters admit `name` (and no deny after it refuses)."""
+    verdict = False
+    for rule in rs:
+        if not any(matches("sysctl-read", o) for o in rule.operations):
+            continue
+        for f in rule.filters:
+            assert isinstance(f, list)
+            assert isinstance(f[1], Str)
+            kind, value = f[0], f[1].value
+            hit = name == value if kind == Sym("sysctl-name") else name.startswith(value)
+            if hit:
+                verdict = rule.action == "allow"
+    return verdict
+
+
 @pytest.mark.parametrize("name", ALL)
-def test_other_processes_arguments_and_environment_are_unreadable(name: str) -> None:
+def test_other_processes_cannot_be_listed_or_read_through_sysctl(name: str) -> None:
     rs = parsed(name)
     for rule in allows(rs, "sysctl-read"):
-        assert "kern.procargs" not in repr(rule.filters)
-        assert "kern.proc.all" not in repr(rule.filters)
+        assert "kern.proc" not in repr(rule.filters), "no process sysctl is on the allowlist"
     deny = [r for r in rs if r.action == "deny" and r.operations == ("sysctl-read",)]
     assert deny
-    assert deny[-1].filters == ([Sym("sysctl-name-prefix"), Str("kern.procargs")],)
+    assert deny[-1].filters == ([Sym("sysctl-name-prefix"), Str("kern.proc")],)
     assert deny[-1].index > max(r.index for r in allows(rs, "sysctl-read"))
+    # What the kernel asks Seatbelt about (issue 12, 6(c)): another process by pid, every
+    # process, a uid's processes, another process's arguments and environment.
+    for sysctl in ("kern.proc.pid.1", "kern.proc.all", "kern.proc.uid.0", "kern.procargs2.1"):
+        assert not _sysctl_allowed(rs, sysctl), sysctl
+    for sysctl in ("hw.ncpu", "kern.osrelease", "hw.optional.arm64", "machdep.cpu.brand_string"):
+        assert _sysctl_allowed(rs, sysctl), f"{sysctl}: start-up sysctls stay readable"
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -478,6 +527,160 @@ def test_protecting_names_the_protected_path_a_directory_lies_in() -> None:
     assert protecting("/Users/alice", homes) is None, "a workspace may contain protected paths"
     assert protecting("/Users/alice/project", homes) is None
     assert all(protecting(f"/Users/alice/{p}", homes) for p in SENSITIVE_HOME_PATHS)
+
+
+# ------------------------------------------------- protected entries, move blocking
+
+
+def _kind(f: Node) -> str:
+    assert isinstance(f, list)
+    assert isinstance(f[0], Sym)
+    return f[0].name
+
+
+def _parts(expr: Node) -> tuple[str, ...]:
+    """A path expression as its parts: a string's value, a parameter's name."""
+    if isinstance(expr, Str):
+        return (expr.value,)
+    assert isinstance(expr, list)
+    head = expr[0]
+    if head == Sym("param"):
+        arg = expr[1]
+        assert isinstance(arg, Str)
+        return (arg.value,)
+    assert head == Sym("string-append"), f"unexpected path expression {expr!r}"
+    return tuple(p for part in expr[1:] for p in _parts(part))
+
+
+def _paths(rule: Rule, kind: str) -> set[tuple[str, ...]]:
+    return {_parts(f[1]) for f in rule.filters if isinstance(f, list) and _kind(f) == kind}
+
+
+def _undata(parts: tuple[str, ...]) -> tuple[str, ...] | None:
+    """`parts` without the Data-volume prefix; None when they do not carry it."""
+    if parts[0] == DATA_VOLUME:
+        return parts[1:]
+    if parts[0].startswith(DATA_VOLUME + "/"):
+        return (parts[0][len(DATA_VOLUME) :], *parts[1:])
+    return None
+
+
+def _path_filters(node: Node) -> list[tuple[str, tuple[str, ...]]]:
+    """Every (kind, parts) path filter in `node`, however deeply nested."""
+    return [
+        (_kind(n), _parts(n[1]))
+        for n in walk(node)
+        if isinstance(n, list) and n and n[0] in (Sym("subpath"), Sym("literal"))
+    ]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_denied_path_is_denied_in_its_data_volume_spelling_too(name: str) -> None:
+    """Issue 12, 6(a): /System/Volumes/Data/Users/a/.ssh is /Users/a/.ssh by another name."""
+    for rule in parsed(name):
+        if rule.action != "deny" or not any(o.startswith("file") for o in rule.operations):
+            continue
+        if not rule.filters:
+            continue  # (deny file-write-setugid): every path
+        found = _path_filters(list(rule.filters))
+        plain = {(k, p) for k, p in found if _undata(p) is None}
+        data = {(k, _undata(p)) for k, p in found if _undata(p) is not None}
+        assert plain, f"deny at form {rule.index} names no path"
+        assert data == plain, f"deny at form {rule.index}: spellings differ"
+
+
+def test_protected_entries_are_denied_writes_after_the_workspace_rule() -> None:
+    rs = parsed("protected")
+    (workspace_rule,) = [
+        r for r in allows(rs, "file-write-create") if r.operations == ("file-write*",)
+    ]
+    denies = [r for r in rs if r.action == "deny" and r.operations == ("file-write*",)]
+    (entries,) = [d for d in denies if any("PROTECTED_0" in params_in(f) for f in d.filters)]
+    assert entries.index > workspace_rule.index, "an earlier deny would lose to the allow"
+    assert {p for f in entries.filters for p in params_in(f)} == {
+        "PROTECTED_0",
+        "PROTECTED_1",
+        "PROTECTED_2",
+    }
+    # subpath: a "file" entry can be a directory on disk (an old-style submodule's .git),
+    # and subpath also matches the path itself.
+    assert {_kind(f) for f in entries.filters} == {"subpath"}
+
+
+def test_no_protected_entry_no_rule() -> None:
+    for name in ("default", "read-only", "staged", "proxy"):
+        assert "PROTECTED_" not in profile_of(name).text
+
+
+def _unlink_rule(rs: list[Rule]) -> Rule:
+    (rule,) = [r for r in rs if r.action == "deny" and r.operations == ("file-write-unlink",)]
+    return rule
+
+
+def test_protected_and_staged_paths_and_every_directory_holding_them_cannot_be_renamed() -> None:
+    """Issue 12, 6(b): a deny is path-based, so renaming a directory above what it names
+    (``mv data d2``) would carry the protected or staged path out from under it."""
+    rs = parsed("protected")
+    rule = _unlink_rule(rs)
+    last_write_allow = max(r.index for r in allows(rs, "file-write-unlink"))
+    assert rule.index > last_write_allow
+    assert {("ANCESTOR_0",), ("ANCESTOR_1",)} <= _paths(rule, "literal")
+    assert {("PROTECTED_0",), ("PROTECTED_1",), ("PROTECTED_2",), ("STAGED_0",)} <= _paths(
+        rule, "subpath"
+    )
+    # ancestors by literal only: their other children stay removable
+    assert not any(p[0].startswith("ANCESTOR_") for p in _paths(rule, "subpath"))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_no_secret_in_a_home_can_be_renamed_out_from_under_its_rule(name: str) -> None:
+    """``mv ~/.config ~/x; cat ~/x/gh/hosts.yml``; ``mv ~ $TMPDIR/h`` (a workspace set to
+    the home, with fs.allow_home, could otherwise do both)."""
+    literal = _paths(_unlink_rule(parsed(name)), "literal")
+    for home in HOME_PARAMS:
+        assert (home,) in literal, "the home itself"
+        for relative in SENSITIVE_HOME_PATHS:
+            parts = relative.split("/")
+            for i in range(1, len(parts)):
+                assert (home, "/" + "/".join(parts[:i])) in literal, relative
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_no_set_id_bit_can_be_set_on_any_file(name: str) -> None:
+    """Issue 12, 6(f): Seatbelt checks setting S_ISUID/S_ISGID as its own operation."""
+    rs = parsed(name)
+    denies = [r for r in rs if r.action == "deny" and r.operations == ("file-write-setugid",)]
+    assert len(denies) == 1
+    assert denies[0].filters == (), "every file, whatever its path"
+    for rule in rs:
+        if rule.action == "allow":
+            assert "file-write-setugid" not in rule.operations
+            assert "file*" not in rule.operations
+
+
+def test_workspace_guards_are_the_directories_holding_what_is_protected() -> None:
+    ws = "/Users/a/p"
+    got = workspace_guards(
+        ws,
+        protected=(f"{ws}/.git", f"{ws}/a/b/c"),
+        staged=(f"{ws}/sub/data", "/opt/outside"),
+        homes=("/Users/a", "/private/var/root"),
+    )
+    assert got == (ws, f"{ws}/a", f"{ws}/a/b", f"{ws}/sub")
+    # nothing inside the workspace: nothing to pin
+    assert workspace_guards(ws, (), ("/opt/x",), ("/Users/a",)) == ()
+    # a home inside the workspace (fs.allow_home): the directories above it, the workspace
+    home_inside = workspace_guards("/Volumes/x", (), (), ("/Volumes/x/homes/al",))
+    assert home_inside == ("/Volumes/x", "/Volumes/x/homes")
+    # the workspace is the home
+    assert workspace_guards("/Users/a", (), (), ("/Users/a",)) == ("/Users/a",)
+    # a sibling whose name starts like the workspace is not inside it
+    assert workspace_guards(ws, (f"{ws}x/.git",), (), ()) == ()
+
+
+def test_the_counts_must_be_counts() -> None:
+    with pytest.raises(ValueError, match="counts"):
+        SeatbeltProfile.from_policy(policy(), protected=-1)
 
 
 # --------------------------------------------------------------------------- golden

@@ -24,12 +24,20 @@ from panday_core.policy import policy_from_dict
 from panday_core.types import SandboxHandle, SandboxTier, SessionSpec
 from panday_tier_macos import T2MacosSandbox
 from panday_tier_macos.profile import SeatbeltProfile
+from panday_tier_macos.roots import (
+    Roots,
+    _entry_name,  # pyright: ignore[reportPrivateUsage] - the lookup rule under test
+    check_root,
+    disk_spelling,
+    open_roots,
+)
 from panday_tier_macos.sandbox import (
     BASE_ENV,
     START,
     _Session,  # pyright: ignore[reportPrivateUsage] - the per-command environment under test
     build_environment,
-    resolve_session_dir,
+    env_refusals,
+    guard_params,
     start_proxy,
     stricter_limit,
 )
@@ -82,24 +90,224 @@ def test_create_off_macos_says_the_tier_is_unavailable(tmp_path: Path) -> None:
     assert _temp_sessions() == before
 
 
+def _check(path: Path | str, homes: list[str], field: str = "fs.workspace", **kw: bool) -> str:
+    """`check_root`'s verdict: the accepted path, or the refusal's reason (field checked)."""
+    got = check_root(
+        field,
+        str(path),
+        writable=kw.get("writable", True),
+        allow_home=kw.get("allow_home", False),
+        homes=homes,
+    )
+    if isinstance(got, str):
+        return got
+    assert got.field == field
+    return "REFUSED: " + got.reason
+
+
 def test_a_workspace_or_staged_path_inside_a_protected_path_is_refused(tmp_path: Path) -> None:
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     (home / "project").mkdir()
-    homes = [str(home.resolve())]
-    assert resolve_session_dir("fs.workspace", str(home / "project"), homes) == str(
-        (home / "project").resolve()
-    )
-    assert resolve_session_dir("fs.workspace", str(home), homes) == str(home.resolve())
+    homes = [str(home)]
+    assert _check(home / "project", homes) == str(home / "project")
+    assert _check(home, homes) == str(home)  # not $HOME here: a home only to the profile
+    refused = _check(home / ".ssh", homes, "fs.staged_ro[0]", writable=False)
+    assert refused.startswith("REFUSED: ")
+    assert ".ssh" in refused
+    assert "No such file" in _check(tmp_path / "missing", homes)
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    assert "not a directory" in _check(tmp_path / "file", homes)
+
+
+def test_a_root_reached_through_a_link_is_refused_naming_the_link_and_the_real_path(
+    tmp_path: Path,
+) -> None:
+    """On macOS /tmp and /var are links into /private: the refusal says which path to give.
+    A link planted by an earlier command (``ln -s ../../.. sub/data``) is refused the same way,
+    never followed, so no later session mounts what it names."""
+    real = tmp_path / "real"
+    (real / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(real)
+    (real / "sub" / "data").symlink_to("../../..")
+    homes: list[str] = []
+    control = _check(real / "sub", homes)
+    assert control == str(real / "sub"), "the real path is accepted"
+    whole = _check(tmp_path / "link", homes)
+    assert whole.startswith("REFUSED: ")
+    assert "symbolic link" in whole
+    assert repr(str(real)) in whole, "the real path to give instead"
+    middle = _check(tmp_path / "link" / "sub", homes, "fs.staged_ro[0]", writable=False)
+    assert f"passes through {str(tmp_path / 'link')!r}" in middle
+    assert repr(str(real / "sub")) in middle
+    planted = _check(real / "sub" / "data", homes, "fs.staged_ro[1]", writable=False)
+    assert "symbolic link" in planted
+
+
+@pytest.mark.parametrize(
+    ("path", "writable"),
+    [("/etc", False), ("/usr", False), ("/usr/lib", True), ("/proc", False), ("/", False)],
+)
+def test_system_directories_are_refused_as_roots(path: str, writable: bool) -> None:
+    got = _check(path, [], writable=writable)
+    assert got.startswith("REFUSED: ")
+
+
+def test_a_name_is_matched_as_a_case_insensitive_volume_would_find_it() -> None:
+    """macOS volumes ignore case (and Unicode normalization): `/users/a` opens `/Users/a`,
+    while every check and Seatbelt rule compares strings. The entry a lookup finds is the
+    spelling roots must be given in, and protected entries are written in."""
+    listing = ["Users", "deploy", ".git", "caf\u00e9", "Ab", "aB"]
+    assert _entry_name(listing, "Users") == "Users"
+    assert _entry_name(listing, "users") == "Users"
+    assert _entry_name(listing, "Deploy") == "deploy"
+    assert _entry_name(listing, ".GIT") == ".git"
+    assert _entry_name(listing, "cafe\u0301") == "caf\u00e9", "NFD finds the NFC name"
+    assert _entry_name(listing, "ab") is None, "two entries fold alike: no guess"
+    assert _entry_name(listing, "missing") is None
+
+
+def test_an_exactly_spelled_root_keeps_its_spelling(tmp_path: Path) -> None:
+    (tmp_path / "Mixed" / "Case").mkdir(parents=True)
+    path = str(tmp_path / "Mixed" / "Case")
+    assert disk_spelling(path) == path
+    assert _check(path, []) == path
+
+
+def test_a_home_directory_is_a_workspace_only_with_allow_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    refused = _check(home, [])
+    assert "fs.allow_home" in refused
+    assert "fs.allow_home" in _check(tmp_path, []), "a directory holding a home, too"
+    assert _check(home, [], allow_home=True) == str(home)
+
+
+def _create_refused(doc: dict[str, object], workspace: str) -> PolicyViolation:
+    before = _temp_sessions()
     with pytest.raises(PolicyViolation) as info:
-        resolve_session_dir("fs.staged_ro[0]", str(home / ".ssh"), homes)
-    assert info.value.field == "fs.staged_ro[0]"
-    assert ".ssh" in info.value.reason
-    (home / "project" / "link").symlink_to(home / ".ssh")
-    with pytest.raises(PolicyViolation, match=r"\.ssh"):
-        resolve_session_dir("fs.workspace", str(home / "project" / "link"), homes)
-    with pytest.raises(PolicyViolation, match="does not exist"):
-        resolve_session_dir("fs.workspace", str(tmp_path / "missing"), homes)
+        _create(doc, workspace=workspace)
+    assert _temp_sessions() == before, "refused before anything was made"
+    return info.value
+
+
+def test_create_refuses_roots_by_field_before_making_anything(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "ws")
+    assert _create_refused({}, "/etc").field == "fs.workspace"
+    linked = _create_refused({}, str(tmp_path / "link"))
+    assert linked.field == "fs.workspace"
+    assert str(tmp_path / "ws") in linked.reason
+    staged = _create_refused({"fs": {"staged_ro": ["/proc/self"]}}, str(tmp_path / "ws"))
+    assert staged.field == "fs.staged_ro[0]"
+
+
+def test_dyld_variables_are_refused_by_name_even_when_allowed(tmp_path: Path) -> None:
+    """Issue 12, 6(e): SIP drops DYLD_* when /bin/sh (which starts every command) starts;
+    a variable the command would never see is refused, not silently dropped."""
+    doc: dict[str, object] = {
+        "env": {"DYLD_INSERT_LIBRARIES": "/x.dylib", "LD_PRELOAD": "/x.so", "OK": "1"},
+        "allow_env_hooks": ["DYLD_INSERT_LIBRARIES", "LD_PRELOAD"],
+    }
+    refused = _create_refused(doc, str(tmp_path))
+    assert [v.field for v in refused.violations] == ["env.DYLD_INSERT_LIBRARIES"]
+    assert "System Integrity Protection" in refused.reason
+    # the other listed hook is accepted: the refusal is DYLD_*'s, not allow_env_hooks'
+    allowed = policy_from_dict({"env": {"LD_PRELOAD": "/x.so"}, "allow_env_hooks": ["LD_PRELOAD"]})
+    assert env_refusals(allowed) == []
+
+
+def _git_workspace(ws: Path) -> None:
+    (ws / ".git" / "hooks").mkdir(parents=True)
+    (ws / ".git" / "config").write_text("[core]\n\thooksPath = tools/hooks\n", encoding="utf-8")
+    (ws / ".gitmodules").write_text('[submodule "lib"]\n\tpath = vendor/lib\n', encoding="utf-8")
+    (ws / "vendor" / "lib").mkdir(parents=True)
+    (ws / "vendor" / "lib" / ".git").write_text(
+        "gitdir: ../../.git/modules/lib\n", encoding="utf-8"
+    )
+    (ws / "data" / "in").mkdir(parents=True)
+
+
+def _roots(ws: Path, fs: dict[str, object] | None = None, homes: tuple[str, ...] = ()) -> Roots:
+    policy = policy_from_dict({"fs": fs or {}}).with_workspace(str(ws))
+    return open_roots(policy.fs, homes)
+
+
+def test_protected_entries_of_a_writable_workspace(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    _git_workspace(ws)
+    roots = _roots(ws, {"protect": ["deploy/prod/run.sh"], "staged_ro": [str(ws / "data/in")]})
+    got = {p[len(str(ws)) + 1 :] for p in roots.protected}
+    # present, or missing and not to be created: protected as they are
+    assert {".git", ".gitmodules", "vendor/lib/.git"} <= got
+    # missing and not to be created: protected at the first missing component, so no
+    # directory holding them can be made or renamed into place either
+    assert {".vscode", ".idea", ".mcp.json", ".claude", "tools", "deploy"} <= got
+    # missing, and creating them is harmless: left out
+    assert not {".envrc", ".husky", ".pre-commit-config.yaml"} & got
+    assert all(p.startswith(str(ws) + "/") for p in roots.protected)
+    assert roots.staged == (str(ws / "data/in"),)
+    assert roots.ancestors == (
+        str(ws),
+        str(ws / "data"),
+        str(ws / "vendor"),
+        str(ws / "vendor/lib"),
+    )
+
+
+def test_unprotect_and_read_only_leave_entries_out(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    _git_workspace(ws)
+    unprotected = _roots(ws, {"unprotect": [".git"]})
+    assert str(ws / ".git") not in unprotected.protected
+    assert str(ws / ".vscode") in unprotected.protected
+    read_only = _roots(ws, {"access": "ro", "staged_ro": [str(ws / "data/in")]})
+    assert read_only.protected == ()
+    assert read_only.ancestors == (), "nothing is writable, nothing can be moved"
+
+
+def test_a_protected_entry_that_is_a_link_is_refused(tmp_path: Path) -> None:
+    """Seatbelt judges a write through a link by its target: a linked .vscode would leave
+    its target writable, so the session is refused instead."""
+    ws = tmp_path / "ws"
+    (ws / "elsewhere").mkdir(parents=True)
+    assert _roots(ws).protected  # control: the same workspace opens without the link
+    (ws / ".vscode").symlink_to(ws / "elsewhere")
+    with pytest.raises(PolicyViolation) as info:
+        _roots(ws)
+    assert info.value.field == "fs.protect"
+    assert "'.vscode' is a symbolic link" in info.value.reason
+
+
+def test_a_home_inside_the_workspace_pins_the_directories_above_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = tmp_path / "ws"
+    home = ws / "homes" / "al"
+    home.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    roots = _roots(ws, {"allow_home": True}, homes=(str(home),))
+    assert str(home / ".ssh") in roots.protected
+    assert str(home / ".config") in roots.protected
+    assert {str(ws), str(ws / "homes"), str(home)} <= set(roots.ancestors)
+
+
+def test_guard_params_number_the_paths_in_order() -> None:
+    roots = Roots(workspace="/w", staged=(), protected=("/w/.git", "/w/.idea"), ancestors=("/w",))
+    assert guard_params(roots) == {
+        "PROTECTED_0": "/w/.git",
+        "PROTECTED_1": "/w/.idea",
+        "ANCESTOR_0": "/w",
+    }
+    profile = SeatbeltProfile.from_policy(
+        policy_from_dict({}).with_workspace("/w"), protected=2, ancestors=1
+    )
+    assert set(guard_params(roots)) <= set(profile.params)
 
 
 def test_the_environment_is_rebuilt_not_inherited(monkeypatch: pytest.MonkeyPatch) -> None:

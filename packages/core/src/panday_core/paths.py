@@ -53,6 +53,7 @@ import sys
 from typing import TYPE_CHECKING, Final, Literal, Self
 
 from panday_core.errors import PathRefused, PolicyError
+from panday_core.protect import RootRefused, open_root
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -224,13 +225,31 @@ class Resolved:
         return f"Resolved({self.root.path!r}, {self.rel!r})"
 
 
-def _canonical_root(field: str, path: str) -> str:
-    """The root as the kernel names it. Roots come from the policy's author (trusted), so
-    following their symbolic links here is intended; the user's paths never get this."""
-    real = os.path.realpath(path)
-    if not os.path.isdir(real):  # noqa: PTH112 - this module works in os terms (dir_fd calls)
-        raise PolicyError(field, f"{path!r} does not exist or is not a directory")
-    return real
+def _open_root(field: str, path: str) -> tuple[str, int]:
+    """The root's path and a descriptor on it, reached without following any symbolic link
+    (a jail may have planted one where the policy names a root; see panday_core.protect)."""
+    normal = posixpath.normpath(path)
+    try:
+        fd = open_root(normal)
+    except RootRefused as exc:
+        raise PolicyError(field, exc.reason) from None
+    if not stat.S_ISDIR(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise PolicyError(field, f"{path!r} is not a directory")
+    return normal, fd
+
+
+def fd_path(fd: int) -> str | None:
+    """The path a directory descriptor names now (None if the system cannot say)."""
+    try:
+        if _LINUX:
+            return os.readlink(f"/proc/self/fd/{fd}")  # noqa: PTH115 - os terms (dir_fd calls)
+        import fcntl  # noqa: PLC0415 - only where /proc is missing (macOS)
+
+        raw = fcntl.fcntl(fd, getattr(fcntl, "F_GETPATH", 50), b"\0" * 1024)
+        return raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+    except OSError:
+        return None
 
 
 class PathResolver:
@@ -251,30 +270,32 @@ class PathResolver:
         if backend == "openat2" and not openat2_available():
             raise PolicyError("", "openat2 was asked for but this host does not offer it")
         self.backend: Backend = backend or default_backend()
-        self.workspace = Root(
-            _canonical_root("fs.workspace", workspace), kind="workspace", writable=writable
-        )
-        self.roots: tuple[Root, ...] = (
-            self.workspace,
-            *(
-                Root(_canonical_root(f"fs.staged_ro[{i}]", p), kind="staged", writable=False)
-                for i, p in enumerate(staged_ro)
-            ),
-        )
-        # Absolute user paths may name a root by the path the policy gave or by its real
-        # path; both map to the same root. Longest prefix first, so a staged root nested in
+        self.protected: tuple[tuple[str, str], ...] = ()
+        """(absolute path, why) of entries no write may reach (see `check_protected`)."""
+        opened: list[tuple[str, int]] = []
+        try:
+            opened.append(_open_root("fs.workspace", workspace))
+            opened += [_open_root(f"fs.staged_ro[{i}]", p) for i, p in enumerate(staged_ro)]
+        except BaseException:
+            for _path, fd in opened:
+                os.close(fd)
+            raise
+        self.workspace = Root(opened[0][0], kind="workspace", writable=writable)
+        self.workspace.fd = opened[0][1]
+        staged: list[Root] = []
+        for path, fd in opened[1:]:
+            root = Root(path, kind="staged", writable=False)
+            root.fd = fd
+            staged.append(root)
+        self.roots: tuple[Root, ...] = (self.workspace, *staged)
+        # Absolute user paths name a root by the path the policy gave (normalised; no link
+        # on it, see _open_root). Longest prefix first, so a staged root nested in
         # the workspace (or the reverse) wins for the paths beneath it.
         aliases: dict[str, Root] = {}
         for root, given in zip(self.roots, (workspace, *staged_ro), strict=True):
             for alias in {root.path, posixpath.normpath(given)}:
                 aliases.setdefault(alias, root)
         self._aliases = sorted(aliases.items(), key=lambda item: len(item[0]), reverse=True)
-        try:
-            for root in self.roots:
-                root.fd = os.open(root.path, _DIR_LOOKUP)
-        except OSError:
-            self.close()
-            raise
 
     def close(self) -> None:
         for root in self.roots:
@@ -347,6 +368,23 @@ class PathResolver:
         except OSError as exc:
             raise _translate(exc, resolved) from None
 
+    def check_protected(self, dirfd: int, name: str, user_path: str) -> None:
+        """Refuse a write that would land at or beneath a protected entry. The directory's
+        physical path is asked of the kernel (so a link on the way changes nothing)."""
+        if not self.protected:
+            return
+        where = fd_path(dirfd)
+        if where is None:
+            raise PathRefused(user_path, "cannot tell where it lies; refused near protected paths")
+        target = f"{where.rstrip('/')}/{name}"
+        for path, why in self.protected:
+            if target == path or target.startswith(path + "/"):
+                raise PathRefused(
+                    user_path,
+                    f"is protected ({why}); a write there could plant what runs outside the "
+                    "sandbox later (fs.unprotect opts a default entry out)",
+                )
+
     def open_parent(self, resolved: Resolved, *, make_parents: bool = False) -> tuple[int, str]:
         """A lookup descriptor on the directory that holds `resolved`, and its final name.
 
@@ -372,6 +410,7 @@ class PathResolver:
                 except FileNotFoundError:
                     # mkdirat never follows its final name, so a dangling link here fails
                     # (EEXIST) instead of creating its target.
+                    self.check_protected(fd, part, resolved.user_path)
                     os.mkdir(part, 0o755, dir_fd=fd)
                     nxt = self.open(step, _DIR_LOOKUP)
                 os.close(fd)
@@ -535,6 +574,7 @@ def replace_file(
     dirfd, name = resolver.open_parent(resolved, make_parents=make_parents)
     tmp = f".{name[:200]}.panday-{secrets.token_hex(6)}.tmp"
     try:
+        resolver.check_protected(dirfd, name, resolved.user_path)
         perm = 0o644
         try:
             st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
@@ -547,7 +587,8 @@ def replace_file(
                 )
             if stat.S_ISDIR(st.st_mode):
                 raise IsADirectoryError(errno.EISDIR, "is a directory", resolved.user_path)
-            perm = stat.S_IMODE(st.st_mode)
+            # Never carry a setuid or setgid bit over to the new content.
+            perm = stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID)
         fd = os.open(
             tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600, dir_fd=dirfd
         )

@@ -21,6 +21,7 @@ import msgspec
 
 from panday_core.domains import normalize_pattern
 from panday_core.errors import PolicyError
+from panday_core.protect import OPT_OUT_NAMES, is_env_hook
 
 POLICY_VERSION = 1
 
@@ -71,6 +72,17 @@ def _check_abs_path(field: str, value: str) -> None:
         raise FieldError(field, f"{value!r} contains '..'; give the path without it")
 
 
+def _check_rel_path(field: str, value: str) -> None:
+    if "\x00" in value:
+        raise FieldError(field, f"{value!r} contains a NUL byte")
+    if not value.strip("/") or value.startswith("/"):
+        raise FieldError(field, f"{value!r} must be a path relative to the workspace")
+    if len(value) > _MAX_PATH:
+        raise FieldError(field, f"path is longer than {_MAX_PATH} characters")
+    if any(part in {"..", "."} for part in value.rstrip("/").split("/")):
+        raise FieldError(field, f"{value!r} contains '.' or '..'; give the path without it")
+
+
 def _check_env_name(field: str, name: str) -> None:
     ok = bool(name) and not name[0].isdigit() and name.isascii()
     ok = ok and all(c.isalnum() or c == "_" for c in name)
@@ -111,12 +123,44 @@ class FsPolicy(_Model, frozen=True, kw_only=True):
         tuple[str, ...],
         _doc("Absolute paths made visible read-only, at the same path inside the sandbox."),
     ] = ()
+    protect: Annotated[
+        tuple[str, ...],
+        _doc(
+            "Paths relative to the workspace that stay read-only (and cannot be created) "
+            "even when the workspace is writable, on top of the default list (.git, .envrc, "
+            ".vscode, .mcp.json ...; docs/threat-model.md). A trailing '/' makes a missing "
+            "one a directory."
+        ),
+    ] = ()
+    unprotect: Annotated[
+        tuple[str, ...],
+        _doc(
+            "Entries of the default protected list to leave writable, by name (e.g. '.git' "
+            "for a command that commits). Each one lets the command plant what a tool "
+            "outside the sandbox runs later."
+        ),
+    ] = ()
+    allow_home: Annotated[
+        bool,
+        _doc(
+            "Allow a home directory (or a directory holding one) as the workspace or a "
+            "staged path. Its start-up files, .ssh and .config stay protected."
+        ),
+    ] = False
 
     def __post_init__(self) -> None:
         if self.workspace is not None:
             _check_abs_path("workspace", self.workspace)
         for i, path in enumerate(self.staged_ro):
             _check_abs_path(f"staged_ro[{i}]", path)
+        for i, rel in enumerate(self.protect):
+            _check_rel_path(f"protect[{i}]", rel)
+        for i, name in enumerate(self.unprotect):
+            if name not in OPT_OUT_NAMES:
+                known = ", ".join(sorted(OPT_OUT_NAMES))
+                raise FieldError(
+                    f"unprotect[{i}]", f"{name!r} is not a default protected entry (known: {known})"
+                )
 
 
 class NetPolicy(_Model, frozen=True, kw_only=True):
@@ -197,11 +241,27 @@ class SandboxPolicy(_Model, frozen=True, kw_only=True):
             "TERM). Nothing from the caller's environment is inherited."
         ),
     ] = msgspec.field(default_factory=dict[str, str])
+    allow_env_hooks: Annotated[
+        tuple[str, ...],
+        _doc(
+            "Names in env that are start-up hooks (LD_*, DYLD_*, BASH_ENV, NODE_OPTIONS, "
+            "PYTHONSTARTUP ...) and may be set anyway. Unlisted, such a name is refused: it "
+            "makes every program in the sandbox run code it did not ask for."
+        ),
+    ] = ()
 
     def __post_init__(self) -> None:
         env = dict(self.env)
+        for i, name in enumerate(self.allow_env_hooks):
+            _check_env_name(f"allow_env_hooks[{i}]", name)
         for name, value in env.items():
             _check_env_name(f"env.{name}", name)
+            if is_env_hook(name) and name not in self.allow_env_hooks:
+                raise FieldError(
+                    f"env.{name}",
+                    "is a start-up hook: every program in the sandbox would run code it did "
+                    "not ask for; list it in allow_env_hooks to set it anyway",
+                )
             if "\x00" in value:
                 raise FieldError(f"env.{name}", "value contains a NUL byte")
             if len(value) > _MAX_ENV_VALUE:

@@ -233,7 +233,9 @@ def run_probes(tier: str) -> Iterator[ProbeOutcome]:
     """Every probe that applies to `tier`, in order, as it finishes."""
     import panday  # noqa: PLC0415
 
-    ctx = Context(tempfile.mkdtemp(prefix="panday-doctor-"))
+    # realpath: on macOS the temp directory is spelt through the /var link, which no root
+    # may pass through.
+    ctx = Context(os.path.realpath(tempfile.mkdtemp(prefix="panday-doctor-")))
     try:
         with panday.open(panday.default_policy(ctx.workspace, {}), tier=tier) as session:
             for probe in PROBES:

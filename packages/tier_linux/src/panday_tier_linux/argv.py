@@ -14,7 +14,8 @@ What every jail gets, unconditionally (no code path omits any of these):
 * a read-only root holding only /usr, the top-level links into it, an allowlist of /etc,
   a fresh, read-only /proc for the new pid namespace, a minimal /dev (null, zero,
   urandom; /dev/shm is /tmp), a private /tmp, the workspace (rw or ro) and the staged
-  paths (ro). Nothing else of the host exists inside;
+  paths (ro), bound from descriptors the session holds, with the protected entries of a
+  writable workspace read-only over it (binds.py). Nothing else of the host exists inside;
 * an environment built from nothing: a fixed small set plus the policy's ``env``.
 
 With ``net.allow`` the jail is the same (``--unshare-net`` included) plus the egress bridge
@@ -94,9 +95,7 @@ class JailSpec:
         "env",
         "etc_view",
         "layout",
-        "protect",
         "relay",
-        "staged",
         "tmp_bytes",
         "workspace",
         "workspace_rw",
@@ -108,24 +107,20 @@ class JailSpec:
         layout: HostLayout,
         workspace: str,
         workspace_rw: bool,
-        staged: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         tmp_bytes: int | None = None,
         etc_view: str | None = None,
-        protect: Sequence[str] = (),
         relay: RelaySpec | None = None,
     ) -> None:
         self.layout = layout
         self.workspace = workspace
+        """Where the workspace appears (its host path); HOME and the default cwd."""
         self.workspace_rw = workspace_rw
-        self.staged = tuple(staged)
         self.env = dict(env or {})
         self.tmp_bytes = tmp_bytes
         """Size of /tmp (which /dev/shm points to) when the disk is limited."""
         self.etc_view = etc_view
         """A directory holding copies of the /etc allowlist (one mount instead of many)."""
-        self.protect = tuple(protect)
-        """Paths inside a writable bind that are re-bound read-only (panday's own cache)."""
         self.relay = relay
         """The egress bridge, for a session with ``net.allow``; None: no network at all."""
 
@@ -150,11 +145,10 @@ def jail_command(spec: JailSpec, command: Sequence[str]) -> list[str]:
     return [*relay, *command]
 
 
-def _depth(path: str) -> int:
-    return len([p for p in path.split("/") if p])
-
-
-def filesystem_args(spec: JailSpec) -> list[str]:
+def filesystem_args(spec: JailSpec, binds: Sequence[str] = ()) -> list[str]:
+    """The jail's file system: a read-only root of /usr, the /etc view, /proc, /dev, a
+    private /tmp, then `binds` (the workspace, staged paths and protected entries, bound
+    from descriptors the session holds; see binds.py), then the egress bridge."""
     args = ["--ro-bind", "/usr", "/usr"]
     for name, kind, target in spec.layout.top:
         args += (
@@ -175,13 +169,7 @@ def filesystem_args(spec: JailSpec) -> list[str]:
     if spec.tmp_bytes is not None:
         args += ["--size", str(spec.tmp_bytes)]
     args += ["--tmpfs", "/tmp"]  # noqa: S108 - the jail's own private /tmp
-    # Shallower paths first, so a staged path inside the workspace (or the other way
-    # round) is mounted over its parent rather than hidden by it.
-    binds = [(spec.workspace, spec.workspace_rw)] + [(p, False) for p in spec.staged]
-    for path, rw in sorted(binds, key=lambda b: _depth(b[0])):
-        args += ["--bind" if rw else "--ro-bind", path, path]
-    for path in spec.protect:
-        args += ["--ro-bind", path, path]
+    args += binds
     if spec.relay is not None:
         # Read-only: connecting to a unix socket needs no write access to its mount.
         args += ["--ro-bind", spec.relay.directory, BRIDGE_DIR]
@@ -197,15 +185,17 @@ def build_options(
     block_fd: int | None = None,
     status_fd: int | None = None,
     env: Mapping[str, str] | None = None,
+    binds: Sequence[str] = (),
 ) -> list[str]:
-    """bwrap's options for one command (descriptor numbers as the child will see them).
+    """bwrap's options for one command (descriptor numbers as the child will see them;
+    `binds` from `binds.CommandBinds.options`).
 
     At exec they travel through ``--args FD`` rather than the command line, because
     /proc/<pid>/cmdline is readable by every user of the host and the options carry the
     policy's environment, which may hold secrets (and the proxy credentials in `env`).
     """
     args = [*NAMESPACES, *PROCESS, "--hostname", HOSTNAME]
-    args += filesystem_args(spec)
+    args += filesystem_args(spec, binds)
     args += ["--chdir", cwd, "--clearenv"]
     for name, value in jail_env(spec, env).items():
         args += ["--setenv", name, value]
@@ -227,9 +217,16 @@ def build_argv(
     block_fd: int | None = None,
     status_fd: int | None = None,
     env: Mapping[str, str] | None = None,
+    binds: Sequence[str] = (),
 ) -> list[str]:
     """The whole bwrap command line for `command`, as one list (what tests inspect)."""
     options = build_options(
-        spec, cwd=cwd, seccomp_fd=seccomp_fd, block_fd=block_fd, status_fd=status_fd, env=env
+        spec,
+        cwd=cwd,
+        seccomp_fd=seccomp_fd,
+        block_fd=block_fd,
+        status_fd=status_fd,
+        env=env,
+        binds=binds,
     )
     return [bwrap, *options, "--", *jail_command(spec, command)]

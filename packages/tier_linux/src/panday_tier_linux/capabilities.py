@@ -139,9 +139,41 @@ GUARANTEES = (
         support=Support.STRICT,
     ),
     Guarantee(
-        name="A jail cannot tamper with the filter or /etc of later sessions",
-        mechanism="panday's per-user cache (compiled seccomp programs, /etc views) is bound "
-        "read-only over a writable workspace that contains it",
+        name="Nothing a jail writes changes what a later jail mounts",
+        mechanism="the workspace and staged paths are opened once without following a link, "
+        "held for the session and bound from the descriptors (--bind-fd, --ro-bind-fd); a "
+        "staged path inside the workspace is checked to be the held inode before each "
+        "command and its directories there cannot be renamed (bound onto themselves)",
+        support=Support.STRICT,
+        note="a process outside the session that can write the workspace can race bwrap's "
+        "one lookup of a destination path: the command is then refused, after bwrap may have "
+        "made an empty directory where the swapped link pointed (docs/threat-model.md)",
+    ),
+    Guarantee(
+        name="Nothing a jail writes runs outside it later: .git, editor and agent "
+        "configuration, panday's own interpreter and code stay read-only",
+        mechanism="the protected entries (docs/threat-model.md) are bound read-only over a "
+        "writable workspace before every command, a missing one as a read-only placeholder, "
+        "the directories above them bound onto themselves (a mount point cannot be renamed); "
+        "panday's per-user state (filter cache, /etc views, policy) likewise",
+        support=Support.STRICT,
+        note="a command can still write the workspace's own source code and create new "
+        "repositories in subdirectories: running those later is running the workspace's code",
+    ),
+    Guarantee(
+        name="No setuid, setgid, capability or device file is left on the host",
+        mechanism="seccomp refuses chmod-family and create modes with S_ISUID or S_ISGID, "
+        "mknod of devices (the kernel refuses them in a user namespace too) and every "
+        "extended-attribute write (ENOTSUP); openat2, whose mode the filter cannot read, "
+        "is ENOSYS",
+        support=Support.STRICT,
+    ),
+    Guarantee(
+        name="No system directory or home directory is a workspace",
+        mechanism="the jail's own mount points and their ancestors, /proc, /sys, /dev, /etc, "
+        "/run and /boot are refused as roots; /usr and the library directories only "
+        "read-only; a home directory only with fs.allow_home; a workspace on the caller's "
+        "Python import path is refused",
         support=Support.STRICT,
     ),
     Guarantee(
@@ -209,7 +241,28 @@ def _fields(cgroup_reasons: dict[str, str], bridge_reason: str | None) -> tuple[
         FieldSupport(
             field="fs.staged_ro",
             support=Support.STRICT,
-            mechanism="--ro-bind at the same path",
+            mechanism="opened once without following a link, held, and bound read-only from "
+            "that descriptor (--ro-bind-fd) at the same path; one inside the workspace is "
+            "checked to be that inode before every command",
+        ),
+        FieldSupport(
+            field="fs.protect",
+            support=Support.STRICT,
+            mechanism="each entry opened beneath the held workspace without following a link "
+            "and bound read-only over it before every command; a missing one gets a "
+            "read-only empty placeholder for the command's lifetime; the directories above "
+            "it are bound onto themselves, so they cannot be renamed (EBUSY)",
+        ),
+        FieldSupport(
+            field="fs.unprotect",
+            support=Support.STRICT,
+            mechanism="the named default entries are left out of the read-only binds",
+        ),
+        FieldSupport(
+            field="fs.allow_home",
+            support=Support.STRICT,
+            mechanism="a home directory is accepted as a root only with it; its start-up "
+            "files, .ssh, .gnupg and .config are bound read-only",
         ),
         *egress_fields(_NET_FIELDS, bridge_reason),
     ]
@@ -252,6 +305,11 @@ def _fields(cgroup_reasons: dict[str, str], bridge_reason: str | None) -> tuple[
             support=Support.STRICT,
             mechanism="--clearenv, then PATH, HOME, LANG, TERM and the policy's variables; "
             "passed through --args so no host command line shows them",
+        ),
+        FieldSupport(
+            field="allow_env_hooks",
+            support=Support.STRICT,
+            mechanism="the listed start-up hooks in env are set like any other variable",
         ),
     ]
     return tuple(fields)

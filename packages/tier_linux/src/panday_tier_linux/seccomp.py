@@ -74,6 +74,41 @@ NAMESPACE_FLAGS = (
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 PER_LINUX = 0
+ENOTSUP = 95
+
+# File mode bits a jail must never set: a file it leaves setuid or setgid would run with
+# the owner's privileges for whoever starts it later, outside the jail. A root caller's
+# jail writes files as the host's root, so a setuid-root binary planted in the workspace
+# would be a root shell for any local user. Device nodes are already refused by the kernel
+# in a user namespace; the filter refuses them too, so neither wall depends on the other.
+S_ISUID = 0o4000
+S_ISGID = 0o2000
+S_IFMT = 0o170000
+S_IFCHR = 0o020000
+S_IFBLK = 0o060000
+MODE_ARG: tuple[tuple[str, int], ...] = (
+    ("chmod", 1),
+    ("fchmod", 1),
+    ("fchmodat", 2),
+    ("fchmodat2", 2),
+    # The mode of a file being created. libc wrappers pass 0 when the flags do not create
+    # (glibc and musl both), so a set bit here is always a real request.
+    ("open", 2),
+    ("openat", 3),
+    ("creat", 1),
+    ("mknod", 1),
+    ("mknodat", 2),
+)
+"""Calls that take a file mode, and which argument holds it."""
+
+XATTR_WRITES = ("setxattr", "lsetxattr", "fsetxattr", "setxattrat")
+"""Setting extended attributes fails with ENOTSUP ("not supported here", which tools such
+as cp -a and Python's shutil treat as nothing to copy): the filter cannot read an
+attribute's name, and security.capability would give a file capabilities on the host."""
+
+NEWER_SYSCALLS = {"fchmodat2": 452, "setxattrat": 463, "open_tree_attr": 467}
+"""Numbers (one table for every architecture since Linux 5.1) of calls newer than some
+libseccomp builds know by name: denied by number then, never skipped."""
 
 DENIED: tuple[tuple[str, str], ...] = (
     # Reading or writing other processes.
@@ -123,6 +158,7 @@ DENIED: tuple[tuple[str, str], ...] = (
     ("fsmount", "the new mount API"),
     ("fspick", "the new mount API"),
     ("mount_setattr", "the new mount API"),
+    ("open_tree_attr", "the new mount API"),
     ("setns", "joining other namespaces"),
 )
 """Syscalls denied outright (EPERM), with the reason each is denied."""
@@ -149,7 +185,7 @@ def _socket_family_rules(allowed: frozenset[int]) -> list[tuple[str, int, str, i
 class FilterSpec:
     """The rules, as canonical text (the cache key) and as rule tuples (for compiling)."""
 
-    __slots__ = ("conditional", "denied", "families", "text")
+    __slots__ = ("conditional", "denied", "families", "text", "unsupported")
 
     def __init__(self, *, socket_families: frozenset[int] = NO_NETWORK_FAMILIES) -> None:
         if not socket_families or any(not 0 <= f < AF_MAX for f in socket_families):
@@ -172,7 +208,18 @@ class FilterSpec:
             ("personality", 0, "NE", PER_LINUX, 0),
         ]
         conditional += _socket_family_rules(socket_families)
+        for call, arg in MODE_ARG:
+            conditional += [
+                (call, arg, "MASKED_EQ", S_ISUID, S_ISUID),
+                (call, arg, "MASKED_EQ", S_ISGID, S_ISGID),
+            ]
+        for call, arg in (("mknod", 1), ("mknodat", 2)):
+            conditional += [
+                (call, arg, "MASKED_EQ", S_IFMT, S_IFCHR),
+                (call, arg, "MASKED_EQ", S_IFMT, S_IFBLK),
+            ]
         self.conditional = tuple(conditional)
+        self.unsupported = XATTR_WRITES
         lines = [
             "panday seccomp v1",
             f"compiler {_compiler_identity()}",
@@ -181,6 +228,10 @@ class FilterSpec:
             "default allow",
             "badarch kill-process",
             "clone3 errno ENOSYS",
+            # openat2 carries its mode in a struct the filter cannot read: ENOSYS, so libc
+            # and programs fall back to openat, whose mode it can.
+            "openat2 errno ENOSYS",
+            *(f"deny {name} errno ENOTSUP" for name in XATTR_WRITES),
             *(f"deny {name} errno EPERM" for name in self.denied),
             *(
                 f"deny {c} a{a} {op} {x:#x} {y:#x} errno EPERM"
@@ -300,11 +351,22 @@ def compile_program(spec: FilterSpec) -> bytes:
     ops = {"NE": sc.NE, "LT": sc.LT, "GT": sc.GT, "EQ": sc.EQ, "MASKED_EQ": sc.MASKED_EQ}
     filt = sc.SyscallFilter(sc.ALLOW)
     filt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+
+    def number(name: str) -> int | str:
+        # A name this libseccomp does not know resolves to a negative number; the calls
+        # concerned have one number on every architecture (NEWER_SYSCALLS).
+        if sc.resolve_syscall(sc.Arch.NATIVE, name) < 0 and name in NEWER_SYSCALLS:
+            return NEWER_SYSCALLS[name]
+        return name
+
     filt.add_rule(sc.ERRNO(ENOSYS), "clone3")
+    filt.add_rule(sc.ERRNO(ENOSYS), "openat2")
+    for name in spec.unsupported:
+        filt.add_rule(sc.ERRNO(ENOTSUP), number(name))
     for name in spec.denied:
-        filt.add_rule(sc.ERRNO(EPERM), name)
+        filt.add_rule(sc.ERRNO(EPERM), number(name))
     for call, arg, op, a, b in spec.conditional:
-        filt.add_rule(sc.ERRNO(EPERM), call, sc.Arg(arg, ops[op], a, b))
+        filt.add_rule(sc.ERRNO(EPERM), number(call), sc.Arg(arg, ops[op], a, b))
     with tempfile.TemporaryFile() as fh:
         filt.export_bpf(fh)
         fh.seek(0)

@@ -19,20 +19,28 @@ proxy, the relay run in front of each command, and per-command proxy credentials
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
-import signal
 import time
 from typing import TYPE_CHECKING, Self, TypedDict
 
 from panday_core.capabilities import Refusal, check_policy, no_egress_proxy
 from panday_core.errors import Internal, PolicyViolation, TierUnavailable
-from panday_core.execution import ChildProcess, Supervisor, astream, collect, spawn, stream
-from panday_core.types import ExecExit, ExecSpec, LimitBreach, LimitKind, OutputChunk, SandboxTier
+from panday_core.execution import ChildProcess, astream, collect, spawn, stream
+from panday_core.protect import is_env_hook
+from panday_core.types import ExecExit, ExecSpec, OutputChunk, SandboxTier
 from panday_tier_linux import host
-from panday_tier_linux.argv import BRIDGE_DIR, JailSpec, build_options, jail_command
-from panday_tier_linux.capabilities import CPU_POLL_MS, DISK_NEEDS_RO, host_capabilities
+from panday_tier_linux.argv import JailSpec, build_options, jail_command
+from panday_tier_linux.capabilities import DISK_NEEDS_RO, host_capabilities
+from panday_tier_linux.supervisor import (
+    STDERR_TAIL,
+    JailSupervisor,
+    Status,
+    await_tmpfs,
+    bwrap_error,
+    raise_relay_failure,
+    raise_setup_failure,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Generator, Sequence
@@ -41,35 +49,14 @@ if TYPE_CHECKING:
     from panday_core.policy import SandboxPolicy
     from panday_core.t0.session import T0Session
     from panday_core.types import ExecEvent, ExecResult, Snapshot
+    from panday_tier_linux.binds import Roots
     from panday_tier_linux.bridge import Bridge
     from panday_tier_linux.cgroups import ExecCgroup, SessionCgroup
     from panday_tier_linux.enforcement import Enforcement
 
 TIER = SandboxTier.T2_LINUX
 _CHILD_PID_TIMEOUT_S = 30.0
-_SETUP_TIMEOUT_S = 10.0
 _PIPE_CAPACITY = 65536
-_STDERR_TAIL = 4096
-_RELAY_SETUP_FAILED = 125
-_RELAY_MARK = b"panday-relay: "
-_EXEC_MARK = b"bwrap: execvp "
-
-# Where a workspace or staged path would undo the jail's own mounts.
-_FORBIDDEN = ("/", "/proc", "/dev", "/sys")
-
-
-def _check_path(field: str, path: str) -> tuple[str | None, Refusal | None]:
-    """(resolved path, None) or (None, why it cannot be mounted)."""
-    try:
-        real = os.path.realpath(path)
-        os.stat(real)
-    except OSError as exc:
-        return None, Refusal(field=field, reason=f"{path!r}: {exc.strerror}")
-    for bad in _FORBIDDEN:
-        if real == bad or (bad != "/" and real.startswith(bad + "/")):
-            why = "the whole host" if bad == "/" else f"{bad}, which the jail provides itself"
-            return None, Refusal(field=field, reason=f"{path!r} would expose {why}")
-    return real, None
 
 
 def _sanitize_id(session_id: str | None) -> str:
@@ -102,155 +89,6 @@ def _data_fd(data: bytes) -> int:
     return fd
 
 
-class _Status:
-    """bwrap's --json-status-fd: the jail's pid first, its exit code at the end."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.text = b""
-
-    def read_available(self, *, wait_s: float) -> None:
-        """Read what bwrap has written; with `wait_s`, wait that long for the jail's pid."""
-        import select  # noqa: PLC0415 - already loaded by the exec pump
-
-        deadline = time.monotonic() + wait_s
-        while self.fd >= 0:
-            left = max(0.0, deadline - time.monotonic())
-            if not select.select([self.fd], [], [], left)[0]:
-                return
-            chunk = os.read(self.fd, 4096)
-            if not chunk:
-                os.close(self.fd)
-                self.fd = -1
-                return
-            self.text += chunk
-            at = self.text.find(b"child-pid")
-            if wait_s > 0 and at >= 0 and b"}" in self.text[at:]:
-                return
-
-    def value(self, key: str) -> int | None:
-        marker = f'"{key}":'.encode()
-        at = self.text.find(marker)
-        if at < 0:
-            return None
-        digits = self.text[at + len(marker) :].lstrip()
-        end = 0
-        while end < len(digits) and digits[end : end + 1].isdigit():
-            end += 1
-        return int(digits[:end]) if end else None
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-
-class JailSupervisor(Supervisor):
-    """Kills the jail by its pid namespace and reads its cgroup counters."""
-
-    def __init__(
-        self,
-        *,
-        cgroup: ExecCgroup | None,
-        cpu_ms: int | None,
-        disk_bytes: int | None,
-        status: _Status,
-    ) -> None:
-        self.cgroup = cgroup
-        self.cpu_ms = cpu_ms
-        self.disk_bytes = disk_bytes
-        self.status = status
-        self.tmp_fd: int | None = None
-        self.child_pid: int | None = None
-        self.read_back: dict[str, str] = {}
-        self.tick_s = CPU_POLL_MS / 1000 if cpu_ms is not None else None
-
-    def kill(self, proc: ChildProcess) -> None:
-        # bwrap is our child and not yet reaped, so its pid is still ours to signal. Its
-        # death takes the jail's pid 1 (--die-with-parent), and with it the whole pid
-        # namespace; the cgroup kill is a second net for anything in flight.
-        if proc.status is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGKILL)
-        if self.cgroup is not None:
-            self.cgroup.kill()
-
-    def _cpu_breach(self) -> LimitBreach | None:
-        if self.cgroup is None or self.cpu_ms is None:
-            return None
-        used = self.cgroup.cpu_usage_ns()
-        if used is not None and used >= self.cpu_ms * 1_000_000:
-            detail = f"used {used // 1_000_000} ms of CPU, limits.cpu_ms={self.cpu_ms}; killed"
-            return LimitBreach(kind=LimitKind.CPU, detail=detail)
-        return None
-
-    def check(self) -> LimitBreach | None:
-        return self._cpu_breach()
-
-    def _disk_full(self) -> bool:
-        if self.tmp_fd is None:
-            return False
-        try:
-            st = os.fstatvfs(self.tmp_fd)
-        except OSError:
-            return False
-        return st.f_bavail == 0
-
-    def finished(self, proc: ChildProcess) -> LimitBreach | None:  # noqa: ARG002 - hook signature
-        self.status.read_available(wait_s=0)
-        if self.cgroup is not None:
-            self.read_back = self.cgroup.read_back()
-            if self.cgroup.oom_kills():
-                limit = self.cgroup.limits.get("mem_bytes")
-                detail = f"the kernel killed it at limits.mem_bytes={limit}"
-                return LimitBreach(kind=LimitKind.MEMORY, detail=detail)
-            breach = self._cpu_breach()
-            if breach is not None:
-                return breach
-            refused = self.cgroup.pids_refused()
-            if refused:
-                limit = self.cgroup.limits.get("pids")
-                detail = f"{refused} fork(s) refused at limits.pids={limit}"
-                return LimitBreach(kind=LimitKind.PIDS, detail=detail)
-        if self._disk_full():
-            detail = f"the jail's /tmp filled limits.disk_bytes={self.disk_bytes}; writes failed"
-            return LimitBreach(kind=LimitKind.DISK, detail=detail)
-        return None
-
-    def close(self) -> None:
-        self.status.close()
-        if self.tmp_fd is not None:
-            os.close(self.tmp_fd)
-            self.tmp_fd = None
-        if self.cgroup is not None:
-            self.cgroup.remove()
-
-
-def _await_tmpfs(pid: int, size: int) -> int:
-    """Open the jail's /tmp once bwrap has mounted it (it then waits on its block fd).
-
-    Holding a descriptor keeps the tmpfs alive after the jail ends, so its fill level can
-    be read after the exit: that is how a full disk becomes a typed breach.
-    """
-    page = os.sysconf("SC_PAGE_SIZE")
-    want = -(-size // page) * page
-    host_dev = os.stat("/tmp").st_dev  # noqa: S108 - compared with the jail's private /tmp
-    path = f"/proc/{pid}/root/tmp"
-    deadline = time.monotonic() + _SETUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            fd = -1
-        if fd >= 0:
-            st, vfs = os.fstat(fd), os.fstatvfs(fd)
-            if st.st_dev != host_dev and vfs.f_blocks * vfs.f_frsize == want:
-                return fd
-            os.close(fd)
-        time.sleep(0.0005)
-    raise Internal(f"the jail's /tmp did not appear within {_SETUP_TIMEOUT_S} s")
-
-
 class _StreamOptions(TypedDict):
     stdin_data: bytes | None
     output_cap: int | None
@@ -276,11 +114,11 @@ class _Command:
     def seen(self, event: ExecEvent) -> ExecEvent:
         """Pass `event` on, keeping the end of stderr for a failed jail's message."""
         if isinstance(event, OutputChunk) and event.stream == "stderr":
-            self.tail = (self.tail + event.data)[-_STDERR_TAIL:]
+            self.tail = (self.tail + event.data)[-STDERR_TAIL:]
         if isinstance(event, ExecExit):
-            _raise_setup_failure(event, self.sup, bytes(self.tail))
+            raise_setup_failure(event, self.sup, bytes(self.tail))
             if self.session.bridge is not None:
-                _raise_relay_failure(event, bytes(self.tail))
+                raise_relay_failure(event, bytes(self.tail))
         return event
 
     def close(self) -> None:
@@ -298,6 +136,7 @@ class LinuxSession:
         policy: SandboxPolicy,
         bwrap: host.Bwrap,
         spec: JailSpec,
+        roots: Roots,
         program: bytes,
         cgroup: SessionCgroup | None,
         bridge: Bridge | None = None,
@@ -306,6 +145,8 @@ class LinuxSession:
         self.policy = policy
         self.bwrap = bwrap
         self.spec = spec
+        self.roots = roots
+        """The workspace and staged paths, held open; each command's binds come from it."""
         self.program = program
         self.cgroup = cgroup
         self.bridge = bridge
@@ -366,12 +207,15 @@ class LinuxSession:
             raise Internal(f"session {self.id} is closed")
         cwd = self._cwd(spec.cwd)
         proxy_env = self._proxy_env(spec)
-        exec_cgroup = self._exec_cgroup()
-        block = exec_cgroup is not None or self.spec.tmp_bytes is not None
+        binds = self.roots.command_binds()
+        exec_cgroup: ExecCgroup | None = None
+        block = self.cgroup is not None or self.spec.tmp_bytes is not None
         fds: list[int] = []
         block_w = status_r = -1
         try:
-            # Descriptors as the child sees them: 3 options, 4 seccomp, [5 block,] status.
+            exec_cgroup = self._exec_cgroup()
+            # Descriptors as the child sees them: 3 options, 4 seccomp, [5 block,] status,
+            # then the binds' directories.
             status_child = 6 if block else 5
             options = build_options(
                 self.spec,
@@ -380,6 +224,7 @@ class LinuxSession:
                 block_fd=5 if block else None,
                 status_fd=status_child,
                 env=proxy_env,
+                binds=binds.options(status_child + 1),
             )
             fds.append(
                 _data_fd(b"".join(o.encode("utf-8", "surrogateescape") + b"\0" for o in options))
@@ -390,25 +235,28 @@ class LinuxSession:
                 fds.append(block_r)
             status_r, status_w = os.pipe()
             fds.append(status_w)
-            status = _Status(status_r)
+            status = Status(status_r)
             argv = [self.bwrap.path, "--args", "3", "--", *jail_command(self.spec, spec.argv)]
-            proc = spawn(argv, env={}, stdin=spec.stdin is not None, pass_fds=fds)
+            proc = spawn(argv, env={}, stdin=spec.stdin is not None, pass_fds=[*fds, *binds.fds])
         except BaseException:
             if exec_cgroup is not None:
                 exec_cgroup.remove()
             for fd in (block_w, status_r):
                 if fd >= 0:
                     os.close(fd)
+            binds.close()
             raise
         finally:
             for fd in fds:
                 os.close(fd)
+        binds.spawned()
         limits_policy = self.policy.limits
         sup = JailSupervisor(
             cgroup=exec_cgroup,
             cpu_ms=limits_policy.cpu_ms,
             disk_bytes=limits_policy.disk_bytes,
             status=status,
+            binds=binds,
         )
         if block:
             try:
@@ -429,13 +277,13 @@ class LinuxSession:
             if pid is None:
                 proc.reap(block=True)
                 raise TierUnavailable(
-                    str(TIER), _bwrap_error(proc, "bwrap exited before the jail started")
+                    str(TIER), bwrap_error(proc, "bwrap exited before the jail started")
                 )
             sup.child_pid = pid
             if sup.cgroup is not None:
                 sup.cgroup.attach(pid)
             if self.spec.tmp_bytes is not None:
-                sup.tmp_fd = _await_tmpfs(pid, self.spec.tmp_bytes)
+                sup.tmp_fd = await_tmpfs(pid, self.spec.tmp_bytes)
             os.write(block_w, b"x")
         finally:
             os.close(block_w)
@@ -503,7 +351,7 @@ class LinuxSession:
             fs = msgspec.structs.replace(
                 self.policy.fs,
                 workspace=self.workspace,
-                staged_ro=tuple(p for p in self.spec.staged if os.path.isdir(p)),
+                staged_ro=tuple(h.path for h in self.roots.staged if h.is_dir),
             )
             self._t0 = T0Session(SandboxPolicy(fs=fs), session_id=self.id)
         return self._t0
@@ -537,6 +385,7 @@ class LinuxSession:
         if self._t0 is not None:
             self._t0.close()
             self._t0 = None
+        self.roots.close()
 
     def __enter__(self) -> Self:
         return self
@@ -545,94 +394,28 @@ class LinuxSession:
         self.close()
 
 
-def _bwrap_error(proc: ChildProcess, fallback: str) -> str:
-    text = b""
-    if proc.stderr is not None:
-        try:
-            text = os.read(proc.stderr, _STDERR_TAIL)
-        except OSError:
-            text = b""
-    return _explain(text.decode("utf-8", "replace").strip() or fallback)
-
-
-def _explain(message: str) -> str:
-    first = message.splitlines()[0] if message else message
-    restriction = host.userns_restriction() if os.geteuid() != 0 else None
-    if restriction is not None:
-        return f"{first} (user namespaces are restricted on this host: {restriction})"
-    return first
-
-
-def _raise_relay_failure(event: ExecExit, stderr_tail: bytes) -> None:
-    """The egress relay could not set up, or could not exec the command (its one line on
-    stderr, exit 125): the command never ran, and that is not the command's result. An exec
-    failure is raised as bwrap's own is (`_raise_setup_failure`), in bwrap's words."""
-    if event.breach is not None or event.exit_code != _RELAY_SETUP_FAILED:
-        return
-    if stderr_tail.startswith(_EXEC_MARK) and stderr_tail.count(b"\n") == 1:
-        raise TierUnavailable(str(TIER), _explain(stderr_tail.decode("utf-8", "replace").strip()))
-    at = stderr_tail.rfind(_RELAY_MARK)
-    if at < 0:
-        return
-    line = stderr_tail[at:].split(b"\n", 1)[0].decode("utf-8", "replace")
-    raise Internal(f"the egress relay inside the jail failed: {line}")
-
-
-def _raise_setup_failure(event: ExecExit, sup: JailSupervisor, stderr_tail: bytes) -> None:
-    """bwrap reports the command's exit code on its status descriptor; without it (and
-    without our own kill) the jail never started, and that is not the command's result."""
-    if event.breach is not None or sup.status.value("exit-code") is not None:
-        return
-    if sup.status.value("child-pid") is not None and event.exit_code != 1:
-        return
-    message = stderr_tail.decode("utf-8", "replace").strip() or "bwrap failed without a message"
-    raise TierUnavailable(str(TIER), _explain(message))
-
-
 # ---------------------------------------------------------------------- opening
 
 
-def _policy_refusals(policy: SandboxPolicy) -> tuple[list[Refusal], str, list[str]]:
-    refusals: list[Refusal] = []
-    workspace, problem = _check_path("fs.workspace", policy.fs.workspace or "")
-    if policy.fs.workspace is None:
-        problem = Refusal(field="fs.workspace", reason="not set; every session needs a workspace")
-    if problem is not None:
-        refusals.append(problem)
-    elif workspace is not None and not os.path.isdir(workspace):
-        refusals.append(Refusal(field="fs.workspace", reason=f"{workspace!r} is not a directory"))
-    staged: list[str] = []
-    for i, path in enumerate(policy.fs.staged_ro):
-        real, problem = _check_path(f"fs.staged_ro[{i}]", path)
-        if problem is not None:
-            refusals.append(problem)
-        elif real is not None:
-            staged.append(real)
+def _policy_refusals(policy: SandboxPolicy) -> tuple[list[Refusal], Roots | None]:
+    """What of the policy's file system cannot be a jail here, and the held roots if all
+    of it can (see binds.py: opened without following links, never resolved again)."""
+    from panday_tier_linux.binds import Roots  # noqa: PLC0415 - loaded when a session opens
+
+    roots, refusals = Roots.open(policy.fs)
     if policy.limits.disk_bytes is not None and policy.fs.access == "rw":
         refusals.append(Refusal(field="limits.disk_bytes", reason=DISK_NEEDS_RO))
-    if policy.net.allow:
-        refusals += _bridge_conflicts(workspace, staged)
-    return refusals, workspace or "", staged
-
-
-def _bridge_conflicts(workspace: str | None, staged: list[str]) -> list[Refusal]:
-    """A workspace or staged path at or around the bridge's place in the jail would have
-    bwrap create the bridge's mount points in a host directory, or hide them."""
-    refusals: list[Refusal] = []
-    paths = [("fs.workspace", workspace)] + [
-        (f"fs.staged_ro[{i}]", p) for i, p in enumerate(staged)
+    # The model refuses these already; a policy built around its checks (or a future
+    # loader) must not slip one past the tier.
+    refusals += [
+        Refusal(field=f"env.{name}", reason="a start-up hook not listed in allow_env_hooks")
+        for name in policy.env
+        if is_env_hook(name) and name not in policy.allow_env_hooks
     ]
-    for field, path in paths:
-        if path is None:
-            continue
-        if (
-            path == BRIDGE_DIR
-            or BRIDGE_DIR.startswith(path + "/")
-            or path.startswith(BRIDGE_DIR + "/")
-        ):
-            why = f"{path!r} overlaps {BRIDGE_DIR}, where the egress bridge appears in the jail"
-            refusals.append(Refusal(field=field, reason=why))
-    return refusals
+    if refusals and roots is not None:
+        roots.close()
+        roots = None
+    return refusals, roots
 
 
 def open_session(
@@ -651,7 +434,7 @@ def open_session(
     if not host.is_linux():
         raise TierUnavailable(str(TIER), f"T2 Linux needs Linux; this host is {os.uname().sysname}")
     sid = _sanitize_id(session_id)
-    refusals, workspace, staged = _policy_refusals(policy)
+    refusals, roots = _policy_refusals(policy)
     cgroup_limits = _cgroup_limits(policy)
     session_cgroup: SessionCgroup | None = None
     cgroup_reasons: dict[str, str] = {}
@@ -664,16 +447,17 @@ def open_session(
             cgroup_reasons = {f"limits.{k}": exc.reason for k in cgroup_limits}
     caps = host_capabilities(cgroup_reasons, bridge_reason=_bridge_reason(policy))
     refusals += check_policy(policy, caps)
-    if refusals:
+    if refusals or roots is None:
         if session_cgroup is not None:
             session_cgroup.remove()
+        if roots is not None:
+            roots.close()
         raise PolicyViolation(str(TIER), refusals)
     try:
         return _finish_open(
             policy,
             sid=sid,
-            workspace=workspace,
-            staged=staged,
+            roots=roots,
             bwrap=bwrap,
             session_cgroup=session_cgroup,
             egress=egress,
@@ -681,6 +465,7 @@ def open_session(
     except BaseException:
         if session_cgroup is not None:
             session_cgroup.remove()
+        roots.close()
         raise
 
 
@@ -708,8 +493,7 @@ def _finish_open(
     policy: SandboxPolicy,
     *,
     sid: str,
-    workspace: str,
-    staged: list[str],
+    roots: Roots,
     bwrap: host.Bwrap | None,
     session_cgroup: SessionCgroup | None,
     egress: ProxySettings | None,
@@ -728,14 +512,11 @@ def _finish_open(
     families = seccomp.socket_families(bridge=with_bridge)
     program = seccomp.program(seccomp.FilterSpec(socket_families=families))
     view = etcview.etc_view()
-    writable = [workspace] if policy.fs.access == "rw" else []
     spec = JailSpec(
         etc_view=view,
-        protect=_own_state_within(writable),
         layout=host.host_layout(),
-        workspace=workspace,
-        workspace_rw=policy.fs.access == "rw",
-        staged=staged,
+        workspace=roots.workspace.path,
+        workspace_rw=roots.writable,
         env=policy.env,
         tmp_bytes=policy.limits.disk_bytes,
     )
@@ -747,27 +528,11 @@ def _finish_open(
         policy=policy,
         bwrap=binary,
         spec=spec,
+        roots=roots,
         program=program,
         cgroup=session_cgroup,
         bridge=bridge,
     )
-
-
-def _own_state_within(writable: list[str]) -> tuple[str, ...]:
-    """panday's per-user cache (seccomp programs, /etc views), when a writable bind holds it.
-
-    A jail whose workspace contains it (a workspace of ~, say) could otherwise rewrite the
-    cached filter every later session loads; it is mounted read-only over the workspace.
-    """
-    from panday_tier_linux.seccomp import cache_dir  # noqa: PLC0415 - cheap, session open only
-
-    base = cache_dir()
-    if base is None:
-        return ()
-    state = os.path.realpath(os.path.dirname(base))
-    if not os.path.isdir(state):
-        return ()
-    return tuple(state for w in writable if state == w or state.startswith(w.rstrip("/") + "/"))[:1]
 
 
 MISSING_BWRAP = (

@@ -60,6 +60,9 @@ class PolicyOptions(TypedDict, total=False):
     output_bytes: int
     allow: Sequence[str]
     ports: Sequence[int]
+    protect: Sequence[str]
+    unprotect: Sequence[str]
+    allow_home: bool
 
 
 HERE = Path(__file__).resolve().parent
@@ -272,6 +275,9 @@ class Escape:
             workspace=str(options.get("workspace", self.ws)),
             access=options.get("access", "rw"),
             staged_ro=tuple(str(p) for p in options.get("staged", ())),
+            protect=tuple(options.get("protect", ())),
+            unprotect=tuple(options.get("unprotect", ())),
+            allow_home=options.get("allow_home", False),
         )
         net = NetPolicy(
             allow=tuple(options.get("allow", ())), ports=tuple(options.get("ports", (80, 443)))
@@ -305,8 +311,13 @@ class Escape:
         **options: Unpack[PolicyOptions],
     ) -> Outcome:
         """Run `argv` in this policy's jail with its bwrap options edited (a control)."""
-        with self.open(**options) as session:
-            bwrap_options = edit(build_options(session.spec, cwd=session.workspace, seccomp_fd=4))
+        with self.open(**options) as session, session.roots.command_binds() as binds:
+            # Descriptors as the child sees them: 3 options, 4 seccomp, 5... the binds.
+            bwrap_options = edit(
+                build_options(
+                    session.spec, cwd=session.workspace, seccomp_fd=4, binds=binds.options(5)
+                )
+            )
             if not seccomp:
                 bwrap_options = remove_option(bwrap_options, "--seccomp", 1)
             fds: list[int] = []
@@ -319,7 +330,11 @@ class Escape:
                 os.close(w)
                 fds.append(r)
             try:
-                proc = spawn([session.bwrap.path, "--args", "3", "--", *argv], env={}, pass_fds=fds)
+                proc = spawn(
+                    [session.bwrap.path, "--args", "3", "--", *argv],
+                    env={},
+                    pass_fds=[*fds, *binds.fds],
+                )
             finally:
                 for fd in fds:
                     os.close(fd)
@@ -362,6 +377,24 @@ class Escape:
             edit=edit,
             seccomp=True,
             where=f"inside a jail without {option} {value}",
+            **options,
+        )
+
+    def without_bind(self, code: str, dest: str, **options: Unpack[PolicyOptions]) -> Outcome:
+        """The jail minus the bind at `dest` (a protected entry's read-only bind, a
+        directory's pin): what the command could do if that one bind were missing."""
+
+        def edit(args: list[str]) -> list[str]:
+            for i in range(len(args) - 2):
+                if args[i] in {"--ro-bind-fd", "--bind-fd"} and args[i + 2] == dest:
+                    return args[:i] + args[i + 3 :]
+            pytest.fail(f"the jail has no bind at {dest}")
+
+        return self.edited_run(
+            self.py(code),
+            edit=edit,
+            seccomp=True,
+            where=f"inside a jail without its bind at {dest}",
             **options,
         )
 

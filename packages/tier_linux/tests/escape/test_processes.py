@@ -191,14 +191,16 @@ def test_keystrokes_cannot_be_injected_into_a_terminal(esc: Escape) -> None:
     out, err, code = _run_on_pty(esc.py(TIOCSTI))
     esc.control(esc.parse("outside, on a pty", out, err, code))
     # Inside: the jail's stdin is a pty slave (what an interactive caller would pass on).
-    with open_session(esc.policy()) as session:
+    with open_session(esc.policy()) as session, session.roots.command_binds() as binds:
         r, w = os.pipe()
         os.write(w, session.program)
         os.close(w)
-        options = build_options(session.spec, cwd=session.workspace, seccomp_fd=r)
+        options = build_options(
+            session.spec, cwd=session.workspace, seccomp_fd=r, binds=binds.options(None)
+        )
         try:
             out, err, code = _run_on_pty(
-                [session.bwrap.path, *options, "--", *esc.py(TIOCSTI)], (r,)
+                [session.bwrap.path, *options, "--", *esc.py(TIOCSTI)], (r, *binds.fds)
             )
         finally:
             os.close(r)

@@ -8,10 +8,11 @@ Two views of the same table:
   declared table, narrowed (never widened) when the session's egress proxy could not start:
   then ``net.allow``, ``net.deny`` and ``net.ports`` are refused with the cause.
 
-`unavailable_reason()` says, in one line, why the tier cannot run here. On macOS it does not
-trust that `/usr/bin/sandbox-exec` exists: it runs it once with a profile that denies one file
-and checks that the denial holds (inside another sandbox, `sandbox-exec` exits 71 with
-"sandbox_apply: Operation not permitted", and a command there would run unconfined by us).
+`unavailable_reason()` says, in one line, why the tier cannot run here. On macOS it refuses a
+root caller (`caller_reason`), and it does not trust that `/usr/bin/sandbox-exec` exists: it
+runs it once with a profile that denies one file and checks that the denial holds (inside
+another sandbox, `sandbox-exec` exits 71 with "sandbox_apply: Operation not permitted", and a
+command there would run unconfined by us).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from panday_core.capabilities import (
 )
 from panday_core.types import SandboxTier
 from panday_tier_macos.profile import (
+    DATA_VOLUME,
     MACH_SERVICES,
     SANDBOX_EXEC,
     SENSITIVE_HOME_PATHS,
@@ -62,6 +64,30 @@ _SETSID = (
 )
 
 
+ROOT_REASON = (
+    "T2 macOS does not run commands for root (effective uid 0): a root jail's files would be "
+    "root's, and Seatbelt offers no rule this tier can rely on for every way root can leave a "
+    "privileged file behind (a set-id mode given when a file is created, a device node, a "
+    "change of owner); run panday as an ordinary user"
+)
+"""Why a root caller is refused. The profile denies setting the set-id bits for everyone
+(``file-write-setugid``); that covers chmod, fchmod and setattrlist, and the non-root
+routes that remain only ever name the caller's own uid and groups."""
+
+
+def caller_reason(euid: int) -> str | None:
+    """Why a caller with effective uid `euid` cannot use this tier; None when it can."""
+    return ROOT_REASON if euid == 0 else None
+
+
+_ROOTS = (
+    "opened from / component by component without following a link (a link anywhere is "
+    "refused, naming it and the real path: /tmp, /var and /etc are links into /private) and "
+    "spelled as the file system spells them (the volume ignores case; checks and rules do "
+    "not); the jail's own system directories, /etc, /System and a home directory (unless "
+    "fs.allow_home) are refused"
+)
+
 _PROXY = (
     "the session's egress proxy (panday_core.egress) on 127.0.0.1 and ::1 at one port; the "
     "profile allows outbound TCP to localhost at that port and nothing else"
@@ -88,7 +114,8 @@ def _fields(proxy_reason: str | None = None) -> tuple[FieldSupport, ...]:
             field="fs.workspace",
             support=Support.PARTIAL,
             mechanism=f"{_SEATBELT}: file-write* allowed only under the workspace and a private "
-            "temp dir; HOME and the working directory point at the workspace",
+            f"temp dir; HOME and the working directory point at the workspace; {_ROOTS}, as is "
+            "a workspace on the caller's Python import path",
             note="writes are confined; reads are not: the rest of the filesystem stays readable "
             "except the protected paths (see the guarantees). A workspace inside a protected "
             "path is refused",
@@ -101,9 +128,35 @@ def _fields(proxy_reason: str | None = None) -> tuple[FieldSupport, ...]:
         FieldSupport(
             field="fs.staged_ro",
             support=Support.STRICT,
-            mechanism="readable at the same path (reads are broad); a deny-write rule per path, "
-            "placed after the workspace rule so it holds inside the workspace too",
+            mechanism=f"{_ROOTS}; readable at the same path (reads are broad); a deny-write "
+            "rule per path (also in its /System/Volumes/Data spelling), placed after the "
+            "workspace rule so it holds inside the workspace too; the path and every directory "
+            "holding it inside the workspace cannot be unlinked, so none can be renamed away",
             note="a staged path inside a protected path is refused",
+        ),
+        FieldSupport(
+            field="fs.protect",
+            support=Support.STRICT,
+            mechanism="each entry is found beneath the workspace without following a link and "
+            "denied file-write* after the workspace rule (also in its /System/Volumes/Data "
+            "spelling); a missing entry is denied at its first missing component, so neither "
+            "it nor a directory holding it can be created or renamed into place; the "
+            "workspace and every directory holding an entry cannot be unlinked (so not "
+            "renamed); an entry that is a symbolic link is refused",
+            note="entries are found once, at create: one that may be created (.envrc, a "
+            "submodule's .git) and is created by a command stays writable for the session",
+        ),
+        FieldSupport(
+            field="fs.unprotect",
+            support=Support.STRICT,
+            mechanism="the named default entries get no deny rule",
+        ),
+        FieldSupport(
+            field="fs.allow_home",
+            support=Support.STRICT,
+            mechanism="a home directory (or one holding it) is accepted as a root only with "
+            "it; its start-up files, .ssh, .gnupg and .config are then protected entries, and "
+            "its secrets stay unreadable (the guarantees)",
         ),
         *egress_fields(_NET_FIELDS, proxy_reason),
         FieldSupport(
@@ -135,7 +188,15 @@ def _fields(proxy_reason: str | None = None) -> tuple[FieldSupport, ...]:
             field="env",
             support=Support.STRICT,
             mechanism="the environment is cleared and rebuilt from PATH, HOME, LANG, TERM, TMPDIR "
-            "and these variables; sandbox-exec adds nothing",
+            "and these variables; sandbox-exec adds nothing; a DYLD_* name is refused by name "
+            "(env.DYLD_...), because macOS drops it when /bin/sh, which starts every command, "
+            "starts",
+        ),
+        FieldSupport(
+            field="allow_env_hooks",
+            support=Support.STRICT,
+            mechanism="the listed start-up hooks in env are set like any other variable; a "
+            "DYLD_* name stays refused even when listed (env.DYLD_...)",
         ),
     )
 
@@ -157,11 +218,49 @@ def _guarantees() -> tuple[Guarantee, ...]:
             name="Secrets outside the workspace cannot be read",
             mechanism=f"(allow file-read*), then a final deny of {system} (except the time-zone "
             "database, the developer-tools selection link and the local user records) and, "
-            f"under both the runner's $HOME and the account's home, {homes}",
+            f"under both the runner's $HOME and the account's home, {homes}; each also in its "
+            f"{DATA_VOLUME} spelling (the firmlinked name of the same file); the homes and the "
+            "directories holding these secrets under them cannot be unlinked, so no secret can "
+            "be renamed out from under its rule",
             support=Support.PARTIAL,
             note="a denylist, not an allowlist: everything else on the filesystem stays "
             "readable (T2 Linux shows only the workspace, staged inputs and system files). "
             "A deny-default read profile stops binaries before main on current macOS",
+        ),
+        Guarantee(
+            name="Nothing a jail writes runs outside it later: .git, editor and agent "
+            "configuration, panday's own interpreter and code stay read-only",
+            mechanism="the protected entries (docs/threat-model.md) are denied file-write* "
+            "after the workspace rule, in both spellings; a missing one cannot be created, nor "
+            "a directory that would hold it; the workspace and every directory holding an "
+            "entry cannot be unlinked, so nothing protected can be renamed aside and replaced",
+            support=Support.STRICT,
+            note="a command can still write the workspace's own source code and create new "
+            "repositories in subdirectories: running those later is running the workspace's "
+            "code",
+        ),
+        Guarantee(
+            name="Nothing a jail writes changes what a later jail sees",
+            mechanism="every create opens the workspace and staged paths from / without "
+            "following a link, so a link planted by an earlier command is refused, never "
+            "followed; a staged path and the directories holding it inside the workspace "
+            "cannot be unlinked or renamed",
+            support=Support.STRICT,
+        ),
+        Guarantee(
+            name="No setuid, setgid or device file is left on the host",
+            mechanism="(deny file-write-setugid): Seatbelt's operation for setting the set-id "
+            "bits (chmod, fchmod, setattrlist), outside the file-write* wildcard, so no write "
+            "rule grants it; root callers are refused (device nodes need root)",
+            support=Support.STRICT,
+            note="a non-root caller's file can only ever carry its own uid and groups; the "
+            "set-id mode given when a file is created is probed in the macOS escape suite",
+        ),
+        Guarantee(
+            name="No system directory or home directory is a workspace",
+            mechanism=f"roots are {_ROOTS}; /usr and the library directories only read-only; "
+            "a workspace on the caller's Python import path is refused",
+            support=Support.STRICT,
         ),
         Guarantee(
             name="No network except the egress proxy",
@@ -174,16 +273,20 @@ def _guarantees() -> tuple[Guarantee, ...]:
             "requests with the session's credentials, to allowlisted hosts",
         ),
         Guarantee(
-            name="Other processes cannot be signalled, inspected or have their environment read",
-            mechanism="signal and process-info* only within the same sandbox; sysctl "
-            "kern.procargs* denied",
+            name="Other processes cannot be signalled, inspected, listed or have their "
+            "environment read",
+            mechanism="signal and process-info* only within the same sandbox; no sysctl under "
+            "kern.proc (kern.proc.pid.N, .uid, .all ... and kern.procargs*): none is on the "
+            "sysctl allowlist, and a final deny on the prefix keeps it so",
             support=Support.STRICT,
+            note="a program that asks sysctl about its own process (some debugger-detection "
+            "code does) is refused too",
         ),
         Guarantee(
-            name="No privilege gain through setuid programs",
-            mechanism="(deny process-exec (file-mode #o4000))",
+            name="No privilege gain through setuid or setgid programs",
+            mechanism="(deny process-exec (require-any (file-mode #o4000) (file-mode #o2000)))",
             support=Support.STRICT,
-            note="matches setuid and setgid files, so ps and top (setuid on macOS) cannot run",
+            note="ps and top (setuid on macOS) cannot run",
         ),
         Guarantee(
             name="Only the user-directory mach service is reachable",
@@ -272,4 +375,9 @@ def unavailable_reason() -> str | None:
     """None when T2 macOS can run here; otherwise one line saying why not (probed once)."""
     if sys.platform != "darwin":
         return f"T2 macOS needs macOS; this host is {sys.platform}"
+    import os  # noqa: PLC0415 - macOS only; keep import cost off the CLI path
+
+    reason = caller_reason(os.geteuid())
+    if reason is not None:
+        return reason
     return _probe()

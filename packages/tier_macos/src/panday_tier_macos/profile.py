@@ -18,6 +18,15 @@ How the profile is built, and why (sources are cited in docs/tiers/macos.md):
   guarantee on this tier.
 * Writes: only the workspace (when ``fs.access`` is ``rw``), the session's private temp dir,
   and data writes to ``/dev/null``-style devices.
+* Protected entries of a writable workspace (``.git``, editor and agent configuration,
+  panday's own code; `panday_core.protect`) get a write deny after the workspace rule. A
+  deny is path-based, so a jail that could *rename* a directory above a protected or staged
+  path would carry it out from under its rule: every such directory inside the workspace
+  (and the workspace itself) gets a ``file-write-unlink`` deny, which Seatbelt checks for
+  the source of a rename (Anthropic's sandbox-runtime closed the same hole this way).
+* Every denied path is written twice: as the resolved path and in its Data-volume spelling
+  (``/System/Volumes/Data`` + path). The firmlinked spelling reaches the same file and is
+  reported to slip past rules written for ``/Users/...``.
 * Network: ``(deny network*)`` always. With an allowlist and an egress proxy, exactly one rule
   reopens outbound TCP to the proxy's loopback port. Never ``network-bind``, never
   ``network-inbound``, never a ``(local ...)`` filter (it matches the local end of every
@@ -29,7 +38,7 @@ How the profile is built, and why (sources are cited in docs/tiers/macos.md):
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 
@@ -49,6 +58,18 @@ PARAM_ACCOUNT_HOME = "ACCOUNT_HOME"
 """The account's home from the user database; protected even when ``$HOME`` points elsewhere."""
 PARAM_STAGED = "STAGED_"
 """Prefix: ``STAGED_0``, ``STAGED_1``... one per ``fs.staged_ro`` entry, in order."""
+PARAM_PROTECTED = "PROTECTED_"
+"""Prefix: one per protected entry of a writable workspace (absolute paths; the runner
+computes them at `create`, see `panday_tier_macos.roots`)."""
+PARAM_ANCESTOR = "ANCESTOR_"
+"""Prefix: one per directory inside the workspace (the workspace included) that holds a
+protected entry, a staged path or a home directory: none may be renamed or removed."""
+
+DATA_VOLUME = "/System/Volumes/Data"
+"""Where the writable Data volume is mounted. ``/Users``, ``/private``, ``/Library``,
+``/usr/local`` ... are firmlinks into it, so ``/System/Volumes/Data/Users/a/.ssh`` is the same
+directory as ``/Users/a/.ssh`` under another name, and a rule written for one spelling does not
+match the other. Every deny here is therefore written for both."""
 
 HOME_PARAMS = (PARAM_HOST_HOME, PARAM_ACCOUNT_HOME)
 
@@ -67,6 +88,16 @@ SENSITIVE_HOME_PATHS: tuple[str, ...] = (
     ".npmrc",
     ".pypirc",
     ".password-store",
+    ".cargo/credentials.toml",
+    ".cargo/credentials",
+    ".config/git/credentials",
+    ".vault-token",
+    ".pgpass",
+    ".terraform.d",
+    ".gem/credentials",
+    # coding agents' own credentials and configuration
+    ".codex",
+    ".claude",
     # macOS keychains
     "Library/Keychains",
     # shell and REPL histories
@@ -161,11 +192,20 @@ SYSCTL_PREFIXES: tuple[str, ...] = (
     "hw.optional.",
     "hw.perflevel",
     "machdep.cpu.",
-    "kern.proc.pid.",
 )
 """sysctls read at start-up by shells, language runtimes and CPU-feature detection; the list
-follows the one Chromium's and Codex's profiles carry. ``kern.procargs*`` (other processes'
-arguments and environment) is not among them and is denied explicitly as well."""
+follows the one Chromium's and Codex's profiles carry, without their ``kern.proc.pid.``
+prefix: ``kern.proc.pid.<n>`` answers for *any* pid (name, uid, parent, flags), not only the
+caller's own, so it lists every process of the machine."""
+
+SYSCTL_DENIED_PREFIX = "kern.proc"
+"""Denied last, whatever the allowlist says: it covers ``kern.proc.*`` (process listings by
+pid, uid, tty, group or all) and ``kern.procargs*`` (other processes' arguments and
+environment). The allowlist alone already leaves them out; the final deny keeps it so if a
+broader allow is ever added above, and it is the one rule a test can point at."""
+
+SETID_MODES: tuple[int, ...] = (0o4000, 0o2000)
+"""The setuid and setgid bits: no file carrying either may be executed."""
 
 WRITABLE_DEVICES: tuple[str, ...] = (
     "/dev/null",
@@ -227,9 +267,39 @@ def _param(name: str) -> str:
     return _form("param", sbpl_string(name))
 
 
-def _under(param: str, relative: str) -> str:
-    """The path `relative` below the directory a parameter names."""
-    return _form("string-append", _param(param), sbpl_string("/" + relative))
+class Param(NamedTuple):
+    """A `(param "NAME")` as one part of a path expression."""
+
+    name: str
+
+
+Part = str | Param
+"""A path expression is a sequence of parts: constants of this module, and parameters."""
+
+
+def _expr(parts: Sequence[Part]) -> str:
+    """The SBPL expression for `parts` joined: a literal when every part is a constant,
+    else ``(string-append ...)`` (a lone parameter stays ``(param ...)``)."""
+    merged: list[Part] = []
+    for part in parts:
+        if isinstance(part, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += part
+        elif part:
+            merged.append(part)
+    if len(merged) == 1 and isinstance(merged[0], Param):
+        return _param(merged[0].name)
+    if all(isinstance(part, str) for part in merged):
+        return sbpl_string("".join(str(part) for part in merged))
+    return _form(
+        "string-append",
+        *(_param(part.name) if isinstance(part, Param) else sbpl_string(part) for part in merged),
+    )
+
+
+def _spellings(kind: str, *parts: Part) -> list[str]:
+    """A path filter (`kind`: subpath or literal) for `parts`, once as given and once in the
+    Data-volume spelling."""
+    return [_form(kind, _expr(parts)), _form(kind, _expr((DATA_VOLUME, *parts)))]
 
 
 def _rule(action: str, operations: str, filters: Sequence[str] = ()) -> str:
@@ -242,29 +312,68 @@ def _rule(action: str, operations: str, filters: Sequence[str] = ()) -> str:
     return f"({action} {operations}\n{inner})"
 
 
+def _numbered(prefix: str, count: int) -> tuple[str, ...]:
+    return tuple(f"{prefix}{i}" for i in range(count))
+
+
 def _staged_params(policy: SandboxPolicy) -> tuple[str, ...]:
-    return tuple(f"{PARAM_STAGED}{i}" for i in range(len(policy.fs.staged_ro)))
+    return _numbered(PARAM_STAGED, len(policy.fs.staged_ro))
+
+
+def _home_ancestors() -> tuple[str, ...]:
+    """Directories under a home that hold a sensitive path ("" is the home itself): renaming
+    one would carry the secret out from under its deny (``mv ~/.config ~/x``)."""
+    out: set[str] = {""}
+    for relative in SENSITIVE_HOME_PATHS:
+        parts = relative.split("/")
+        out.update("/".join(parts[:i]) for i in range(1, len(parts)))
+    return tuple(sorted(out))
 
 
 def _protected_filters() -> list[str]:
     filters: list[str] = []
-    for path in SENSITIVE_SYSTEM_PATHS:
-        if path == "/private/var/db":
-            keep = [
-                _form("require-not", _form(kind, sbpl_string(p))) for kind, p in VAR_DB_READABLE
-            ]
-            filters.append(_form("require-all", _form("subpath", sbpl_string(path)), *keep))
-        else:
-            filters.append(_form("subpath", sbpl_string(path)))
-    filters.extend(
-        _form("subpath", _under(home, relative))
-        for home in HOME_PARAMS
-        for relative in SENSITIVE_HOME_PATHS
-    )
+    for prefix in ("", DATA_VOLUME):
+        for path in SENSITIVE_SYSTEM_PATHS:
+            if path == "/private/var/db":
+                keep = [
+                    _form("require-not", _form(kind, sbpl_string(prefix + p)))
+                    for kind, p in VAR_DB_READABLE
+                ]
+                filters.append(
+                    _form("require-all", _form("subpath", sbpl_string(prefix + path)), *keep)
+                )
+            else:
+                filters.append(_form("subpath", sbpl_string(prefix + path)))
+    for home in HOME_PARAMS:
+        for relative in SENSITIVE_HOME_PATHS:
+            filters.extend(_spellings("subpath", Param(home), "/" + relative))
     return filters
 
 
-def _sections(policy: SandboxPolicy, proxy: ProxyEndpoint | None) -> list[tuple[str, list[str]]]:
+def _move_blocking_filters(
+    staged: Sequence[str], protected: Sequence[str], ancestors: Sequence[str]
+) -> list[str]:
+    """What may not be unlinked or renamed: protected entries and staged paths themselves
+    (their write deny covers it already; stated again so it never rests on what the
+    ``file-write*`` wildcard includes), the directories holding them inside the workspace,
+    and the directories holding a home's secrets."""
+    filters: list[str] = []
+    for name in (*protected, *staged):
+        filters.extend(_spellings("subpath", Param(name)))
+    for name in ancestors:
+        filters.extend(_spellings("literal", Param(name)))
+    for home in HOME_PARAMS:
+        for relative in _home_ancestors():
+            filters.extend(_spellings("literal", Param(home), "/" + relative if relative else ""))
+    return filters
+
+
+def _sections(
+    policy: SandboxPolicy,
+    proxy: ProxyEndpoint | None,
+    protected: Sequence[str],
+    ancestors: Sequence[str],
+) -> list[tuple[str, list[str]]]:
     staged = _staged_params(policy)
     writes = [_form("subpath", _param(PARAM_TMPDIR))]
     if policy.fs.access == "rw":
@@ -273,16 +382,17 @@ def _sections(policy: SandboxPolicy, proxy: ProxyEndpoint | None) -> list[tuple[
     if proxy is not None:
         endpoint = sbpl_string(f"localhost:{proxy.port}")
         network.append(_rule("allow", "network-outbound", [_form("remote", "tcp", endpoint)]))
+    setid = _form("require-any", *(_form("file-mode", f"#o{mode:o}") for mode in SETID_MODES))
     return [
         (
             (
                 "processes: children inherit this profile; signals and process information "
-                "stay inside this sandbox"
+                "stay inside this sandbox; no setuid or setgid program runs"
             ),
             [
                 "(allow process-fork)",
                 "(allow process-exec)",
-                _rule("deny", "process-exec", ["(file-mode #o4000)"]),
+                _rule("deny", "process-exec", [setid]),
                 _rule("allow", "signal", ["(target same-sandbox)"]),
                 _rule("allow", "process-info*", ["(target same-sandbox)"]),
             ],
@@ -326,9 +436,40 @@ def _sections(policy: SandboxPolicy, proxy: ProxyEndpoint | None) -> list[tuple[
         ),
         (
             "staged inputs are read-only, even inside the workspace",
-            [_rule("deny", "file-write*", [_form("subpath", _param(p)) for p in staged])]
+            [
+                _rule(
+                    "deny",
+                    "file-write*",
+                    [f for p in staged for f in _spellings("subpath", Param(p))],
+                )
+            ]
             if staged
             else [],
+        ),
+        (
+            (
+                "protected entries of the workspace (.git, editor and agent configuration, "
+                "panday's own code) are read-only and cannot be created"
+            ),
+            [
+                _rule(
+                    "deny",
+                    "file-write*",
+                    [f for p in protected for f in _spellings("subpath", Param(p))],
+                )
+            ]
+            if protected
+            else [],
+        ),
+        (
+            "nothing protected or staged can be renamed away, nor any directory holding one",
+            [
+                _rule(
+                    "deny",
+                    "file-write-unlink",
+                    _move_blocking_filters(staged, protected, ancestors),
+                )
+            ],
         ),
         (
             "network: none, except outbound TCP to the egress proxy's loopback port"
@@ -337,14 +478,20 @@ def _sections(policy: SandboxPolicy, proxy: ProxyEndpoint | None) -> list[tuple[
             network,
         ),
         (
-            "protected paths: last, so that no rule above can reach them",
+            (
+                "protected paths: last, so that no rule above can reach them; then no process "
+                "listing, and no set-id bit on any file"
+            ),
             [
                 _rule("deny", "file-read* file-write*", _protected_filters()),
                 _rule(
                     "deny",
                     "sysctl-read",
-                    [_form("sysctl-name-prefix", sbpl_string("kern.procargs"))],
+                    [_form("sysctl-name-prefix", sbpl_string(SYSCTL_DENIED_PREFIX))],
                 ),
+                # Its own operation, outside the file-write* wildcard since macOS 12.3, so
+                # nothing above allows it; stated so that no later allow can, either.
+                "(deny file-write-setugid)",
             ],
         ),
     ]
@@ -360,7 +507,12 @@ class SeatbeltProfile(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def from_policy(
-        cls, policy: SandboxPolicy, proxy_endpoint: ProxyEndpoint | None = None
+        cls,
+        policy: SandboxPolicy,
+        proxy_endpoint: ProxyEndpoint | None = None,
+        *,
+        protected: int = 0,
+        ancestors: int = 0,
     ) -> SeatbeltProfile:
         """The profile for `policy`. Pure: it reads nothing but its arguments.
 
@@ -369,20 +521,34 @@ class SeatbeltProfile(msgspec.Struct, frozen=True, kw_only=True):
         the whole network or none, and a proxy without an allowlist would grant access that
         the policy did not ask for, so both are refused here (`create` refuses the former
         earlier, by field name).
+
+        `protected` and `ancestors` are how many protected entries and directories holding
+        them (or a staged path, or a home) the workspace has (`workspace_guards`); each
+        becomes a parameter whose value the runner gives, so no path reaches the text.
         """
         if policy.net.allow and proxy_endpoint is None:
             raise ValueError("net.allow is non-empty but no egress proxy endpoint was given")
         if proxy_endpoint is not None and not policy.net.allow:
             raise ValueError("an egress proxy endpoint was given but net.allow is empty")
+        if protected < 0 or ancestors < 0:
+            raise ValueError("protected and ancestors are counts")
+        protected_params = _numbered(PARAM_PROTECTED, protected)
+        ancestor_params = _numbered(PARAM_ANCESTOR, ancestors)
         lines = [
             "(version 1)",
             "; panday T2 macOS profile, generated from the policy (do not edit).",
             "(deny default)",
         ]
-        for comment, rules in _sections(policy, proxy_endpoint):
+        for comment, rules in _sections(policy, proxy_endpoint, protected_params, ancestor_params):
             if rules:
                 lines.extend(("", f"; {comment}", *rules))
-        params = [PARAM_TMPDIR, *HOME_PARAMS, *_staged_params(policy)]
+        params = [
+            PARAM_TMPDIR,
+            *HOME_PARAMS,
+            *_staged_params(policy),
+            *protected_params,
+            *ancestor_params,
+        ]
         if policy.fs.access == "rw":
             params.insert(0, PARAM_WORKSPACE)
         return cls(text="\n".join(lines) + "\n", params=tuple(params), proxy=proxy_endpoint)
@@ -406,6 +572,35 @@ class SeatbeltProfile(msgspec.Struct, frozen=True, kw_only=True):
                 raise ValueError(f"profile parameter {name}: {value!r} is not a resolved path")
             defines.append(f"-D{name}={value}")
         return [SANDBOX_EXEC, "-p", self.text, *defines, "--", *command]
+
+
+def _inside(path: str, root: str) -> bool:
+    return path.startswith(root.rstrip("/") + "/")
+
+
+def workspace_guards(
+    workspace: str,
+    protected: Sequence[str],
+    staged: Sequence[str],
+    homes: Sequence[str],
+) -> tuple[str, ...]:
+    """The directories that must not be renamed or removed: the workspace and every directory
+    inside it that holds a protected entry, a staged path or a home directory (all absolute,
+    resolved). Renaming one would move what its deny rule names out from under it. Outside
+    the workspace nothing is writable, so nothing there needs a rule. Pure."""
+    root = workspace.rstrip("/") or "/"
+    out: set[str] = set()
+    for anchor in (*protected, *staged, *homes):
+        if anchor == root and anchor in homes:
+            out.add(root)
+        if not _inside(anchor, root):
+            continue
+        out.add(root)
+        parent = anchor.rsplit("/", 1)[0]
+        while _inside(parent, root):
+            out.add(parent)
+            parent = parent.rsplit("/", 1)[0]
+    return tuple(sorted(out))
 
 
 def protected_paths(homes: Sequence[str]) -> tuple[str, ...]:

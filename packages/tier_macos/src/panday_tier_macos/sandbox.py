@@ -3,10 +3,12 @@
 A session is a policy, its generated Seatbelt profile, the parameter values the profile
 needs (resolved paths), a private temp dir and the environment commands get. `create` does,
 in this order and before anything is spawned: refuse every field this tier cannot enforce
-(`require_enforceable`, by field name), check that the tier can run here, resolve the
-workspace and staged paths (refusing any inside a protected path), start the session's
-egress proxy when the policy has ``net.allow`` (refusing the net fields by name if it cannot
-start), then make the temp dir.
+(`require_enforceable`, by field name), refuse ``DYLD_*`` variables in ``env`` (macOS would
+drop them silently), open and check the workspace and staged paths and compute the
+workspace's protected entries (`panday_tier_macos.roots`: no link followed, no system or
+home directory, nothing inside a protected path), check that the tier can run here (a root
+caller is refused there), start the session's egress proxy when the policy has
+``net.allow`` (refusing the net fields by name if it cannot start), then make the temp dir.
 
 The egress proxy runs on a loop thread of its own (`ProxyThread`), listening on 127.0.0.1
 and ::1 at one port, because Seatbelt can name loopback only as ``localhost``, which covers
@@ -35,21 +37,24 @@ import msgspec
 from panday_core.capabilities import Refusal, no_egress_proxy, require_enforceable
 from panday_core.errors import Internal, PolicyViolation, SandboxError, TierUnavailable
 from panday_core.policy import SandboxPolicy
+from panday_core.protect import is_env_hook
 from panday_core.types import SandboxHandle, SandboxTier, SessionSpec
 from panday_tier_macos import capabilities
 from panday_tier_macos.profile import (
     PARAM_ACCOUNT_HOME,
+    PARAM_ANCESTOR,
     PARAM_HOST_HOME,
+    PARAM_PROTECTED,
     PARAM_STAGED,
     PARAM_TMPDIR,
     PARAM_WORKSPACE,
     ProxyEndpoint,
     SeatbeltProfile,
-    protecting,
 )
+from panday_tier_macos.roots import Roots, disk_spelling, open_roots
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping, Sequence
+    from collections.abc import AsyncIterator, Mapping
 
     from panday_core.capabilities import TierCapabilities
     from panday_core.egress.thread import ProxySettings, ProxyThread
@@ -80,12 +85,36 @@ EMPTY_HOME: Final = "/private/var/empty"
 home is protected separately anyway."""
 
 
+DYLD_REASON: Final = (
+    "is a dynamic-loader variable, and macOS removes every DYLD_* variable when a protected "
+    "system program starts (System Integrity Protection); each command starts through "
+    "/bin/sh, so it would never reach the command. Refused rather than silently dropped "
+    "(allow_env_hooks cannot change that on this tier)"
+)
+
+
 def _refuse(field: str, reason: str) -> PolicyViolation:
     return PolicyViolation(str(TIER), [Refusal(field=field, reason=reason)])
 
 
+def env_refusals(policy: SandboxPolicy) -> list[Refusal]:
+    """``env`` entries this tier will not set: every ``DYLD_*`` name, listed in
+    ``allow_env_hooks`` or not, and (as the model already does; a policy built around its
+    checks must not slip one past the tier) any other start-up hook not listed there."""
+    refusals: list[Refusal] = []
+    for name in sorted(policy.env):
+        if name.startswith("DYLD_"):
+            refusals.append(Refusal(field=f"env.{name}", reason=DYLD_REASON))
+        elif is_env_hook(name) and name not in policy.allow_env_hooks:
+            reason = "a start-up hook not listed in allow_env_hooks"
+            refusals.append(Refusal(field=f"env.{name}", reason=reason))
+    return refusals
+
+
 def _home(path: str) -> str:
-    real = os.path.realpath(path)
+    # The profile's secret rules are written under this path: resolved, and spelled as the
+    # disk spells it (a $HOME in another case would name the same directory, not the rules').
+    real = disk_spelling(os.path.realpath(path))
     return EMPTY_HOME if real == "/" else real
 
 
@@ -97,17 +126,12 @@ def protected_homes() -> tuple[str, str]:
     return _home(os.environ.get("HOME") or account), _home(account)
 
 
-def resolve_session_dir(field: str, path: str, homes: Sequence[str]) -> str:
-    real = os.path.realpath(path)
-    if not os.path.isdir(real):  # noqa: PTH112 - this module works in os terms
-        raise _refuse(field, f"{path!r} does not exist or is not a directory")
-    inside = protecting(real, homes)
-    if inside is not None:
-        raise _refuse(
-            field,
-            f"{path!r} is inside {inside}, which this tier never lets a command read or write",
-        )
-    return real
+def guard_params(roots: Roots) -> dict[str, str]:
+    """The values of the profile's protected-entry and ancestor parameters, in order."""
+    return {
+        **{f"{PARAM_PROTECTED}{i}": path for i, path in enumerate(roots.protected)},
+        **{f"{PARAM_ANCESTOR}{i}": path for i, path in enumerate(roots.ancestors)},
+    }
 
 
 def build_environment(policy: SandboxPolicy, workspace: str, tmpdir: str) -> dict[str, str]:
@@ -268,15 +292,14 @@ class T2MacosSandbox:
         require_enforceable(policy, self.capabilities())
         if policy.fs.workspace is None:
             raise _refuse("fs.workspace", "no workspace was given (the SDK sets it)")
+        refused = env_refusals(policy)
+        if refused:
+            raise PolicyViolation(str(TIER), refused)
+        homes = protected_homes()
+        roots = open_roots(policy.fs, homes)
         reason = self.unavailable_reason()
         if reason is not None:
             raise TierUnavailable(str(TIER), reason)
-        homes = protected_homes()
-        workspace = resolve_session_dir("fs.workspace", policy.fs.workspace, homes)
-        staged = [
-            resolve_session_dir(f"fs.staged_ro[{i}]", path, homes)
-            for i, path in enumerate(policy.fs.staged_ro)
-        ]
         session_id = spec.session_id or f"t2m-{secrets.token_hex(6)}"
         if session_id in self._sessions:
             raise SandboxError(f"session {session_id!r} is already open")
@@ -285,12 +308,7 @@ class T2MacosSandbox:
         )
         try:
             session = await self._open(
-                policy,
-                session_id=session_id,
-                workspace=workspace,
-                staged=staged,
-                homes=homes,
-                endpoint=endpoint,
+                policy, session_id=session_id, roots=roots, homes=homes, endpoint=endpoint
             )
         except BaseException:
             if proxy is not None:
@@ -298,20 +316,22 @@ class T2MacosSandbox:
             raise
         session.proxy = proxy
         self._sessions[session_id] = session
-        return SandboxHandle(id=session_id, tier=TIER, workspace=workspace)
+        return SandboxHandle(id=session_id, tier=TIER, workspace=roots.workspace)
 
     async def _open(
         self,
         policy: SandboxPolicy,
         *,
         session_id: str,
-        workspace: str,
-        staged: list[str],
+        roots: Roots,
         homes: tuple[str, str],
         endpoint: ProxyEndpoint | None,
     ) -> _Session:
         """Profile, files, temp dir; a session whose profile applies here (or nothing left)."""
-        profile = SeatbeltProfile.from_policy(policy, endpoint)
+        workspace = roots.workspace
+        profile = SeatbeltProfile.from_policy(
+            policy, endpoint, protected=len(roots.protected), ancestors=len(roots.ancestors)
+        )
         files_policy = SandboxPolicy(fs=msgspec.structs.replace(policy.fs, workspace=workspace))
         files = await self._files.create(SessionSpec(policy=files_policy, session_id=session_id))
         try:
@@ -326,7 +346,8 @@ class T2MacosSandbox:
             PARAM_TMPDIR: tmpdir,
             PARAM_HOST_HOME: homes[0],
             PARAM_ACCOUNT_HOME: homes[1],
-            **{f"{PARAM_STAGED}{i}": path for i, path in enumerate(staged)},
+            **{f"{PARAM_STAGED}{i}": path for i, path in enumerate(roots.staged)},
+            **guard_params(roots),
         }
         session = _Session(
             session_id=session_id,

@@ -131,6 +131,16 @@ SECRETS = (
     ".zsh_history",
     ".bash_history",
     ".netrc",
+    # issue 12, 6(d)
+    ".cargo/credentials.toml",
+    ".cargo/credentials",
+    ".config/git/credentials",
+    ".vault-token",
+    ".pgpass",
+    ".terraform.d/credentials.tfrc.json",
+    ".gem/credentials",
+    ".codex/auth.json",
+    ".claude/.credentials.json",
 )
 
 

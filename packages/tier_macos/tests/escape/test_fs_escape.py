@@ -36,7 +36,7 @@ def test_a_workspace_that_contains_home_still_cannot_read_its_secrets(
 ) -> None:
     secret = str(fake_home / ".ssh/id_ed25519")
     control(READ, secret, want="READ")
-    handle = jail.create(fake_home)
+    handle = jail.create(fake_home, {"fs": {"allow_home": True}})
     if jail.py(handle, WRITE, str(fake_home / "new.txt")) != "WROTE":
         inconclusive("the workspace itself is writable")
     assert jail.py(handle, READ, secret) == "DENIED"
@@ -51,6 +51,42 @@ def test_a_workspace_inside_a_protected_path_is_refused(
         jail.create(fake_home / ".ssh")
     assert info.value.field == "fs.workspace"
     assert ".ssh" in info.value.reason
+
+
+def test_the_home_is_a_workspace_only_when_the_policy_says_so(
+    jail: Jail, workspace: Path, fake_home: Path
+) -> None:
+    jail.create(workspace)  # control: an ordinary directory opens
+    with pytest.raises(PolicyViolation) as info:
+        jail.create(fake_home)
+    assert info.value.field == "fs.workspace"
+    assert "fs.allow_home" in info.value.reason
+    jail.create(fake_home, {"fs": {"allow_home": True}})
+
+
+@pytest.mark.parametrize("where", ["/tmp", "/var/tmp", "/etc", "/usr", "/System", "/Users"])
+def test_a_system_directory_is_refused_as_the_workspace(
+    jail: Jail, workspace: Path, where: str
+) -> None:
+    jail.create(workspace)  # control
+    with pytest.raises(PolicyViolation) as info:
+        jail.create(Path(where))
+    assert info.value.field == "fs.workspace"
+
+
+def test_a_workspace_named_through_a_link_is_refused_with_the_private_spelling(
+    jail: Jail, workspace: Path
+) -> None:
+    """/var is a link to /private/var on macOS: the refusal names the path to give."""
+    real = str(workspace)
+    if not real.startswith("/private/var/"):
+        inconclusive("the test's temp dir is not under /private/var", real)
+    jail.create(workspace)  # control: the real spelling opens
+    with pytest.raises(PolicyViolation) as info:
+        jail.create(Path(real.removeprefix("/private")))
+    assert info.value.field == "fs.workspace"
+    assert "symbolic link" in info.value.reason
+    assert repr(real) in info.value.reason
 
 
 def test_a_symlink_in_the_workspace_does_not_lead_to_a_secret(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -39,6 +40,30 @@ print('FOUND' if sys.argv[2].encode() in buf.raw[: size.value] else 'READ')
 """
 
 SIGNAL = guarded("import os, sys", "os.kill(int(sys.argv[1]), 0)", "SIGNALLED")
+
+KINFO = """
+import ctypes, struct, sys
+lib = ctypes.CDLL('/usr/lib/libSystem.B.dylib', use_errno=True)
+lib.sysctl.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_uint, ctypes.c_void_p,
+                       ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p, ctypes.c_size_t]
+CTL_KERN, KERN_PROC, KERN_PROC_ALL, KERN_PROC_PID = 1, 14, 0, 1
+KINFO_PROC_SIZE, P_PID_AT = 648, 40  # sizeof(struct kinfo_proc); kp_proc.p_pid
+which, pid = sys.argv[1], int(sys.argv[2])
+if which == 'pid':
+    mib, n = (ctypes.c_int * 4)(CTL_KERN, KERN_PROC, KERN_PROC_PID, pid), 4
+else:
+    mib, n = (ctypes.c_int * 3)(CTL_KERN, KERN_PROC, KERN_PROC_ALL), 3
+size = ctypes.c_size_t(0)
+if lib.sysctl(mib, n, None, ctypes.byref(size), None, 0) != 0:
+    print('DENIED', ctypes.get_errno()); sys.exit()
+buf = ctypes.create_string_buffer(size.value + 64 * KINFO_PROC_SIZE)
+size = ctypes.c_size_t(len(buf))
+if lib.sysctl(mib, n, buf, ctypes.byref(size), None, 0) != 0:
+    print('DENIED', ctypes.get_errno()); sys.exit()
+pids = {struct.unpack_from('i', buf.raw, off + P_PID_AT)[0]
+        for off in range(0, size.value - KINFO_PROC_SIZE + 1, KINFO_PROC_SIZE)}
+print('SEEN' if pid in pids else f'NOT-SEEN {len(pids)}')
+"""
 
 PIDPATH = """
 import ctypes, sys
@@ -161,6 +186,21 @@ def test_another_process_cannot_be_signalled(
     assert jail.py(handle, SIGNAL, str(pid)) == "DENIED"
 
 
+@pytest.mark.parametrize("which", ["pid", "all"])
+def test_other_processes_cannot_be_listed_through_sysctl(
+    jail: Jail, workspace: Path, sibling: tuple[int, str], which: str
+) -> None:
+    """Issue 12, 6(c): ``sysctl kern.proc.pid.<n>`` and ``kern.proc.all`` answer with every
+    process's name, uid and parent; nothing under kern.proc is readable inside."""
+    pid, _ = sibling
+    if outside(KINFO, which, str(pid)) != "SEEN":
+        inconclusive(f"KERN_PROC {which} shows the sibling without the sandbox")
+    handle = jail.create(workspace)
+    if jail.py(handle, "import os; print('ALIVE', os.getpid() > 0)") != "ALIVE True":
+        inconclusive("a probe runs inside the sandbox")
+    assert jail.py(handle, KINFO, which, str(pid)).startswith("DENIED")
+
+
 def test_another_process_cannot_be_inspected(
     jail: Jail, workspace: Path, sibling: tuple[int, str]
 ) -> None:
@@ -199,6 +239,60 @@ def test_a_setuid_program_cannot_be_executed(jail: Jail, workspace: Path) -> Non
     if jail.py(handle, SPAWN, "/bin/echo", "hi") != "STARTED":
         inconclusive("an ordinary program starts inside the sandbox")
     assert jail.py(handle, SPAWN, *program) == "DENIED"
+
+
+@pytest.mark.parametrize("mode", [0o2755, 0o4755])
+def test_a_set_id_program_of_the_users_own_cannot_be_executed(
+    jail: Jail, workspace: Path, tmp_path: Path, mode: int
+) -> None:
+    """Issue 12, 6(f): the exec deny covers setgid programs as well as setuid ones."""
+    program = tmp_path / "bin" / f"true-{mode:o}"
+    program.parent.mkdir()
+    shutil.copyfile("/usr/bin/true", program)
+    program.chmod(mode)
+    if program.stat().st_mode & 0o7777 != mode:
+        inconclusive(f"the {mode:o} bits could be set on a copy of /usr/bin/true")
+    if outside(SPAWN, str(program)) != "STARTED":
+        inconclusive(f"the {mode:o} copy starts without the sandbox")
+    plain = tmp_path / "bin" / "true-plain"
+    shutil.copyfile("/usr/bin/true", plain)
+    plain.chmod(0o755)
+    handle = jail.create(workspace)
+    if jail.py(handle, SPAWN, str(plain)) != "STARTED":
+        inconclusive("the same copy without set-id bits starts inside the sandbox")
+    assert jail.py(handle, SPAWN, str(program)) == "DENIED"
+
+
+def test_dyld_variables_are_refused_by_name_not_dropped(jail: Jail, workspace: Path) -> None:
+    """Issue 12, 6(e): System Integrity Protection removes DYLD_* when a protected program
+    such as /bin/sh starts, and every command starts through /bin/sh; a variable the command
+    would never see is refused at create, by name."""
+    stripped = subprocess.run(
+        ["/bin/sh", "-c", 'echo "${DYLD_PANDAY_PROBE-unset}"'],
+        capture_output=True,
+        timeout=PROBE_TIMEOUT_S,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "DYLD_PANDAY_PROBE": "1"},
+    )
+    if stripped.stdout.decode().strip() != "unset":
+        inconclusive("SIP removes DYLD_* variables when /bin/sh starts", stripped.stdout)
+    allowed: dict[str, object] = {
+        "env": {"LD_PANDAY_PROBE": "1"},
+        "allow_env_hooks": ["LD_PANDAY_PROBE"],
+    }
+    handle = jail.create(workspace, allowed)
+    show = "import os; print(os.environ.get('LD_PANDAY_PROBE', 'ABSENT'))"
+    if jail.py(handle, show) != "1":
+        inconclusive("an allowed hook variable reaches the command")
+    with pytest.raises(PolicyViolation) as info:
+        jail.create(
+            workspace,
+            {
+                "env": {"DYLD_INSERT_LIBRARIES": "/tmp/x.dylib"},
+                "allow_env_hooks": ["DYLD_INSERT_LIBRARIES"],
+            },
+        )
+    assert info.value.field == "env.DYLD_INSERT_LIBRARIES"
 
 
 def _outside_sleeper(tmp_path: Path, *, setsid: bool) -> None:

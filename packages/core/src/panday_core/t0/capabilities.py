@@ -40,6 +40,23 @@ def declared_capabilities(backend: Backend | None = None) -> TierCapabilities:
         ),
         row("fs.access", s, "write and put refuse unless access is 'rw'"),
         row("fs.staged_ro", s, resolver, "absolute paths under a staged path; never written"),
+        row(
+            "fs.protect",
+            s,
+            "write and put refuse any path at or beneath a protected entry, judged by where "
+            "the kernel says the target directory is (no link changes it)",
+        ),
+        row(
+            "fs.unprotect",
+            s,
+            "the named default entries are left out of the protected list",
+        ),
+        row(
+            "fs.allow_home",
+            s,
+            "a home directory is accepted as a root only with it; its start-up files, .ssh "
+            "and .config stay protected",
+        ),
         row("net.allow", ne, "none", T0_NO_NETWORK),
         row("net.deny", na, "none", _NARROWS),
         row("net.ports", na, "none", _NARROWS),
@@ -75,6 +92,12 @@ def declared_capabilities(backend: Backend | None = None) -> TierCapabilities:
             "caps the bytes one tool call returns (read and get content, grep lines)",
         ),
         row("env", na, "none", "T0 runs no process, so there is no environment to set"),
+        row(
+            "allow_env_hooks",
+            na,
+            "none",
+            "T0 runs no process, so no start-up hook could run",
+        ),
     )
     guarantees = (
         Guarantee(
@@ -89,6 +112,19 @@ def declared_capabilities(backend: Backend | None = None) -> TierCapabilities:
         Guarantee(
             name="hard links to files elsewhere are not read",
             mechanism="content reads refuse st_nlink > 1; writes replace the name, not the inode",
+            support=s,
+        ),
+        Guarantee(
+            name="protected entries are never written (.git, editor and agent configuration, "
+            "panday's own interpreter and code)",
+            mechanism="writes check the target's physical directory against the protected "
+            "list; roots are opened without following any link",
+            support=s,
+        ),
+        Guarantee(
+            name="no setuid or setgid file is left",
+            mechanism="a write keeps an existing file's permission bits without the setuid "
+            "and setgid bits; new files are 0644",
             support=s,
         ),
         Guarantee(

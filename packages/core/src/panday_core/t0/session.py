@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import stat as stat_module
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Self
 
 import msgspec
 
-from panday_core.capabilities import require_enforceable
-from panday_core.errors import LimitExceeded, PathRefused, PolicyError
+from panday_core.capabilities import Refusal, require_enforceable
+from panday_core.errors import LimitExceeded, PathRefused, PolicyError, PolicyViolation
 from panday_core.paths import (
     EntryKind as Kind,  # runtime import: msgspec reads the field annotations
 )
@@ -26,6 +26,13 @@ from panday_core.paths import (
     read_bytes,
     replace_file,
     walk_tree,
+)
+from panday_core.protect import (
+    RootRefused,
+    git_entries,
+    protected_entries,
+    root_refusal,
+    sys_path_refusal,
 )
 from panday_core.t0.capabilities import declared_capabilities
 from panday_core.t0.search import InvalidArgument, compile_regex, glob_regex
@@ -115,6 +122,47 @@ class StatResult(_Result, frozen=True, kw_only=True):
     nlink: int
 
 
+def _refuse_roots(policy: SandboxPolicy, tier: str) -> None:
+    """The same places no tier accepts as a root (panday_core.protect.root_refusal)."""
+    fs = policy.fs
+    refusals: list[Refusal] = []
+    roots = [("fs.workspace", fs.workspace or "", fs.access == "rw")]
+    roots += [(f"fs.staged_ro[{i}]", p, False) for i, p in enumerate(fs.staged_ro)]
+    for field, path, writable in roots:
+        normal = os.path.normpath(path)
+        why = root_refusal(normal, writable=writable, allow_home=fs.allow_home)
+        if why is None and field == "fs.workspace":
+            why = sys_path_refusal(normal, writable=writable)
+        if why is not None:
+            refusals.append(Refusal(field=field, reason=why))
+    if refusals:
+        raise PolicyViolation(tier, refusals)
+
+
+def _protected(resolver: PathResolver, policy: SandboxPolicy) -> tuple[tuple[str, str], ...]:
+    """The workspace's protected entries as absolute paths (an entry that may be created
+    and does not exist yet is left out: T0 may create it, like the jail)."""
+    root = resolver.workspace
+    try:
+        entries = protected_entries(
+            root.path,
+            protect=policy.fs.protect,
+            unprotect=policy.fs.unprotect,
+            derived=git_entries(root.fd),
+        )
+    except RootRefused as exc:
+        raise PolicyError("fs.protect", exc.reason) from None
+    out: list[tuple[str, str]] = []
+    for entry in entries:
+        if not entry.create:
+            try:
+                os.lstat(entry.rel, dir_fd=root.fd)
+            except OSError:
+                continue
+        out.append((f"{root.path.rstrip('/')}/{entry.rel}", entry.why))
+    return tuple(out)
+
+
 def _kind_of(mode: int) -> Kind:
     if stat_module.S_ISREG(mode):
         return "file"
@@ -145,17 +193,22 @@ class T0Session:
         session_id: str = "t0",
         backend: Backend | None = None,
     ) -> None:
-        require_enforceable(policy, declared_capabilities(backend))
+        caps = declared_capabilities(backend)
+        require_enforceable(policy, caps)
         if policy.fs.workspace is None:
             raise PolicyError("fs.workspace", "is not set; T0 needs a workspace directory")
         self.id = session_id
         self.policy = policy
+        writable = policy.fs.access == "rw"
+        _refuse_roots(policy, str(caps.tier))
         self.resolver = PathResolver(
             policy.fs.workspace,
             staged_ro=policy.fs.staged_ro,
-            writable=policy.fs.access == "rw",
+            writable=writable,
             backend=backend,
         )
+        if writable:
+            self.resolver.protected = _protected(self.resolver, policy)
         limits = policy.limits
         self.output_cap: int = limits.output_bytes or DEFAULT_OUTPUT_BYTES
         self.disk_budget: int | None = limits.disk_bytes
@@ -167,6 +220,12 @@ class T0Session:
 
     def close(self) -> None:
         self.resolver.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ------------------------------------------------------------------ read / write
 

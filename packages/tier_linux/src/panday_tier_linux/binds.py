@@ -1,0 +1,529 @@
+"""What a jail sees of the host's files: every path opened once, held, and bound from the
+descriptor. The one module to read for "can a jail's writes change what a later jail, or
+the host, sees?".
+
+Why descriptors: bwrap's ``--bind SRC DEST`` looks SRC up again at every command. A jail
+that could rename a directory above a staged path and plant a symbolic link in its place
+(``mv sub sub.old; ln -s ../../../../etc sub/data``) would have the next command's bind,
+or the next session's ``realpath``, mount a host directory of its choosing. So:
+
+* `Roots.open` (at session open): the workspace and every staged path are opened from ``/``
+  without following a link (`panday_core.protect.open_root`), checked against the places
+  that can never be a root, and held for the session. Binds use ``--bind-fd`` /
+  ``--ro-bind-fd``: bwrap mounts exactly the held directory, and checks that what it
+  mounted is that inode.
+* `Roots.command_binds` (before each command): the protected entries of a writable
+  workspace (`panday_core.protect.protected_entries`: ``.git``, editor and agent
+  configuration, panday's own interpreter ...) are opened beneath the held workspace
+  without following links and bound read-only over it; a missing one gets a read-only
+  empty placeholder for the command's lifetime, so it cannot be created either. Every
+  directory between the workspace and a protected entry (or a staged path inside it) is
+  bound onto itself, which makes it a mount point: a mount point cannot be renamed or
+  removed (EBUSY), so no command can move a protected entry aside and put its own in its
+  place. A staged path inside the workspace is checked to still be the held inode.
+* `CommandBinds.close` (after the command): placeholders this process created are removed
+  unless another jail still holds them (a shared lock on each placeholder; the remover
+  needs the exclusive one) or something was written into them.
+
+Remaining gap (docs/threat-model.md): bwrap looks a destination *path* up once when it
+mounts. A process outside this session that can write the workspace could, in the
+microseconds between our check and that mount, swap a directory on that path; bwrap then
+refuses the command (the mounted inode is checked), but it may first have created an
+empty directory where the swapped link pointed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import stat
+from typing import TYPE_CHECKING, Self
+
+from panday_core.capabilities import Refusal
+from panday_core.errors import PolicyViolation
+from panday_core.protect import (
+    Entry,
+    RootRefused,
+    git_entries,
+    open_root,
+    protected_entries,
+    root_refusal,
+    sys_path_refusal,
+)
+
+if TYPE_CHECKING:
+    from panday_core.policy import FsPolicy
+
+TIER = "t2-linux"
+_O_PATH = os.O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW
+_MARK = "user.panday.placeholder"
+"""Extended attribute naming a placeholder's creator (``pid:start``), so a later session can
+tell a placeholder left by a crashed panday from a user's own empty file."""
+_RETRIES = 4
+
+
+class Held:
+    """A host path opened once (``O_PATH``, no link followed) and the inode it named."""
+
+    __slots__ = ("dev", "fd", "ino", "is_dir", "path")
+
+    def __init__(self, path: str, fd: int) -> None:
+        st = os.fstat(fd)
+        self.path = path
+        self.fd = fd
+        self.dev = st.st_dev
+        self.ino = st.st_ino
+        self.is_dir = stat.S_ISDIR(st.st_mode)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _components(rel: str) -> list[str]:
+    return [p for p in rel.split("/") if p]
+
+
+def _inside(path: str, root: str) -> str | None:
+    root = root.rstrip("/")
+    return path[len(root) + 1 :] if path.startswith(root + "/") else None
+
+
+def _start_time(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return fields[19].decode()
+    except (OSError, IndexError):
+        return "?"
+
+
+_MARKS: dict[int, bytes] = {}
+
+
+def _self_mark() -> bytes:
+    pid = os.getpid()  # per pid: a forked worker marks with its own
+    if pid not in _MARKS:
+        _MARKS[pid] = f"{pid}:{_start_time(pid)}".encode()
+    return _MARKS[pid]
+
+
+_OURS: set[tuple[int, int]] = set()
+"""Placeholders this process made (for file systems without user extended attributes,
+where the mark cannot be written): removable by any of its commands."""
+
+
+class _Placeholder:
+    """A placeholder this command holds: its lock descriptor and whether we created it."""
+
+    __slots__ = ("created", "dev", "ino", "lock_fd", "name", "parent_fd")
+
+    def __init__(self, *, parent_fd: int, name: str, lock_fd: int, created: bool) -> None:
+        st = os.fstat(lock_fd)
+        self.parent_fd = parent_fd
+        self.name = name
+        self.lock_fd = lock_fd
+        self.created = created
+        self.dev = st.st_dev
+        self.ino = st.st_ino
+
+    def release(self) -> None:
+        """Remove the placeholder if nobody else holds it and it is still the empty,
+        marked entry (ours or a crashed session's); then drop our descriptors."""
+        try:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._close()
+            return  # another jail still has it mounted: the last one removes it
+        try:
+            st = os.lstat(self.name, dir_fd=self.parent_fd)
+            same = (st.st_dev, st.st_ino) == (self.dev, self.ino)
+            ours = self.created or (self.dev, self.ino) in _OURS or _marked(self.lock_fd)
+            if same and ours and _empty(self.lock_fd, st):
+                _OURS.discard((self.dev, self.ino))
+                if stat.S_ISDIR(st.st_mode):
+                    os.rmdir(self.name, dir_fd=self.parent_fd)
+                else:
+                    os.unlink(self.name, dir_fd=self.parent_fd)
+        except OSError:
+            pass
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        for fd in (self.lock_fd, self.parent_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.lock_fd = self.parent_fd = -1
+
+
+def _marked(fd: int) -> bool:
+    try:
+        return bool(os.getxattr(fd, _MARK))
+    except OSError:
+        return False
+
+
+def _empty(fd: int, st: os.stat_result) -> bool:
+    if stat.S_ISDIR(st.st_mode):
+        try:
+            with os.scandir(fd) as entries:
+                return next(entries, None) is None
+        except OSError:
+            return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == 0
+
+
+class CommandBinds:
+    """One command's binds: the options (with descriptor numbers as the child sees them),
+    the descriptors to pass, and the placeholders to release when the command ends."""
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[str, int, str]] = []
+        """(bwrap option, our descriptor, destination), shallowest destination first."""
+        self.placeholders: list[_Placeholder] = []
+        self._fds: list[int] = []
+
+    def add(self, option: str, fd: int, dest: str) -> None:
+        self.ops.append((option, fd, dest))
+        self._fds.append(fd)
+
+    @property
+    def fds(self) -> list[int]:
+        """The descriptors to hand to bwrap, in the order `options` numbers them."""
+        return list(self._fds)
+
+    def options(self, first_child_fd: int | None) -> list[str]:
+        """bwrap's options for these binds, shallowest first, when `fds` become
+        ``first_child_fd, first_child_fd + 1, ...`` in the child (None: they keep their
+        numbers, as with subprocess's ``pass_fds``)."""
+        numbers = {
+            fd: fd if first_child_fd is None else first_child_fd + i
+            for i, fd in enumerate(self._fds)
+        }
+        ordered = sorted(self.ops, key=lambda op: len(_components(op[2])))
+        out: list[str] = []
+        for option, fd, dest in ordered:
+            out += [option, str(numbers[fd]), dest]
+        return out
+
+    def spawned(self) -> None:
+        """bwrap holds its own copies now (and closes each once mounted): drop ours."""
+        for fd in self._fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds = []
+
+    def close(self) -> None:
+        """After the command: descriptors closed, placeholders released."""
+        self.spawned()
+        for placeholder in self.placeholders:
+            placeholder.release()
+        self.placeholders = []
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Roots:
+    """The session's workspace and staged paths, held open for its lifetime."""
+
+    def __init__(
+        self,
+        *,
+        workspace: Held,
+        writable: bool,
+        staged: list[Held],
+        protect: tuple[str, ...],
+        unprotect: tuple[str, ...],
+    ) -> None:
+        self.workspace = workspace
+        self.writable = writable
+        self.staged = staged
+        self.protect = protect
+        self.unprotect = unprotect
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def open(cls, fs: FsPolicy) -> tuple[Roots | None, list[Refusal]]:
+        """Open the policy's roots, or say (by field) why each one cannot be a root.
+
+        Nothing is spawned; on refusal nothing stays open.
+        """
+        refusals: list[Refusal] = []
+        held: list[Held] = []
+        writable = fs.access == "rw"
+        paths = [("fs.workspace", fs.workspace, writable)] + [
+            (f"fs.staged_ro[{i}]", p, False) for i, p in enumerate(fs.staged_ro)
+        ]
+        if fs.workspace is None:
+            refusals.append(
+                Refusal(field="fs.workspace", reason="not set; every session needs a workspace")
+            )
+            paths = paths[1:]
+        for field, path, rw in paths:
+            item = _open_root(field, path or "", writable=rw, allow_home=fs.allow_home)
+            if isinstance(item, Refusal):
+                refusals.append(item)
+            else:
+                held.append(item)
+        if fs.workspace is not None and not refusals and not held[0].is_dir:
+            refusals.append(
+                Refusal(field="fs.workspace", reason=f"{fs.workspace!r} is not a directory")
+            )
+        if refusals:
+            for item in held:
+                item.close()
+            return None, refusals
+        roots = cls(
+            workspace=held[0],
+            writable=writable,
+            staged=held[1:],
+            protect=fs.protect,
+            unprotect=fs.unprotect,
+        )
+        try:
+            # Fail at open, not at the first command, for what is wrong already.
+            roots.command_binds(dry_run=True).close()
+        except PolicyViolation as exc:
+            roots.close()
+            return None, list(exc.violations)
+        return roots, []
+
+    # ------------------------------------------------------------------ per command
+
+    def entries(self) -> tuple[Entry, ...]:
+        """The protected entries of this workspace now (read-only workspaces have none)."""
+        if not self.writable:
+            return ()
+        try:
+            return protected_entries(
+                self.workspace.path,
+                protect=self.protect,
+                unprotect=self.unprotect,
+                derived=git_entries(self.workspace.fd),
+            )
+        except RootRefused as exc:
+            raise _violation("fs.protect", exc.reason) from None
+
+    def command_binds(self, *, dry_run: bool = False) -> CommandBinds:
+        """The binds for one command (see the module docstring). Raises `PolicyViolation`
+        when a protected entry is a symbolic link or a nested staged path was replaced.
+        `dry_run` checks without creating placeholders."""
+        binds = CommandBinds()
+        pins: dict[str, int] = {}
+        try:
+            ws = self.workspace
+            option = "--bind-fd" if self.writable else "--ro-bind-fd"
+            binds.add(option, os.dup(ws.fd), ws.path)
+            entries = self.entries()
+            for entry in entries:
+                self._protect(binds, pins, entry, dry_run=dry_run)
+            for i, staged in enumerate(self.staged):
+                binds.add("--ro-bind-fd", os.dup(staged.fd), staged.path)
+                self._check_nested(pins, i, staged)
+            # A directory inside a protected entry is read-only already; binding it onto
+            # itself would make it writable again.
+            for rel in list(pins):
+                if any(rel == e.rel or rel.startswith(e.rel + "/") for e in entries):
+                    os.close(pins.pop(rel))
+            while pins:
+                rel, fd = pins.popitem()
+                binds.add("--bind-fd", fd, f"{ws.path}/{rel}")
+        except BaseException:
+            for fd in pins.values():
+                os.close(fd)
+            binds.close()
+            raise
+        return binds
+
+    def _protect(
+        self, binds: CommandBinds, pins: dict[str, int], entry: Entry, *, dry_run: bool
+    ) -> None:
+        """Bind `entry` read-only (or a placeholder for it), pinning its ancestors."""
+        for _ in range(_RETRIES):
+            found = _walk(self.workspace.fd, entry.rel, pins if self.writable else None)
+            if isinstance(found, str):
+                raise _violation(
+                    "fs.protect",
+                    f"{self.workspace.path}/{entry.rel}: {found}; a link inside a writable "
+                    "workspace can be replaced by the command, so it cannot be kept read-only "
+                    "(replace it with what it points to, or leave it out with fs.unprotect)",
+                )
+            parent_fd, name, fd, rel = found
+            if fd is not None:
+                _hold_shared(binds, parent_fd, name, fd)
+                binds.add("--ro-bind-fd", fd, f"{self.workspace.path}/{rel}")
+                return
+            if dry_run or not entry.create:
+                os.close(parent_fd)
+                return
+            kind = entry.kind if rel == entry.rel else "dir"
+            made = _make_placeholder(parent_fd, name, kind)
+            if made is None:
+                os.close(parent_fd)
+                continue  # someone made it meanwhile: resolve again
+            lock_fd, path_fd = made
+            binds.placeholders.append(
+                _Placeholder(parent_fd=parent_fd, name=name, lock_fd=lock_fd, created=True)
+            )
+            binds.add("--ro-bind-fd", path_fd, f"{self.workspace.path}/{rel}")
+            return
+        raise _violation("fs.protect", f"{entry.rel}: kept changing while being protected")
+
+    def _check_nested(self, pins: dict[str, int], index: int, staged: Held) -> None:
+        """A staged path inside the workspace must still be the inode held at open; its
+        ancestors there are pinned like a protected entry's."""
+        rel = _inside(staged.path, self.workspace.path)
+        if rel is None:
+            return
+        found = _walk(self.workspace.fd, rel, pins if self.writable else None)
+        if not isinstance(found, str):
+            parent_fd, _name, fd, _rel = found
+            os.close(parent_fd)
+            if fd is not None:
+                st = os.fstat(fd)
+                os.close(fd)
+                if (st.st_dev, st.st_ino) == (staged.dev, staged.ino):
+                    return
+        raise _violation(
+            f"fs.staged_ro[{index}]",
+            f"{staged.path!r} is no longer the directory the session opened (something moved "
+            "or replaced it, or a path above it); refusing to mount anything there",
+        )
+
+    def close(self) -> None:
+        self.workspace.close()
+        for staged in self.staged:
+            staged.close()
+
+
+def _open_root(field: str, path: str, *, writable: bool, allow_home: bool) -> Held | Refusal:
+    path = os.path.normpath(path) if path else path
+    try:
+        fd = open_root(path)
+    except RootRefused as exc:
+        return Refusal(field=field, reason=exc.reason)
+    why = root_refusal(path, writable=writable, allow_home=allow_home)
+    if why is None and field == "fs.workspace":
+        why = sys_path_refusal(path, writable=writable)
+    if why is not None:
+        os.close(fd)
+        return Refusal(field=field, reason=why)
+    return Held(path, fd)
+
+
+def _violation(field: str, reason: str) -> PolicyViolation:
+    return PolicyViolation(TIER, [Refusal(field=field, reason=reason)])
+
+
+def _walk(
+    root_fd: int, rel: str, pins: dict[str, int] | None
+) -> str | tuple[int, str, int | None, str]:
+    """Walk `rel` beneath `root_fd` without following links.
+
+    Returns why not (a link on the way, a file where a directory must be), or
+    ``(parent_fd, name, fd, reached)``: `fd` an ``O_PATH`` descriptor on the whole entry, or
+    None when the component `reached` (relative to the root) is missing -- then `name` is
+    that component and `parent_fd` its directory (the caller owns `parent_fd`). Existing
+    directories above the last component are added to `pins` (when given) as descriptors.
+    """
+    parts = _components(rel)
+    parent = os.dup(root_fd)
+    reached = ""
+    try:
+        for i, part in enumerate(parts):
+            reached = f"{reached}/{part}" if reached else part
+            try:
+                fd = os.open(part, _O_PATH, dir_fd=parent)
+            except FileNotFoundError:
+                return parent, part, None, reached
+            st = os.fstat(fd)
+            last = i == len(parts) - 1
+            if stat.S_ISLNK(st.st_mode):
+                os.close(fd)
+                os.close(parent)
+                return f"{reached!r} is a symbolic link"
+            if last:
+                return parent, part, fd, reached
+            if not stat.S_ISDIR(st.st_mode):
+                os.close(fd)
+                os.close(parent)
+                return f"{reached!r} is not a directory"
+            if pins is not None and reached not in pins:
+                pins[reached] = os.dup(fd)
+            os.close(parent)
+            parent = fd
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(parent)
+        raise
+    os.close(parent)
+    return "an empty path"
+
+
+def _hold_shared(binds: CommandBinds, parent_fd: int, name: str, path_fd: int) -> None:
+    """Hold a shared lock on an existing entry that may be a placeholder (empty), so the
+    session that made it does not remove it while this command has it mounted."""
+    st = os.fstat(path_fd)
+    lock_fd = -1
+    if stat.S_ISDIR(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_size == 0):
+        with contextlib.suppress(OSError):
+            lock_fd = os.open(f"/proc/self/fd/{path_fd}", os.O_RDONLY | os.O_CLOEXEC)
+    if lock_fd < 0:
+        os.close(parent_fd)
+        return
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_SH)
+        held = _empty(lock_fd, os.fstat(lock_fd))
+    except OSError:
+        held = False
+    if not held:  # something was written into it: not a placeholder, nothing to release
+        os.close(lock_fd)
+        os.close(parent_fd)
+        return
+    binds.placeholders.append(
+        _Placeholder(parent_fd=parent_fd, name=name, lock_fd=lock_fd, created=False)
+    )
+
+
+def _make_placeholder(parent_fd: int, name: str, kind: str) -> tuple[int, int] | None:
+    """Create an empty, marked, read-only placeholder; (lock fd, O_PATH fd), or None when
+    the name appeared meanwhile."""
+    try:
+        if kind == "dir":
+            os.mkdir(name, 0o555, dir_fd=parent_fd)
+            lock_fd = os.open(
+                name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd
+            )
+        else:
+            lock_fd = os.open(
+                name,
+                os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o444,
+                dir_fd=parent_fd,
+            )
+    except FileExistsError:
+        return None
+    with contextlib.suppress(OSError):
+        os.setxattr(lock_fd, _MARK, _self_mark())
+    fcntl.flock(lock_fd, fcntl.LOCK_SH)
+    # Another session may have removed it between our mkdir and our lock (it saw a marked,
+    # unheld, empty entry): then it is not at the name any more, and we start again.
+    try:
+        now = os.lstat(name, dir_fd=parent_fd)
+    except OSError:
+        now = None
+    st = os.fstat(lock_fd)
+    if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+        os.close(lock_fd)
+        return None
+    _OURS.add((st.st_dev, st.st_ino))
+    path_fd = os.open(f"/proc/self/fd/{lock_fd}", os.O_PATH | os.O_CLOEXEC)
+    return lock_fd, path_fd

@@ -1,0 +1,260 @@
+"""What a T2 macOS session may see and write, decided once at `create`: the module to read
+for "can a jail's writes change what a later jail sees, or run outside it later?".
+
+Seatbelt matches paths, not inodes, so nothing is held open here (T2 Linux binds held
+descriptors instead). What keeps the paths honest:
+
+* **Roots are opened, never resolved** (`check_root`). The workspace and every staged
+  path are opened component by component from ``/`` without following a link
+  (`panday_core.protect.open_root`); a link anywhere is refused, naming it and the real
+  path. On macOS ``/tmp``, ``/var`` and ``/etc`` are links into ``/private``, so the refusal
+  names the ``/private`` spelling to use. A jail that planted a link in its workspace can
+  therefore never make a later session's profile name a host directory of its choosing.
+  The places no jail may mount (``/usr``, ``/etc``, ``/System``, a home directory unless
+  ``fs.allow_home`` ...) are refused too (`panday_core.protect.root_refusal`), as is a
+  workspace on the caller's import path, and anything inside a protected path.
+* **Roots are spelled as the file system spells them.** macOS volumes are case-insensitive
+  by default: ``/users/a`` opens ``/Users/a``, but every check here (a home directory, a
+  system directory) and every Seatbelt rule compares strings. A root whose spelling
+  differs from its directory entries is refused, naming the spelling to give.
+* **Protected entries** of a writable workspace (`protected_paths`: ``.git``, editor and
+  agent configuration, panday's own code, a home's start-up files...) are walked beneath
+  the workspace without following links. An existing entry is protected as it is; a
+  missing one that must not be created is protected at its first missing component (so
+  neither it nor a directory that would hold it can be made, or renamed into place); a
+  missing one that may be created is left out. A link on the way is refused
+  (``fs.protect``): Seatbelt judges a write through a link by its target, so a linked
+  ``.vscode`` would leave its target writable.
+* The profile then denies writes to each protected entry and, with
+  `panday_tier_macos.profile.workspace_guards`, unlinking (so renaming) of every directory
+  that holds one, a staged path or a home, the workspace included. A rule written for a path
+  can no longer be dodged by moving that path.
+
+Protected entries are computed once, at `create`, like the profile. An entry that may be
+created (``.envrc``, a submodule's ``.git``) and is created by a command stays writable for
+the rest of the session: creating it is harmless by the entry's own definition (direnv asks
+before running a new ``.envrc``), and writing it later adds nothing to writing it then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import unicodedata
+from typing import TYPE_CHECKING, NamedTuple
+
+from panday_core.capabilities import Refusal
+from panday_core.errors import PolicyViolation
+from panday_core.protect import (
+    RootRefused,
+    git_entries,
+    open_root,
+    protected_entries,
+    root_refusal,
+    sys_path_refusal,
+)
+from panday_tier_macos.profile import protecting, workspace_guards
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from panday_core.policy import FsPolicy
+    from panday_core.protect import Entry
+
+TIER = "t2-macos"
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+class Roots(NamedTuple):
+    """A session's checked paths (all absolute and resolved)."""
+
+    workspace: str
+    staged: tuple[str, ...]
+    protected: tuple[str, ...]
+    """Protected entries of a writable workspace (none when it is read-only)."""
+    ancestors: tuple[str, ...]
+    """Directories that must not be renamed or removed (`workspace_guards`)."""
+
+
+def _violation(refusals: list[Refusal]) -> PolicyViolation:
+    return PolicyViolation(TIER, refusals)
+
+
+def _fold(name: str) -> str:
+    return unicodedata.normalize("NFD", name).casefold()
+
+
+def _entry_name(listing: list[str], name: str) -> str | None:
+    """The entry of `listing` that a lookup of `name` finds: `name` itself, or on a
+    case- or normalization-insensitive volume the one entry that folds to it."""
+    if name in listing:
+        return name
+    found = [n for n in listing if _fold(n) == _fold(name)]
+    return found[0] if len(found) == 1 else None
+
+
+def disk_spelling(path: str) -> str:
+    """`path` (absolute, normalised, no link on the way) with each component as its
+    directory spells it. A directory that cannot be listed keeps the given name."""
+    spelled = ""
+    for part in (p for p in path.split("/") if p):
+        try:
+            listing = os.listdir(spelled or "/")  # noqa: PTH208 - names, as os gives them
+        except OSError:
+            listing = [part]
+        spelled += "/" + (_entry_name(listing, part) or part)
+    return spelled or "/"
+
+
+def check_root(
+    field: str,
+    path: str,
+    *,
+    writable: bool,
+    allow_home: bool,
+    homes: Sequence[str],
+) -> str | Refusal:
+    """`path` normalised, when it may be a root of this session; else why not, by `field`.
+
+    Opened from ``/`` without following a link (never `realpath`: a jail can plant links),
+    then checked against the places no jail may mount and the paths this tier never lets
+    a command touch. Nothing stays open.
+    """
+    path = os.path.normpath(path)
+    try:
+        fd = open_root(path)
+    except RootRefused as exc:
+        return Refusal(field=field, reason=exc.reason)
+    try:
+        is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
+    finally:
+        os.close(fd)
+    if not is_dir:
+        return Refusal(field=field, reason=f"{path!r} is not a directory")
+    spelled = disk_spelling(path)
+    if spelled != path:
+        return Refusal(
+            field=field,
+            reason=f"{path!r} is spelled {spelled!r} on disk; give that spelling (this "
+            "volume ignores case, but the checks and the sandbox's rules compare paths as "
+            "written)",
+        )
+    why = root_refusal(path, writable=writable, allow_home=allow_home)
+    if why is None and field == "fs.workspace":
+        why = sys_path_refusal(path, writable=writable)
+    if why is None:
+        inside = protecting(path, homes)
+        if inside is not None:
+            why = f"{path!r} is inside {inside}, which this tier never lets a command read or write"
+    return Refusal(field=field, reason=why) if why is not None else path
+
+
+def _walk(root_fd: int, rel: str) -> str | tuple[bool, str]:
+    """Walk `rel` beneath `root_fd` without following a link: ``(True, reached)`` when it
+    exists, ``(False, reached)`` when the component ending `reached` is the first missing
+    one, or why it cannot be protected (a link, a file where a directory must be).
+    `reached` spells each existing component as its directory does: on a case-insensitive
+    volume ``Deploy`` finds ``deploy``, and that is the path every access presents."""
+    parts = [p for p in rel.split("/") if p]
+    parent = os.dup(root_fd)
+    reached = ""
+    try:
+        for i, given in enumerate(parts):
+            try:
+                st = os.stat(given, dir_fd=parent, follow_symlinks=False)
+            except FileNotFoundError:
+                return False, f"{reached}/{given}" if reached else given
+            name = given
+            with contextlib.suppress(OSError):  # an O_PATH descriptor (Linux) cannot list
+                name = _entry_name(os.listdir(parent), given) or given  # noqa: PTH208 - an fd
+            reached = f"{reached}/{name}" if reached else name
+            if stat.S_ISLNK(st.st_mode):
+                return f"{reached!r} is a symbolic link"
+            if i == len(parts) - 1:
+                return True, reached
+            if not stat.S_ISDIR(st.st_mode):
+                return f"{reached!r} is not a directory"
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=parent)
+            except OSError as exc:  # replaced meanwhile, or unreadable
+                return f"{reached!r}: {exc.strerror}"
+            os.close(parent)
+            parent = child
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(parent)
+    return "an empty path"
+
+
+def _outermost(rels: list[str]) -> list[str]:
+    """`rels` without repeats and without any path inside another (already covered)."""
+    kept: list[str] = []
+    for rel in sorted(set(rels), key=lambda r: (r.count("/"), r)):
+        if not any(rel.startswith(k + "/") for k in kept):
+            kept.append(rel)
+    return sorted(kept)
+
+
+def protected_paths(workspace: str, root_fd: int, fs: FsPolicy) -> tuple[str, ...]:
+    """The absolute paths the profile keeps read-only inside the writable `workspace`
+    (opened as `root_fd`); `PolicyViolation` (``fs.protect``) when one cannot be kept so."""
+    try:
+        entries: tuple[Entry, ...] = protected_entries(
+            workspace, protect=fs.protect, unprotect=fs.unprotect, derived=git_entries(root_fd)
+        )
+    except RootRefused as exc:
+        raise _violation([Refusal(field="fs.protect", reason=exc.reason)]) from None
+    rels: list[str] = []
+    for entry in entries:
+        found = _walk(root_fd, entry.rel)
+        if isinstance(found, str):
+            raise _violation(
+                [
+                    Refusal(
+                        field="fs.protect",
+                        reason=f"{workspace}/{entry.rel}: {found}; the command could write "
+                        "through it, so it cannot be kept read-only (replace it with what it "
+                        "points to, or leave it out with fs.unprotect)",
+                    )
+                ]
+            )
+        exists, reached = found
+        if exists or entry.create:
+            rels.append(reached)
+    root = workspace.rstrip("/")
+    return tuple(f"{root}/{rel}" for rel in _outermost(rels))
+
+
+def open_roots(fs: FsPolicy, homes: Sequence[str]) -> Roots:
+    """Check every root of `fs` and compute what the profile protects; `PolicyViolation`
+    naming each refused field (nothing is left open either way)."""
+    writable = fs.access == "rw"
+    if fs.workspace is None:
+        raise _violation([Refusal(field="fs.workspace", reason="no workspace was given")])
+    checks = [("fs.workspace", fs.workspace, writable)]
+    checks += [(f"fs.staged_ro[{i}]", p, False) for i, p in enumerate(fs.staged_ro)]
+    refusals: list[Refusal] = []
+    paths: list[str] = []
+    for field, path, rw in checks:
+        item = check_root(field, path, writable=rw, allow_home=fs.allow_home, homes=homes)
+        if isinstance(item, Refusal):
+            refusals.append(item)
+        else:
+            paths.append(item)
+    if refusals:
+        raise _violation(refusals)
+    workspace, staged = paths[0], tuple(paths[1:])
+    if not writable:
+        return Roots(workspace=workspace, staged=staged, protected=(), ancestors=())
+    try:
+        fd = open_root(workspace)
+    except RootRefused as exc:  # replaced since the check above
+        raise _violation([Refusal(field="fs.workspace", reason=exc.reason)]) from None
+    try:
+        protected = protected_paths(workspace, fd, fs)
+    finally:
+        os.close(fd)
+    ancestors = workspace_guards(workspace, protected, staged, homes)
+    return Roots(workspace=workspace, staged=staged, protected=protected, ancestors=ancestors)
