@@ -36,7 +36,8 @@ CORE = REPO / "packages/core/src/panday_core"
 # Model and data modules: they touch fields to validate, describe or display them, which
 # is not enforcement.
 NOT_ENFORCEMENT = frozenset(
-    {"policy", "capabilities", "types", "errors", "schema", "domains", "protocol", "manifest"}
+    {"policy", "capabilities", "declared", "types", "errors", "schema", "domains", "protocol"}
+    | {"manifest"}
 )
 SECTIONS = frozenset({"fs", "net", "limits"})
 MANIFEST_READERS = frozenset({"to_policy", "consent_summary"})

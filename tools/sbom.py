@@ -10,20 +10,33 @@ SBOMs of its own, so the licence gate also covers what the extra pulls in.
 
 cyclonedx-py sees our own packages as local directories: no purl, and an absolute
 `file://` path that differs per checkout. They are published on PyPI under their
-distribution names, so this tool gives them that purl and drops the path; then it checks
-every component has a purl and a licence, validates the document against the CycloneDX 1.6
-schema, and writes it with sorted keys. `--check-reproducible` builds everything a second
-time from fresh environments in a different directory and requires byte-identical output.
+distribution names, so this tool gives them that purl and drops the path.
+
+Every third-party component gets the SHA-256 of the file that was installed for it, from
+uv.lock: the wheel whose tags are exactly those the installed `.dist-info/WHEEL` records
+(or the sdist, when it was built from source), also named as the component's
+`distribution` reference. Our own packages have no such file before the `build` gate runs;
+the release attests the built wheels separately (docs/release.md).
+
+Each document gets a `serialNumber`: a UUID derived (version 5) from the document's own
+content, so the same inputs give the same number, and different SBOMs different ones.
+Then it checks every component has a purl and a licence (and every third-party one a
+hash), validates the document against the CycloneDX 1.6 schema, and writes it with sorted
+keys. `--check-reproducible` builds everything a second time from fresh environments in a
+different directory and requires byte-identical output.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import json
 import os
 import sys
 import tempfile
+import tomllib
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +66,6 @@ class Target:
 
 
 def targets(members: list[Member]) -> list[Target]:
-    import tomllib  # noqa: PLC0415 - only needed here
 
     found = [
         Target(m.name, m.version, m.directory / "pyproject.toml", ("--package", m.name), "library")
@@ -132,13 +144,109 @@ def declared_licence_names(doc: dict[str, object], env_dir: Path) -> None:
             component["licenses"] = [{"license": licence}]
 
 
+@functools.cache
+def lock_artifacts() -> dict[
+    tuple[str, str], tuple[dict[str, str] | None, tuple[dict[str, str], ...]]
+]:
+    """(canonical name, version) -> (its sdist, its wheels), each with url and hash, from
+    uv.lock."""
+    lock = tomllib.loads((REPO / "uv.lock").read_text(encoding="utf-8"))
+    found: dict[tuple[str, str], tuple[dict[str, str] | None, tuple[dict[str, str], ...]]] = {}
+    for package in lock.get("package", []):
+        if "version" not in package:
+            continue
+        key = (canonical(package["name"]), str(package["version"]))
+        found[key] = (package.get("sdist"), tuple(package.get("wheels", ())))
+    return found
+
+
+def installed_tags(env_dir: Path) -> dict[str, frozenset[str]]:
+    """canonical name -> the tags its installed wheel declared (the .dist-info/WHEEL file)."""
+    tags: dict[str, frozenset[str]] = {}
+    for wheel in env_dir.glob("lib/python*/site-packages/*.dist-info/WHEEL"):
+        metadata = (wheel.parent / "METADATA").read_text(encoding="utf-8", errors="replace")
+        name = next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in metadata.splitlines()
+                if line.startswith("Name:")
+            ),
+            None,
+        )
+        if name is None:
+            continue
+        lines = wheel.read_text(encoding="utf-8").splitlines()
+        tags[canonical(name)] = frozenset(
+            line.split(":", 1)[1].strip() for line in lines if line.startswith("Tag:")
+        )
+    return tags
+
+
+def _wheel_tags(url: str) -> frozenset[str]:
+    from packaging.utils import parse_wheel_filename  # noqa: PLC0415 - only here
+
+    return frozenset(str(tag) for tag in parse_wheel_filename(url.rsplit("/", 1)[-1])[3])
+
+
+def installed_artifact(name: str, version: str, tags: frozenset[str]) -> dict[str, str] | None:
+    """The locked file (url, hash) installed for `name` `version`: the wheel with exactly
+    these tags, else its sdist (built locally); None when uv.lock has neither."""
+    sdist, wheels = lock_artifacts().get((canonical(name), version), (None, ()))
+    for wheel in wheels:
+        if tags and _wheel_tags(wheel["url"]) == tags:
+            return wheel
+    return sdist
+
+
+def _hash_entry(artifact: dict[str, str]) -> dict[str, str]:
+    algorithm, _, digest = artifact["hash"].partition(":")
+    if algorithm != "sha256" or len(digest) != 64:  # noqa: PLR2004 - hex SHA-256
+        raise GateError(f"uv.lock: unexpected hash {artifact['hash']!r} for {artifact['url']}")
+    return {"alg": "SHA-256", "content": digest}
+
+
+def serial_number(doc: dict[str, object]) -> str:
+    """A version 5 UUID of the document's content (without a serial number): the same
+    SBOM always gets the same number, a different one a different number."""
+    body = {k: v for k, v in doc.items() if k != "serialNumber"}
+    digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    return f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'panday-sbom:{digest}')}"
+
+
+def _add_hash(component: dict[str, object], tags: dict[str, frozenset[str]]) -> None:
+    """The SHA-256 of the locked file installed for a third-party component, as its hash
+    and as its `distribution` reference (which names the file the hash is of)."""
+    name, version = str(component["name"]), str(component["version"])
+    artifact = installed_artifact(name, version, tags.get(canonical(name), frozenset()))
+    if artifact is None:
+        return
+    component["hashes"] = [_hash_entry(artifact)]
+    refs: list[dict[str, object]] = component.get("externalReferences", [])  # pyright: ignore[reportAssignmentType] - CycloneDX JSON
+    distribution: dict[str, object] = {
+        "type": "distribution",
+        "url": artifact["url"],
+        "hashes": [_hash_entry(artifact)],
+    }
+    component["externalReferences"] = [
+        *(r for r in refs if r.get("type") != "distribution"),
+        distribution,
+    ]
+
+
 def _purl(name: str, version: str, *, on_pypi: bool) -> str:
     kind = "pypi" if on_pypi else "generic"
     return f"pkg:{kind}/{canonical(name)}@{version}"
 
 
-def finish(doc: dict[str, object], target: Target, platform: str, ours: set[str]) -> str:
-    """Give our packages their purls, drop local paths, check, and render stably."""
+def finish(
+    doc: dict[str, object],
+    target: Target,
+    platform: str,
+    ours: set[str],
+    tags: dict[str, frozenset[str]] | None = None,
+) -> str:
+    """Give our packages their purls, drop local paths, give third-party components the
+    hash of what was installed, number the document, check, and render stably."""
     metadata: dict[str, object] = doc["metadata"]  # pyright: ignore[reportAssignmentType] - CycloneDX JSON
     root: dict[str, object] = metadata["component"]  # pyright: ignore[reportAssignmentType] - CycloneDX JSON
     root["purl"] = _purl(target.name, target.version, on_pypi=canonical(target.name) in ours)
@@ -159,12 +267,21 @@ def finish(doc: dict[str, object], target: Target, platform: str, ours: set[str]
                 component["externalReferences"] = kept
             else:
                 component.pop("externalReferences", None)
+        elif tags is not None:
+            _add_hash(component, tags)
     missing = [
         f"{c.get('name')}: no {field}"
         for c in [root, *components]
         for field in ("purl", "licenses")
         if not c.get(field)
     ]
+    if tags is not None:
+        missing += [
+            f"{c.get('name')}: no hash of its installed file in uv.lock"
+            for c in components
+            if canonical(str(c["name"])) not in ours and not c.get("hashes")
+        ]
+    doc["serialNumber"] = serial_number(doc)
     if missing:
         raise GateError(f"{target.file_name(platform)}: {'; '.join(missing)}")
     text = json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
@@ -205,7 +322,7 @@ def generate(where: Path, *, check: bool = True) -> dict[str, tuple[str, int]]:
             env_dir = _runtime_env(target, platform, where)
             raw = _raw_sbom(target, env_dir, where / f"{target.key}-{platform}.raw.json")
             declared_licence_names(raw, env_dir)
-            text = finish(raw, target, platform, ours)
+            text = finish(raw, target, platform, ours, installed_tags(env_dir))
             names = component_names(text)
             if target.kind == "application":  # the workspace: all our packages must be in it
                 require_members(target.file_name(platform), names, ours)

@@ -91,3 +91,60 @@ def test_workspace_sbom_without_our_packages_fails() -> None:
         sbom.require_members("w.cdx.json", {"panday", "msgspec"}, OURS)
     with pytest.raises(GateError, match="lacks workspace packages"):
         sbom.require_members("w.cdx.json", set(), OURS)
+
+
+# Tags of the manylinux x86_64 msgspec 0.23.0 wheel for CPython 3.11 (as its WHEEL file
+# lists them), and that wheel's hash in uv.lock.
+MSGSPEC_TAGS = frozenset(
+    {
+        "cp311-cp311-manylinux_2_17_x86_64",
+        "cp311-cp311-manylinux2014_x86_64",
+        "cp311-cp311-manylinux_2_28_x86_64",
+    }
+)
+
+
+def _locked_wheel(tags: frozenset[str]) -> dict[str, str]:
+    _, wheels = sbom.lock_artifacts()[("msgspec", "0.23.0")]
+    return next(w for w in wheels if sbom._wheel_tags(w["url"]) == tags)  # noqa: SLF001 - the matcher under test  # pyright: ignore[reportPrivateUsage]
+
+
+def test_third_party_components_get_the_hash_of_the_installed_file() -> None:
+    wheel = _locked_wheel(MSGSPEC_TAGS)
+    text = sbom.finish(_raw(), TARGET, "linux", OURS, {"msgspec": MSGSPEC_TAGS})
+    msgspec = next(c for c in json.loads(text)["components"] if c["name"] == "msgspec")
+    digest = wheel["hash"].removeprefix("sha256:")
+    assert msgspec["hashes"] == [{"alg": "SHA-256", "content": digest}]
+    assert msgspec["externalReferences"][-1] == {
+        "type": "distribution",
+        "url": wheel["url"],
+        "hashes": [{"alg": "SHA-256", "content": digest}],
+    }
+    core = next(c for c in json.loads(text)["components"] if c["name"] == "panday-core")
+    assert "hashes" not in core  # ours: not built yet when the SBOM is made
+
+
+def test_a_component_built_from_source_gets_its_sdist_hash() -> None:
+    sdist, _ = sbom.lock_artifacts()[("msgspec", "0.23.0")]
+    assert sdist is not None
+    built_here = frozenset({"cp311-cp311-linux_x86_64"})  # a local build matches no wheel
+    text = sbom.finish(_raw(), TARGET, "linux", OURS, {"msgspec": built_here})
+    msgspec = next(c for c in json.loads(text)["components"] if c["name"] == "msgspec")
+    assert msgspec["hashes"][0]["content"] == sdist["hash"].removeprefix("sha256:")
+
+
+def test_a_third_party_component_without_a_locked_file_fails() -> None:
+    raw = _raw()
+    components: list[dict[str, object]] = raw["components"]  # pyright: ignore[reportAssignmentType] - test data
+    components[1]["version"] = "0.0.0-not-locked"
+    with pytest.raises(GateError, match="msgspec: no hash of its installed file"):
+        sbom.finish(raw, TARGET, "linux", OURS, {"msgspec": MSGSPEC_TAGS})
+
+
+def test_the_serial_number_is_a_uuid_of_the_content() -> None:
+    first = json.loads(sbom.finish(_raw(), TARGET, "linux", OURS, {"msgspec": MSGSPEC_TAGS}))
+    again = json.loads(sbom.finish(_raw(), TARGET, "linux", OURS, {"msgspec": MSGSPEC_TAGS}))
+    other = json.loads(sbom.finish(_raw(), TARGET, "macos", OURS, {"msgspec": MSGSPEC_TAGS}))
+    assert first["serialNumber"].startswith("urn:uuid:")
+    assert first["serialNumber"] == again["serialNumber"]  # reproducible
+    assert first["serialNumber"] != other["serialNumber"]  # and distinct per document

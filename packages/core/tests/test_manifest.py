@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -30,8 +30,7 @@ from panday_core.schema import public_models, rendered_schemas
 from panday_core.t0 import declared_capabilities as t0_caps
 from panday_core.types import SandboxTier
 
-if TYPE_CHECKING:
-    from pathlib import Path
+REPO = Path(__file__).resolve().parents[3]
 
 FULL = """
 name = "gh-helper"
@@ -276,19 +275,35 @@ def test_policy_with_allowlist_is_refused_where_it_cannot_be_enforced(tmp_path: 
 # ------------------------------------------------------------------ consent
 
 
+# Words that mean nothing to the person approving, and must not reach the prompt.
+_INTERNALS = ("bwrap", "bubblewrap", "relay", "seccomp", "Seatbelt", "unix socket", "mech(")
+
+
+def _no_internals(text: str) -> None:
+    leaked = [word for word in _INTERNALS if word in text]
+    assert not leaked, f"the consent text names internals {leaked}:\n{text}"
+
+
 def test_consent_shows_network_granted_only_where_enforced() -> None:
     m = manifest_from_toml(FULL)
-    granted = m.consent_summary(caps(net=Support.STRICT))
+    granted = m.consent_summary(caps(net=Support.STRICT), HOST_ENV)
     assert granted.net_granted == m.capabilities.net
-    assert "granted only to api.github.com" in granted.render()
-    assert "mech(net.allow)" in granted.render()
+    text = granted.render()
+    assert (
+        "  - connect to api.github.com, *.example.com, 203.0.113.7 (ports 80 and 443), "
+        "and nowhere else\n" in text
+    )
+    assert "  - connect to any other host\n" in text
+    assert "NOT granted" not in text
+    _no_internals(text)
 
-    refused = m.consent_summary(caps(net=Support.NOT_ENFORCED))
+    refused = m.consent_summary(caps(net=Support.NOT_ENFORCED), HOST_ENV)
     text = refused.render()
     assert refused.net_requested == m.capabilities.net
     assert refused.net_granted == ()
-    assert "requested api.github.com, *.example.com, 203.0.113.7, NOT granted" in text
-    assert "runs with no network at all" in text
+    assert "Asked for, but NOT granted here:\n  - connecting to api.github.com" in text
+    assert "it runs with no network at all and those connections fail" in text
+    assert "  - use the network at all\n" in text  # under "where it cannot"
     assert NO_EGRESS_PROXY in text
     assert refused.runnable  # it runs, without network, as the summary says
 
@@ -304,35 +319,78 @@ def test_policy_for_matches_the_consent_summary(tmp_path: Path) -> None:
 
 def test_consent_on_t0() -> None:
     m = manifest_from_toml(FULL)
-    summary = m.consent_summary(t0_caps())
+    summary = m.consent_summary(t0_caps(), HOST_ENV)
     text = summary.render()
     assert summary.tier == "t0"
     assert summary.net_granted == ()
     assert summary.secrets_passed == ()
-    assert "Secrets: requested GITHUB_TOKEN; not passed" in text
-    assert "Files: read your workspace, no writes" in text
-    assert "Skills: triage, label" in text
-    assert "Hooks: pre-commit" in text
-    assert "MCP servers: github" in text
-    assert "gh-helper 1.2.0+local" in text
+    assert "  - the values of GITHUB_TOKEN: T0 runs no process" in text
+    assert "read the files in your workspace (the folder you run it in), but not change them" in (
+        text
+    )
+    assert "It brings skills triage, label; hooks pre-commit; MCP servers github" in text
+    assert text.startswith("gh-helper 1.2.0+local asks to run on this computer.\n")
+    assert "  Triage GitHub issues.\n  Second line.\n" in text
     assert summary.runnable
+    _no_internals(text)
 
 
 def test_consent_says_when_a_tier_cannot_run_the_plugin() -> None:
     m = manifest_from_toml(FULL)
     bare = TierCapabilities(tier=SandboxTier.T2_MACOS, fields=())
-    summary = m.consent_summary(bare)
+    summary = m.consent_summary(bare, HOST_ENV)
     assert not summary.runnable
-    assert "Verdict: cannot run on t2-macos" in summary.render()
+    assert "panday cannot run it here; t2-macos cannot enforce what it needs:" in summary.render()
     assert "/panday-workspace" not in summary.render()  # placeholders are never shown
 
 
 def test_consent_secrets_where_env_is_enforced() -> None:
     m = manifest_from_toml(FULL)
-    summary = m.consent_summary(caps(net=Support.STRICT))
+    summary = m.consent_summary(caps(net=Support.STRICT), HOST_ENV)
     assert summary.secrets_passed == ("GITHUB_TOKEN",)
-    assert "tok-123" not in summary.render()
-    assert "values not shown" in summary.render()
+    text = summary.render()
+    assert "tok-123" not in text
+    assert "  - see the value of GITHUB_TOKEN from your environment\n" in text
+    assert "  - see anything else from your environment\n" in text
+    assert summary.runnable
+
+
+def test_consent_names_a_secret_that_is_not_set() -> None:
+    # Control: with the variable set, nothing is said about it and the plugin can run.
+    m = manifest_from_toml(FULL)
+    assert m.consent_summary(caps(net=Support.STRICT), HOST_ENV).secrets_missing == ()
+    summary = m.consent_summary(caps(net=Support.STRICT), {"HOME": "/root"})
+    text = summary.render()
+    assert summary.secrets_missing == ("GITHUB_TOKEN",)
+    assert not summary.runnable
+    assert "GITHUB_TOKEN from your environment (not set in your environment now)" in text
+    assert "are passed in" not in text  # never claims to pass a value that is not there
+    assert text.rstrip().endswith(
+        "panday will not start it until GITHUB_TOKEN is set in your environment."
+    )
+
+
+def test_the_sample_manifest_is_valid() -> None:
+    sample = load_manifest(str(REPO / "examples" / "plugin.toml"))
+    assert sample.capabilities.fs == "workspace-ro"
+    assert sample.capabilities.secrets == ("GITHUB_TOKEN",)
+
+
+def test_manifest_errors_name_the_full_field() -> None:
+    for text, field in (
+        (
+            'name = "p"\nversion = "1"\n[capabilities]\nnet = ["https://x/"]\n',
+            "capabilities.net[0]",
+        ),
+        (
+            'name = "p"\nversion = "1"\n[capabilities]\nsecrets = ["A", "A"]\n',
+            "capabilities.secrets[1]",
+        ),
+        ('name = "p/q"\nversion = "1"\n', "name"),
+    ):
+        with pytest.raises(PolicyError) as info:
+            manifest_from_toml(text)
+        assert info.value.field == field, info.value
 
 
 def test_manifest_schema_is_public() -> None:

@@ -52,7 +52,11 @@ def finished() -> Callable[[subprocess.Popen[bytes]], None]:
 
 @pytest.fixture
 def cli(tmp_path: Path) -> Cli:
-    """Run the installed `panday` with `args` (in a fresh directory unless `cwd` is given)."""
+    """Run the installed `panday` with `args` (in a fresh directory unless `cwd` is given).
+
+    $XDG_CONFIG_HOME points at an empty directory unless `env` sets it, so a per-user
+    default policy on the machine running the tests never changes what they see.
+    """
 
     def run(
         *args: str,
@@ -63,6 +67,8 @@ def cli(tmp_path: Path) -> Cli:
     ) -> subprocess.CompletedProcess[str]:
         where = cwd or tmp_path / "cwd"
         where.mkdir(exist_ok=True)
+        full = dict(os.environ if env is None else env)
+        full.setdefault("XDG_CONFIG_HOME", str(tmp_path / "no-user-config"))
         return subprocess.run(
             [panday_exe(), *args],
             capture_output=True,
@@ -70,7 +76,7 @@ def cli(tmp_path: Path) -> Cli:
             timeout=timeout,
             check=False,
             cwd=where,
-            env=dict(env) if env is not None else None,
+            env=full,
             input=stdin,
             stdin=None if stdin is not None else subprocess.DEVNULL,
         )

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
 import select
 import signal
 import socket
 import subprocess
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -15,13 +18,13 @@ from panday_core.capabilities import Support
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from pathlib import Path
     from subprocess import CompletedProcess
 
     Cli = Callable[..., CompletedProcess[str]]
     Line = Callable[[CompletedProcess[str]], str]
     Validate = Callable[[str, str], dict[str, object]]
 
+REPO = Path(__file__).resolve().parents[3]
 MANIFEST = """\
 name = "gh-helper"
 version = "1.2.0"
@@ -46,8 +49,10 @@ def test_plugin_inspect_shows_what_this_host_really_grants(
     manifest = tmp_path / "plugin.toml"
     manifest.write_text(MANIFEST)
     result = cli("plugin", "inspect", str(manifest))
-    assert result.stdout.startswith("Plugin gh-helper 1.2.0: Triage GitHub issues.\n")
-    assert f"Tier: {tiers.host_command_tier()}" in result.stdout
+    assert result.stdout.startswith(
+        "gh-helper 1.2.0 asks to run on this computer.\n  Triage GitHub issues.\n"
+    )
+    assert "If you approve, it runs in panday's " in result.stdout
     as_json = cli("plugin", "inspect", "--json", str(manifest))
     doc = validate(as_json.stdout, "cli-plugin-inspect")
     assert doc["net_requested"] == ["api.github.com"]
@@ -78,7 +83,44 @@ def test_plugin_inspect_bad_input(  # noqa: PLR0917 - fixtures and parameters
         manifest.write_text(content)
     result = cli("plugin", "inspect", str(manifest))
     assert result.returncode == code, result.stderr
-    assert fragment in clean_line(result)
+    line = clean_line(result)
+    assert fragment in line
+    assert str(manifest) in line  # the line names the file
+    if code == exitcodes.INVALID_POLICY:
+        assert f"panday: {manifest}: invalid plugin manifest: " in line
+        assert "invalid policy" not in line
+
+
+SAMPLE = REPO / "examples" / "plugin.toml"
+
+
+@pytest.mark.skipif(tiers.host_command_tier() is None, reason="no command tier for this OS")
+def test_the_sample_manifest_is_inspected_as_docs_manifest_md_shows(cli: Cli) -> None:
+    # examples/plugin.toml asks for the workspace read-only, one host and one secret.
+    # With the secret set, it can run here exactly as summarised (exit 0) where the host's
+    # tier enforces an allowlist; without it, the summary says so and exits 1.
+    env = {**os.environ, "GITHUB_TOKEN": "not-a-real-token"}
+    ready = cli("plugin", "inspect", str(SAMPLE), env=env)
+    text = ready.stdout
+    assert text.startswith("gh-triage 1.2.0 asks to run on this computer.\n")
+    assert "read the files in your workspace (the folder you run it in), but not change" in text
+    assert "see the value of GITHUB_TOKEN from your environment\n" in text
+    assert "not-a-real-token" not in text
+    for internal in ("bwrap", "relay", "seccomp", "Seatbelt", "socket"):
+        assert internal not in text, text
+    if _host_enforces_allowlists():
+        assert ready.returncode == exitcodes.OK, ready.stdout + ready.stderr
+        assert "connect to api.github.com (ports 80 and 443), and nowhere else" in text
+        assert text.rstrip().endswith("panday can run it here with exactly these permissions.")
+    unset = {k: v for k, v in os.environ.items() if k != "GITHUB_TOKEN"}
+    missing = cli("plugin", "inspect", str(SAMPLE), env=unset)
+    assert missing.returncode == exitcodes.FAILED
+    assert "(not set in your environment now)" in missing.stdout
+    assert "panday will not start it until GITHUB_TOKEN is set" in missing.stdout
+    as_json = cli("plugin", "inspect", "--json", str(SAMPLE), env=unset)
+    doc = json.loads(as_json.stdout)
+    assert doc["secrets_missing"] == ["GITHUB_TOKEN"]
+    assert doc["runnable"] is False
 
 
 def _read_until(fd: int, marker: bytes, within: float) -> bytes:
@@ -169,4 +211,7 @@ def test_debug_shows_a_traceback(tmp_path: Path, cli: Cli) -> None:
     result = cli("--debug", "policy", "check", str(bad))
     assert result.returncode == exitcodes.INVALID_POLICY
     assert "Traceback" in result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith("panday: invalid policy:")
+    assert "panday_core" in result.stderr  # the core's own frames, not only the CLI's
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"panday: {bad}: invalid policy: limits.pid: unknown key 'pid' (did you mean 'pids'?)"
+    )

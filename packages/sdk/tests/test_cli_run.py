@@ -192,7 +192,8 @@ def test_a_refused_policy_names_the_field_and_exits_77(
     assert result.returncode == exitcodes.POLICY_REFUSED
     line = clean_line(result)
     assert "refused: tier t2-linux cannot enforce this policy: limits.disk_bytes" in line
-    assert "panday doctor" in line
+    assert "fs.access = 'ro'" in line  # the reason says what to change
+    assert "leave it out" not in line  # no advice to drop a field the tier does enforce
     assert not (ws / "made").exists()
 
 
@@ -204,9 +205,12 @@ def test_a_named_tier_is_never_replaced(cli: Cli, clean_line: Line) -> None:
     result = cli("run", "--tier", "t2-macos", "--", "true")
     assert result.returncode == exitcodes.TIER_UNAVAILABLE
     assert "tier t2-macos is unavailable" in clean_line(result)
-    result = cli("run", "--tier", "t0", "--", "true")  # T0 refuses the default's wall clock
-    assert result.returncode == exitcodes.POLICY_REFUSED
-    assert "tier t0 cannot enforce" in clean_line(result)
+    # T0 never runs commands: a usage error (docs/cli.md), not a refusal of some field.
+    result = cli("run", "--tier", "t0", "--", "true")
+    assert result.returncode == exitcodes.USAGE
+    assert "--tier t0: T0 serves file tools in-process and never runs commands" in clean_line(
+        result
+    )
 
 
 # ---------------------------------------------------------------------- limits

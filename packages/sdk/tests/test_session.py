@@ -17,6 +17,7 @@ from panday_core.errors import (
     CommandNotFound,
     PolicyError,
     PolicyViolation,
+    SessionClosed,
     TierUnavailable,
     Unsupported,
 )
@@ -24,6 +25,7 @@ from panday_core.policy import FsPolicy, Limits, SandboxPolicy
 from panday_core.types import ExecExit, OutputChunk, SandboxTier
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
     from pathlib import Path
 
 linux = pytest.mark.usefixtures("linux_tier")
@@ -179,6 +181,142 @@ def test_an_exception_in_the_with_block_kills_and_closes(
         session.run(["true"])
 
 
+def _sync_operations(session: panday.Session) -> dict[str, Callable[[], object]]:
+    return {
+        "run": lambda: session.run(["true"]),
+        # Refused when called, not when iterated; drained here while the session is open.
+        "stream": lambda: list(session.stream(["true"])),
+        "put": lambda: session.put("after-close.txt", "x"),
+        "get": lambda: session.get("before.txt"),
+        "snapshot": session.snapshot,
+        "enforcement": session.enforcement,
+    }
+
+
+@linux
+def test_a_closed_session_refuses_everything_at_once(ws: Path) -> None:
+    session = panday.open()
+    # Control: every operation works while the session is open.
+    for name, operation in _sync_operations(session).items():
+        if name == "get":
+            session.put("before.txt", "x")
+        operation()
+    (ws / "after-close.txt").unlink()
+    session.close()
+    for name, operation in _sync_operations(session).items():
+        with pytest.raises(SessionClosed) as info:
+            operation()
+        assert info.value.session_id == session.id, name
+        assert str(info.value) == f"session {session.id} is closed"
+    with pytest.raises(SessionClosed):
+        session.stream(["true"])  # at the call: a generator never iterated still refuses
+    assert not (ws / "after-close.txt").exists()  # put wrote nothing into the workspace
+    session.close()  # idempotent
+
+
+@linux
+def test_a_closed_async_session_refuses_the_same_way(ws: Path) -> None:
+    async def main() -> list[str]:
+        session = await panday.aio.open()
+        assert (await session.run(["true"])).exit_code == 0  # control
+        await session.put("before.txt", b"x")
+        await session.close()
+        refused: list[str] = []
+        operations: dict[str, Callable[[], Awaitable[object]]] = {
+            "run": lambda: session.run(["true"]),
+            "put": lambda: session.put("after-close.txt", b"x"),
+            "get": lambda: session.get("before.txt"),
+            "snapshot": session.snapshot,
+            "enforcement": session.enforcement,
+        }
+        for name, operation in operations.items():
+            with pytest.raises(SessionClosed):
+                await operation()
+            refused.append(name)
+        with pytest.raises(SessionClosed):
+            session.stream(["true"])  # at the call, as the synchronous face does
+        refused.append("stream")
+        return refused
+
+    assert len(asyncio.run(main())) == 6
+    assert not (ws / "after-close.txt").exists()
+
+
+# ---------------------------------------------------------------------- toolchains
+
+
+def _venv_python(ws: Path) -> tuple[Path, str]:
+    """A project .venv in `ws` whose python links outside it (to this test's interpreter's
+    base installation, e.g. ~/.pyenv/versions/X or /usr), and that installation's prefix."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(ws / ".venv")],
+        check=True,
+        timeout=120,
+    )
+    return ws / ".venv" / "bin" / "python", sys.base_prefix
+
+
+@linux
+def test_a_program_linking_outside_names_what_to_stage(ws: Path) -> None:
+    python, prefix = _venv_python(ws)
+    if os.path.realpath(python).startswith(("/usr/", "/bin/")):
+        pytest.skip(f"this interpreter lives under /usr ({prefix}), which the jail shows")
+    with panday.open() as session, pytest.raises(CommandNotFound) as info:
+        session.run([".venv/bin/python", "-c", "print(1)"])
+    error = info.value
+    assert error.exit_code == 127
+    assert error.stage == (prefix,)
+    assert error.host_path is not None
+    assert error.host_path.startswith(prefix)
+    assert f"which the sandbox cannot see: stage it read-only with --ro {prefix}" in str(error)
+    assert "fs.staged_ro" in str(error)
+    # Staged as the error says, the same command runs.
+    policy = panday.default_policy(str(ws))
+    staged = SandboxPolicy(
+        fs=FsPolicy(workspace=str(ws), staged_ro=error.stage),
+        limits=policy.limits,
+        env=policy.env,
+    )
+    with panday.open(staged) as session:
+        result = session.run([".venv/bin/python", "-c", "import sys; print(sys.prefix)"])
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == f"{ws / '.venv'}\n".encode()
+
+
+@linux
+def test_a_program_only_on_the_host_path_is_named(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tools = tmp_path / "toolchain" / "bin"
+    tools.mkdir(parents=True)
+    tool = tools / "mytool"
+    tool.write_text("#!/bin/sh\necho tool ran\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    with panday.open() as session, pytest.raises(CommandNotFound) as info:
+        session.run(["mytool"])
+    text = str(info.value)
+    assert "it is not on the sandbox's PATH" in text
+    assert f"on this host it is {tool}: run it by that path" in text
+    assert info.value.stage == (str(tmp_path / "toolchain"),)
+    staged = SandboxPolicy(fs=FsPolicy(workspace=str(ws), staged_ro=info.value.stage))
+    with panday.open(staged) as session:  # control: staged and run by its path, it runs
+        assert session.run([str(tool)]).stdout == b"tool ran\n"
+    del ws
+
+
+@linux
+def test_a_missing_program_gets_no_staging_advice(ws: Path) -> None:
+    del ws
+    with panday.open() as session, pytest.raises(CommandNotFound) as info:
+        session.run(["no-such-program-anywhere"])
+    assert str(info.value) == "'no-such-program-anywhere': not found inside the sandbox"
+    assert info.value.stage == ()
+
+
 # ---------------------------------------------------------------------- tier choice
 
 
@@ -229,8 +367,16 @@ def test_auto_takes_the_strongest_tier_that_enforces_everything() -> None:
         tiers.choose(policy, "auto", candidates=["strong", "weak"], capabilities=tables.get)  # pyright: ignore[reportArgumentType] - a dict's get
     assert info.value.field == "limits.mem_bytes"
     assert info.value.tier == "strong"
-    # A named tier is returned as named, whatever the tables say.
-    assert tiers.choose(policy, "t2-macos", candidates=["strong"]) == "t2-macos"
+    # A named tier is returned as named, whatever the tables say: the host's own tier, or
+    # T0, which refuses this policy's memory ceiling (its own create says so, by field).
+    host = tiers.host_command_tier()
+    assert host is not None
+    assert tiers.choose(policy, host, candidates=["strong"]) == host
+    assert tiers.choose(policy, "t0", candidates=["strong"]) == "t0"
+    # Another OS's tier is unavailable, with the reason, never replaced by this host's.
+    other = next(t for t in tiers.COMMAND_TIERS if t != host)
+    with pytest.raises(TierUnavailable, match=r"needs .*; this host is"):
+        tiers.choose(policy, other, candidates=["strong"])
 
 
 def test_auto_without_any_command_tier_says_so() -> None:

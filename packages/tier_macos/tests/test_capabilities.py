@@ -12,11 +12,11 @@ from panday_core.capabilities import (
     policy_fields,
     require_enforceable,
 )
+from panday_core.declared.t2_macos import ROOT_REASON, caller_reason
 from panday_core.errors import PolicyViolation
 from panday_core.policy import policy_from_dict
 from panday_core.types import SandboxTier
 from panday_tier_macos import declared_capabilities, host_capabilities, unavailable_reason
-from panday_tier_macos.capabilities import ROOT_REASON, caller_reason
 
 
 def test_every_policy_field_is_declared_exactly_once() -> None:

@@ -17,15 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from panday_core.declared.t2_macos import DATA_VOLUME, MACH_SERVICES, SENSITIVE_HOME_PATHS
 from panday_core.policy import SandboxPolicy, policy_from_dict
 from panday_tier_macos.profile import (
-    DATA_VOLUME,
     HOME_PARAMS,
-    MACH_SERVICES,
     PARAM_TMPDIR,
     PARAM_WORKSPACE,
     SANDBOX_EXEC,
-    SENSITIVE_HOME_PATHS,
     ProxyEndpoint,
     SeatbeltProfile,
     protecting,

@@ -20,7 +20,9 @@ class SandboxError(Exception):
 
 
 class PolicyError(SandboxError, ValueError):
-    """A policy (or manifest) document is malformed: wrong type, unknown key, bad value.
+    """A policy (or manifest) is malformed: wrong type, unknown key, bad value, whether it
+    was read from a document or built in Python (`panday_core.policy.FieldError`, a
+    subclass, is what the models raise for a bad value).
 
     `field` is the dotted path of the offending value (``limits.mem_bytes``,
     ``net.allow[0]``); it is empty when the document as a whole is unusable (unreadable
@@ -80,11 +82,34 @@ class CommandNotFound(SandboxError):  # noqa: N818 - the name is the project's v
     there (126). The sandbox itself works; this is about the command.
     """
 
-    def __init__(self, program: str, reason: str, *, exit_code: int = 127) -> None:
+    def __init__(
+        self,
+        program: str,
+        reason: str,
+        *,
+        exit_code: int = 127,
+        host_path: str | None = None,
+        stage: Sequence[str] = (),
+    ) -> None:
         self.program = program
         self.reason = reason
         self.exit_code = exit_code
+        self.host_path = host_path
+        """A path the program needs that exists on the host but not inside the sandbox (the
+        program, what it links to, or its script's interpreter), when there is one."""
+        self.stage: tuple[str, ...] = tuple(stage)
+        """The directories that, staged read-only (``fs.staged_ro``), would make it visible."""
         super().__init__(f"{program!r}: {reason}")
+
+
+class SessionClosed(SandboxError):  # noqa: N818 - the name is the project's vocabulary
+    """The session was closed: it runs nothing more and no longer reads or writes its
+    workspace. The synchronous and asynchronous sessions raise the same error, for every
+    operation, as soon as it is called (also `stream`, before anything is iterated)."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id} is closed")
 
 
 class Internal(SandboxError):  # noqa: N818 - the name is the project's vocabulary

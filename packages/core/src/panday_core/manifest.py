@@ -28,7 +28,7 @@ as an unknown capability rather than quietly ignored.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
 
@@ -52,12 +52,11 @@ from panday_core.policy import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
     from panday_core.capabilities import FieldSupport, TierCapabilities
 
 FsCapability = Literal["none", "workspace-ro", "workspace-rw"]
-_T = TypeVar("_T")
 
 MAX_NAME = 64
 MAX_DESCRIPTION = 2000
@@ -131,11 +130,12 @@ class Capabilities(_Model, frozen=True, kw_only=True):
     ] = ()
 
     def __post_init__(self) -> None:
-        msgspec.structs.force_setattr(self, "net", _normalized_hosts("net", self.net))
-        _check_unique("net", self.net)
+        net = _normalized_hosts("capabilities.net", self.net)
+        msgspec.structs.force_setattr(self, "net", net)
+        _check_unique("capabilities.net", self.net)
         for i, name in enumerate(self.secrets):
-            _check_env_name(f"secrets[{i}]", name)
-        _check_unique("secrets", self.secrets)
+            _check_env_name(f"capabilities.secrets[{i}]", name)
+        _check_unique("capabilities.secrets", self.secrets)
 
 
 class PluginManifest(_Model, frozen=True, kw_only=True):
@@ -197,7 +197,7 @@ class PluginManifest(_Model, frozen=True, kw_only=True):
             fs = FsPolicy(workspace=scratch, access="rw")
         else:
             access: Literal["rw", "ro"] = "rw" if caps.fs == "workspace-rw" else "ro"
-            fs = _built("fs", lambda: FsPolicy(workspace=workspace, access=access))
+            fs = FsPolicy(workspace=workspace, access=access)
         env: dict[str, str] = {}
         for i, name in enumerate(caps.secrets):
             if name not in host_env:
@@ -207,7 +207,7 @@ class PluginManifest(_Model, frozen=True, kw_only=True):
                 )
             env[name] = host_env[name]
         net = NetPolicy(allow=caps.net)
-        return _built("", lambda: SandboxPolicy(fs=fs, net=net, env=env))
+        return SandboxPolicy(fs=fs, net=net, env=env)
 
     def policy_for(
         self,
@@ -227,8 +227,13 @@ class PluginManifest(_Model, frozen=True, kw_only=True):
 
     # ------------------------------------------------------------------ consent
 
-    def consent_summary(self, tier: TierCapabilities) -> ConsentSummary:
-        """What will actually be granted on this host with `tier`, in words for a person."""
+    def consent_summary(
+        self, tier: TierCapabilities, host_env: Mapping[str, str] | None = None
+    ) -> ConsentSummary:
+        """What will actually be granted on this host with `tier`, in words for the person
+        who approves it (how each grant is enforced is `panday doctor`'s business, not the
+        prompt's). With `host_env`, a requested secret that is not set there is named: the
+        plugin cannot start without it."""
         caps = self.capabilities
         placeholder = self.policy_for(
             tier,
@@ -242,40 +247,55 @@ class PluginManifest(_Model, frozen=True, kw_only=True):
             Refusal(field=r.field, reason=r.reason.partition(": ")[2] or r.reason)
             for r in check_policy(placeholder, tier)
         )
-        refused = {r.field: r.reason for r in refusals}
         net_granted = caps.net if _enforced(tier.for_field("net.allow")) else ()
-        lines = [
-            f"Plugin {self.name} {self.version}"
-            + (f": {self.description}" if self.description else ""),
-            f"Tier: {tier.tier}",
-            _files_line(caps.fs, tier, refused),
-            _net_line(caps.net, net_granted, placeholder, tier),
-            _secrets_line(caps.secrets, tier, refused),
+        passes_env = _passes_env(tier)
+        missing = tuple(
+            name for name in caps.secrets if host_env is not None and name not in host_env
+        )
+        can, cannot, withheld = _grants(self, tier, net_granted, placeholder, missing)
+        lines = [f"{self.name} {self.version} asks to run on this computer."]
+        lines += [f"  {line}" for line in self.description.splitlines() if line.strip()]
+        lines += ["", f"If you approve, it runs in {_sandbox_name(tier)}, where it can:"]
+        lines += [f"  - {item}" for item in can]
+        lines += ["and where it cannot:", *(f"  - {item}" for item in cannot)]
+        if withheld:
+            lines += ["Asked for, but NOT granted here:", *(f"  - {item}" for item in withheld)]
+        provides = [
+            f"{label} {', '.join(names)}"
+            for label, names in (
+                ("skills", self.skills),
+                ("hooks", self.hooks),
+                ("MCP servers", self.mcp_servers),
+            )
+            if names
         ]
-        for label, names in (
-            ("Skills", self.skills),
-            ("Hooks", self.hooks),
-            ("MCP servers", self.mcp_servers),
-        ):
-            if names:
-                lines.append(
-                    f"{label}: {', '.join(names)} (they run with the grants above, no more)"
-                )
+        if provides:
+            lines.append(
+                f"It brings {'; '.join(provides)}: they run with these permissions, no more."
+            )
+        lines.append("")
         if refusals:
-            why = "; ".join(f"{r.field}: {r.reason}" for r in refusals)
-            lines.append(f"Verdict: cannot run on {tier.tier}: {why}")
+            lines.append(f"panday cannot run it here; {tier.tier} cannot enforce what it needs:")
+            lines += [f"  - {r.field}: {r.reason}" for r in refusals]
+        elif missing:
+            names = ", ".join(missing)
+            lines.append(
+                f"panday will not start it until {names} {'is' if len(missing) == 1 else 'are'} "
+                "set in your environment."
+            )
         else:
-            lines.append(f"Verdict: can run on {tier.tier} with exactly the grants above")
+            lines.append("panday can run it here with exactly these permissions.")
         return ConsentSummary(
             plugin=self.name,
             version=self.version,
             tier=str(tier.tier),
-            runnable=not refusals,
+            runnable=not refusals and not missing,
             net_requested=caps.net,
             net_granted=net_granted,
-            secrets_passed=caps.secrets if _passes_env(tier) and caps.secrets else (),
+            secrets_passed=caps.secrets if passes_env and caps.secrets else (),
             refusals=refusals,
             lines=tuple(lines),
+            secrets_missing=missing,
         )
 
 
@@ -293,13 +313,18 @@ class ConsentSummary(msgspec.Struct, frozen=True, kw_only=True):
     version: str
     tier: str
     runnable: bool
-    """False when the tier would refuse the plugin's policy at `create`."""
+    """False when the tier would refuse the plugin's policy at `create`, or a requested
+    secret is not set."""
     net_requested: tuple[str, ...]
     net_granted: tuple[str, ...]
     """Empty unless the tier enforces the allowlist: asked-for is not granted."""
     secrets_passed: tuple[str, ...]
     refusals: tuple[Refusal, ...]
     lines: tuple[str, ...]
+    """The summary as shown to the person, one line each."""
+    secrets_missing: tuple[str, ...] = ()
+    """Requested secrets that are not set in the environment the summary was made for: the
+    plugin cannot start until they are (and `runnable` is False)."""
 
     def render(self) -> str:
         return "\n".join(self.lines) + "\n"
@@ -313,63 +338,82 @@ def _passes_env(tier: TierCapabilities) -> bool:
     return _enforced(tier.for_field("env"))
 
 
-def _how(entry: FieldSupport | None) -> str:
-    if entry is None:
-        return ""
-    gap = f"; gap: {entry.note}" if entry.support is Support.PARTIAL and entry.note else ""
-    return f" (enforced by {entry.mechanism}{gap})"
+# How each tier's sandbox is named to the person approving, and what it keeps from a
+# plugin besides what the grants say. Plain words: no mechanism names (the person cannot
+# act on "bwrap" or "Seatbelt"; `panday doctor` shows those).
+_SANDBOXES = {
+    "t2-linux": "panday's Linux sandbox",
+    "t2-macos": "panday's macOS sandbox",
+    "t0": "panday's in-process file tools (it cannot start programs)",
+}
+_OTHER_FILES = {
+    "t2-linux": "see any of your other files (only the workspace and the system's own "
+    "programs and libraries are visible)",
+    "t2-macos": "change anything outside the workspace; note that it CAN read most other files "
+    "on this computer, all but keys, credentials, keychains, shell histories and browser data",
+    "t0": "reach any file outside the workspace",
+}
 
 
-def _files_line(fs: FsCapability, tier: TierCapabilities, refused: Mapping[str, str]) -> str:
-    what = {
-        "none": "none of yours; the plugin works in an empty private directory",
-        "workspace-ro": "read your workspace, no writes",
-        "workspace-rw": "read and write your workspace",
-    }[fs]
-    for field in ("fs.workspace", "fs.access"):
-        if field in refused:
-            return f"Files: requested {what}; cannot be enforced on {tier.tier}: {refused[field]}"
-    return f"Files: {what}{_how(tier.for_field('fs.workspace'))}"
+def _sandbox_name(tier: TierCapabilities) -> str:
+    return _SANDBOXES.get(str(tier.tier), f"panday's {tier.tier} sandbox")
 
 
-def _net_line(
-    requested: tuple[str, ...],
-    granted: tuple[str, ...],
-    policy: SandboxPolicy,
+def _other_files(tier: TierCapabilities) -> str:
+    known = _OTHER_FILES.get(str(tier.tier))
+    if known is not None:
+        return known
+    entry = tier.for_field("fs.workspace")
+    gap = f" ({entry.note})" if entry is not None and entry.note else ""
+    return f"reach your files outside the workspace{gap}"
+
+
+def _grants(
+    manifest: PluginManifest,
     tier: TierCapabilities,
-) -> str:
-    if not requested:
-        return "Network: none requested; the plugin runs with no network"
-    hosts = ", ".join(requested)
-    entry = tier.for_field("net.allow")
-    if granted:
-        ports = ", ".join(str(p) for p in policy.net.ports)
-        return f"Network: granted only to {hosts} on ports {ports}{_how(entry)}"
-    why = (entry.note or entry.mechanism) if entry is not None else "it declares no enforcement"
-    return (
-        f"Network: requested {hosts}, NOT granted: {tier.tier} cannot enforce a per-host "
-        f"allowlist ({why}). If you approve, the plugin runs with no network at all and its "
-        "connections to these hosts will fail (a policy holding this allowlist is refused on "
-        f"{tier.tier}, so panday runs the plugin under the same policy without it)"
-    )
-
-
-def _secrets_line(
-    secrets: tuple[str, ...], tier: TierCapabilities, refused: Mapping[str, str]
-) -> str:
-    if not secrets:
-        return "Secrets: none; nothing from your environment is passed in"
-    names = ", ".join(secrets)
-    entry = tier.for_field("env")
-    if "env" in refused:
-        return f"Secrets: requested {names}; cannot be passed on {tier.tier}: {refused['env']}"
-    if entry is not None and entry.support is Support.NOT_APPLICABLE:
-        why = entry.note or "not applicable"
-        return f"Secrets: requested {names}; not passed: {why} on {tier.tier}"
-    return (
-        f"Secrets: the values of {names} from your environment are passed in (values not "
-        f"shown); nothing else from your environment is{_how(entry)}"
-    )
+    net_granted: tuple[str, ...],
+    policy: SandboxPolicy,
+    missing: tuple[str, ...],
+) -> tuple[list[str], list[str], list[str]]:
+    """(what it can do, what it cannot, what it asked for and does not get), in words."""
+    caps = manifest.capabilities
+    can = [
+        {
+            "none": "work in an empty folder of its own; none of your files",
+            "workspace-ro": "read the files in your workspace (the folder you run it in), "
+            "but not change them",
+            "workspace-rw": "read and change the files in your workspace (the folder you run "
+            "it in)",
+        }[caps.fs]
+    ]
+    cannot = [_other_files(tier)]
+    withheld: list[str] = []
+    if net_granted:
+        ports = " and ".join(str(p) for p in policy.net.ports)
+        can.append(f"connect to {', '.join(net_granted)} (ports {ports}), and nowhere else")
+        cannot.append("connect to any other host")
+    else:
+        cannot.append("use the network at all")
+    if caps.net and not net_granted:
+        entry = tier.for_field("net.allow")
+        why = (entry.note or entry.mechanism) if entry is not None else "it declares nothing"
+        withheld.append(
+            f"connecting to {', '.join(caps.net)}: this sandbox cannot limit connections to "
+            f"chosen hosts here ({why}). If you approve, it runs with no network at all and "
+            "those connections fail"
+        )
+    if caps.secrets and _passes_env(tier):
+        for name in caps.secrets:
+            state = " (not set in your environment now)" if name in missing else ""
+            can.append(f"see the value of {name} from your environment{state}")
+        cannot.append("see anything else from your environment")
+    elif caps.secrets:
+        entry = tier.for_field("env")
+        why = entry.note if entry is not None and entry.note else "this sandbox cannot pass them"
+        withheld.append(f"the values of {', '.join(caps.secrets)}: {why}")
+    else:
+        cannot.append("see anything from your environment (no secrets are passed in)")
+    return can, cannot, withheld
 
 
 def _overlaps(a: str, b: str) -> bool:
@@ -377,14 +421,6 @@ def _overlaps(a: str, b: str) -> bool:
 
     x, y = posixpath.normpath(a).rstrip("/") + "/", posixpath.normpath(b).rstrip("/") + "/"
     return x.startswith(y) or y.startswith(x)
-
-
-def _built(prefix: str, make: Callable[[], _T]) -> _T:
-    """Build a policy part from caller-supplied values, reporting a bad one by field."""
-    try:
-        return make()
-    except FieldError as exc:
-        raise PolicyError(f"{prefix}.{exc.field}" if prefix else exc.field, exc.reason) from None
 
 
 # ------------------------------------------------------------------------------ loading

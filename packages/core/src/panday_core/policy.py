@@ -48,13 +48,14 @@ LIMIT_RANGES: Mapping[str, tuple[int, int, str]] = types.MappingProxyType(
 )
 
 
-class FieldError(ValueError):
-    """Raised inside ``__post_init__``: `field` is relative to the struct being checked."""
+class FieldError(PolicyError):
+    """An invalid value in a policy or manifest model, named by its dotted field.
 
-    def __init__(self, field: str, reason: str) -> None:
-        self.field = field
-        self.reason = reason
-        super().__init__(f"{field}: {reason}")
+    Raised by the models' checks whether the value came from a document or was built in
+    Python (``panday.Limits(pids=-1)`` raises it with field ``limits.pids``), so one
+    ``except PolicyError`` catches every invalid value. `field` is the full dotted path
+    from the document's top (``fs.staged_ro[0]``, ``capabilities.net[1]``).
+    """
 
 
 def _doc(text: str) -> msgspec.Meta:
@@ -92,9 +93,23 @@ def _check_env_name(field: str, name: str) -> None:
         )
 
 
+def _strings(field: str, values: object) -> tuple[str, ...]:
+    """A list of strings given in Python (a list or tuple) as the model's tuple; a bare
+    string is refused rather than taken apart into characters."""
+    if isinstance(values, str) or not isinstance(values, list | tuple):
+        got = _TYPE_WORDS.get(type(values).__name__, type(values).__name__)
+        raise FieldError(field, f"expected a list of strings, got {got}")
+    items = cast("list[object] | tuple[object, ...]", values)
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            got = _TYPE_WORDS.get(type(item).__name__, type(item).__name__)
+            raise FieldError(f"{field}[{i}]", f"expected a string, got {got}")
+    return cast("tuple[str, ...]", tuple(items))
+
+
 def _normalized_hosts(field: str, values: tuple[str, ...]) -> tuple[str, ...]:
     out: list[str] = []
-    for i, value in enumerate(values):
+    for i, value in enumerate(_strings(field, values)):
         try:
             out.append(normalize_pattern(value))
         except ValueError as exc:
@@ -150,17 +165,27 @@ class FsPolicy(_Model, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         if self.workspace is not None:
-            _check_abs_path("workspace", self.workspace)
+            if not isinstance(self.workspace, str):  # pyright: ignore[reportUnnecessaryIsInstance] - built in Python
+                raise FieldError("fs.workspace", "expected a string (an absolute path)")
+            _check_abs_path("fs.workspace", self.workspace)
+        if self.access not in {"rw", "ro"}:
+            raise FieldError("fs.access", f"{self.access!r} must be 'rw' or 'ro'")
+        msgspec.structs.force_setattr(self, "staged_ro", _strings("fs.staged_ro", self.staged_ro))
         for i, path in enumerate(self.staged_ro):
-            _check_abs_path(f"staged_ro[{i}]", path)
+            _check_abs_path(f"fs.staged_ro[{i}]", path)
+        msgspec.structs.force_setattr(self, "protect", _strings("fs.protect", self.protect))
         for i, rel in enumerate(self.protect):
-            _check_rel_path(f"protect[{i}]", rel)
+            _check_rel_path(f"fs.protect[{i}]", rel)
+        msgspec.structs.force_setattr(self, "unprotect", _strings("fs.unprotect", self.unprotect))
         for i, name in enumerate(self.unprotect):
             if name not in OPT_OUT_NAMES:
                 known = ", ".join(sorted(OPT_OUT_NAMES))
                 raise FieldError(
-                    f"unprotect[{i}]", f"{name!r} is not a default protected entry (known: {known})"
+                    f"fs.unprotect[{i}]",
+                    f"{name!r} is not a default protected entry (known: {known})",
                 )
+        if not isinstance(self.allow_home, bool):  # pyright: ignore[reportUnnecessaryIsInstance] - built in Python
+            raise FieldError("fs.allow_home", "expected true or false")
 
 
 class NetPolicy(_Model, frozen=True, kw_only=True):
@@ -183,13 +208,16 @@ class NetPolicy(_Model, frozen=True, kw_only=True):
     ] = (80, 443)
 
     def __post_init__(self) -> None:
-        msgspec.structs.force_setattr(self, "allow", _normalized_hosts("allow", self.allow))
-        msgspec.structs.force_setattr(self, "deny", _normalized_hosts("deny", self.deny))
-        for i, port in enumerate(self.ports):
-            if isinstance(port, bool) or not 1 <= port <= 65535:  # noqa: PLR2004 - TCP port range
-                raise FieldError(f"ports[{i}]", f"{port!r} is not a TCP port (1-65535)")
+        msgspec.structs.force_setattr(self, "allow", _normalized_hosts("net.allow", self.allow))
+        msgspec.structs.force_setattr(self, "deny", _normalized_hosts("net.deny", self.deny))
+        if not isinstance(self.ports, list | tuple):  # pyright: ignore[reportUnnecessaryIsInstance] - built in Python
+            raise FieldError("net.ports", "expected a list of port numbers")
+        msgspec.structs.force_setattr(self, "ports", tuple(self.ports))
+        for i, port in enumerate(cast("tuple[object, ...]", self.ports)):
+            if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:  # noqa: PLR2004 - TCP port range
+                raise FieldError(f"net.ports[{i}]", f"{port!r} is not a TCP port (1-65535)")
         if not self.ports:
-            raise FieldError("ports", "is empty; list at least one port, or leave the key out")
+            raise FieldError("net.ports", "is empty; list at least one port, or leave the key out")
 
 
 def _limit_meta(name: str) -> msgspec.Meta:
@@ -222,9 +250,34 @@ class Limits(_Model, frozen=True, kw_only=True):
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int):
-                raise FieldError(name, f"{value!r} is not an integer ({unit})")
+                raise FieldError(f"limits.{name}", f"{value!r} is not an integer ({unit})")
             if not low <= value <= high:
-                raise FieldError(name, f"{value} is out of range {low}..{high} ({unit})")
+                raise FieldError(
+                    f"limits.{name}", f"{value} is out of range {low}..{high} ({unit})"
+                )
+
+
+def _checked_env(given: Mapping[str, str], hooks: tuple[str, ...]) -> dict[str, str]:
+    """The policy's environment, every name and value checked; a start-up hook (an
+    LD_*/DYLD_* name, NODE_OPTIONS, BASH_ENV ...) only when `hooks` lists it."""
+    for i, name in enumerate(hooks):
+        _check_env_name(f"allow_env_hooks[{i}]", name)
+    env = dict(given)
+    for name, value in env.items():
+        if not isinstance(name, str) or not isinstance(value, str):  # pyright: ignore[reportUnnecessaryIsInstance] - built in Python
+            raise FieldError(f"env.{name}", "names and values must be strings")
+        _check_env_name(f"env.{name}", name)
+        if is_env_hook(name) and name not in hooks:
+            raise FieldError(
+                f"env.{name}",
+                "is a start-up hook: every program in the sandbox would run code it did "
+                "not ask for; list it in allow_env_hooks to set it anyway",
+            )
+        if "\x00" in value:
+            raise FieldError(f"env.{name}", "value contains a NUL byte")
+        if len(value) > _MAX_ENV_VALUE:
+            raise FieldError(f"env.{name}", f"value is longer than {_MAX_ENV_VALUE} bytes")
+    return env
 
 
 class SandboxPolicy(_Model, frozen=True, kw_only=True):
@@ -251,21 +304,16 @@ class SandboxPolicy(_Model, frozen=True, kw_only=True):
     ] = ()
 
     def __post_init__(self) -> None:
-        env = dict(self.env)
-        for i, name in enumerate(self.allow_env_hooks):
-            _check_env_name(f"allow_env_hooks[{i}]", name)
-        for name, value in env.items():
-            _check_env_name(f"env.{name}", name)
-            if is_env_hook(name) and name not in self.allow_env_hooks:
-                raise FieldError(
-                    f"env.{name}",
-                    "is a start-up hook: every program in the sandbox would run code it did "
-                    "not ask for; list it in allow_env_hooks to set it anyway",
-                )
-            if "\x00" in value:
-                raise FieldError(f"env.{name}", "value contains a NUL byte")
-            if len(value) > _MAX_ENV_VALUE:
-                raise FieldError(f"env.{name}", f"value is longer than {_MAX_ENV_VALUE} bytes")
+        if self.version != POLICY_VERSION:
+            raise FieldError("version", f"{self.version!r} must be {POLICY_VERSION}")
+        for name, model in (("fs", FsPolicy), ("net", NetPolicy), ("limits", Limits)):
+            if not isinstance(getattr(self, name), model):
+                raise FieldError(name, f"expected a {model.__name__}")
+        if not isinstance(self.env, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance] - built in Python
+            raise FieldError("env", "expected a table of names to string values")
+        hooks = _strings("allow_env_hooks", self.allow_env_hooks)
+        msgspec.structs.force_setattr(self, "allow_env_hooks", hooks)
+        env = _checked_env(self.env, hooks)
         msgspec.structs.force_setattr(self, "env", types.MappingProxyType(env))
 
     def with_workspace(self, workspace: str) -> SandboxPolicy:
@@ -375,7 +423,7 @@ def policy_error_from(exc: msgspec.ValidationError, doc: object, prefix: str = "
     keys = _parse_path(where.rstrip("`"))
     cause = exc.__cause__
     if isinstance(cause, FieldError):
-        keys = [*keys, *_parse_path("$." + cause.field)]
+        keys = _parse_path("$." + cause.field)  # already the full dotted path
         reason = cause.reason
     elif message.startswith("Object contains unknown field `"):
         unknown = message.split("`")[1]
@@ -409,8 +457,6 @@ def policy_from_dict(doc: Mapping[str, object]) -> SandboxPolicy:
         return msgspec.convert(doc, SandboxPolicy)
     except msgspec.ValidationError as exc:
         raise policy_error_from(exc, doc) from None
-    except FieldError as exc:  # pragma: no cover - msgspec wraps these; kept for safety
-        raise PolicyError(exc.field, exc.reason) from None
 
 
 def policy_from_json(text: str | bytes) -> SandboxPolicy:

@@ -29,10 +29,18 @@ if TYPE_CHECKING:
         PolicyError,
         PolicyViolation,
         SandboxError,
+        SessionClosed,
         TierUnavailable,
         Unsupported,
     )
-    from panday_core.policy import FsPolicy, Limits, NetPolicy, SandboxPolicy, load_policy
+    from panday_core.policy import (
+        FieldError,
+        FsPolicy,
+        Limits,
+        NetPolicy,
+        SandboxPolicy,
+        load_policy,
+    )
     from panday_core.types import ExecExit, ExecResult, LimitBreach, LimitKind, OutputChunk
 
 __version__ = "0.1.0"
@@ -41,6 +49,7 @@ _LAZY = {
     "CommandNotFound": "panday_core.errors",
     "ExecExit": "panday_core.types",
     "ExecResult": "panday_core.types",
+    "FieldError": "panday_core.policy",
     "FsPolicy": "panday_core.policy",
     "Guarantee": "panday_core.capabilities",
     "LimitBreach": "panday_core.types",
@@ -54,6 +63,7 @@ _LAZY = {
     "PolicyViolation": "panday_core.errors",
     "SandboxError": "panday_core.errors",
     "SandboxPolicy": "panday_core.policy",
+    "SessionClosed": "panday_core.errors",
     "Session": "panday.session",
     "TierCapabilities": "panday_core.capabilities",
     "TierUnavailable": "panday_core.errors",
@@ -67,6 +77,7 @@ __all__ = [
     "CommandNotFound",
     "ExecExit",
     "ExecResult",
+    "FieldError",
     "FsPolicy",
     "Guarantee",
     "LimitBreach",
@@ -81,6 +92,7 @@ __all__ = [
     "SandboxError",
     "SandboxPolicy",
     "Session",
+    "SessionClosed",
     "TierCapabilities",
     "TierUnavailable",
     "Unsupported",

@@ -12,7 +12,8 @@ from panday_core.types import ExecSpec, OutputChunk
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from panday_core.capabilities import Guarantee, TierCapabilities
+    from panday.toolchains import Unseen
+    from panday_core.capabilities import Guarantee, Refusal, TierCapabilities
     from panday_core.policy import SandboxPolicy
     from panday_core.types import ExecEvent
 
@@ -116,13 +117,17 @@ class StartGuard:
     (exit code 127, or 126 when the program exists but cannot be executed).
     """
 
-    __slots__ = ("deciding", "held")
+    __slots__ = ("deciding", "held", "policy", "spec")
 
     _MARK = b"bwrap: "
 
-    def __init__(self) -> None:
+    def __init__(self, policy: SandboxPolicy | None = None, spec: ExecSpec | None = None) -> None:
         self.deciding = True
         self.held: list[OutputChunk] = []
+        self.policy = policy
+        """The session's policy and the command: with them, a program that was not found
+        is looked up on the host, to name what the sandbox cannot see (`panday.toolchains`)."""
+        self.spec = spec
 
     def _could_be_bwrap(self, data: bytes) -> bool:
         if not data.startswith(self._MARK):
@@ -150,7 +155,46 @@ class StartGuard:
         if not program:
             return exc
         if why == _ENOENT:
-            return CommandNotFound(program, "not found inside the sandbox", exit_code=127)
+            hint, unseen = self._unseen(program)
+            return CommandNotFound(
+                program,
+                f"not found inside the sandbox{hint}",
+                exit_code=127,
+                host_path=unseen.path if unseen is not None else None,
+                stage=unseen.stage if unseen is not None else (),
+            )
         return CommandNotFound(
             program, f"cannot be executed inside the sandbox ({why})", exit_code=126
         )
+
+    def _unseen(self, program: str) -> tuple[str, Unseen | None]:
+        if self.policy is None:
+            return "", None
+        from panday.toolchains import diagnose  # noqa: PLC0415 - lazy: only this path needs it
+        from panday_tier_linux.argv import DEFAULT_PATH  # noqa: PLC0415 - lazy: only this path needs it
+
+        path = self.policy.env.get("PATH", DEFAULT_PATH)
+        cwd = self.spec.cwd if self.spec is not None else None
+        try:
+            return diagnose(program, policy=self.policy, cwd=cwd, sandbox_path=path)
+        except OSError:  # the host changed under us; the plain message still holds
+            return "", None
+
+
+def missing_paths(policy: SandboxPolicy) -> tuple[Refusal, ...]:
+    """The policy's paths that do not exist here (or a workspace that is not a directory):
+    a session could not open with them, and that is about the input, not the tier (the CLI
+    exits 66 for it however the path got into the policy)."""
+    from panday_core.capabilities import Refusal  # noqa: PLC0415 - loaded with the tier - lazy: only this path needs it
+
+    found: list[Refusal] = []
+    workspace = policy.fs.workspace
+    if workspace is not None:
+        if not os.path.exists(workspace):
+            found.append(Refusal(field="fs.workspace", reason=f"{workspace!r} does not exist"))
+        elif not os.path.isdir(workspace):
+            found.append(Refusal(field="fs.workspace", reason=f"{workspace!r} is not a directory"))
+    for i, path in enumerate(policy.fs.staged_ro):
+        if not os.path.exists(path):
+            found.append(Refusal(field=f"fs.staged_ro[{i}]", reason=f"{path!r} does not exist"))
+    return tuple(found)

@@ -38,20 +38,9 @@ if TYPE_CHECKING:
 
 
 def sandbox_for(tier: str) -> Sandbox:
-    """A fresh instance of `tier`'s async `Sandbox` (its package imported only now)."""
-    if tier == "t2-linux":
-        from panday_tier_linux.sandbox import T2LinuxSandbox  # noqa: PLC0415 - lazy tier import
-
-        return T2LinuxSandbox()
-    if tier == "t2-macos":
-        from panday_tier_macos.sandbox import T2MacosSandbox  # noqa: PLC0415 - lazy tier import
-
-        return T2MacosSandbox()
-    if tier == "t0":
-        from panday_core.t0.sandbox import T0Sandbox  # noqa: PLC0415 - lazy tier import
-
-        return T0Sandbox()
-    raise KeyError(tier)
+    """A fresh instance of `tier`'s async `Sandbox` (its package imported only now;
+    `TierUnavailable` when it is not installed on this host)."""
+    return tiers.sandbox(tier)
 
 
 class AsyncSession(SessionInfo):
@@ -67,10 +56,11 @@ class AsyncSession(SessionInfo):
 
     @property
     def handle(self) -> SandboxHandle:
+        """The tier's handle; `SessionClosed` once the session is closed."""
         if self._handle is None:
-            from panday_core.errors import SandboxError  # noqa: PLC0415 - error path
+            from panday_core.errors import SessionClosed  # noqa: PLC0415 - lazy: only this path needs it
 
-            raise SandboxError(f"session {self.id} is closed")
+            raise SessionClosed(self.id)
         return self._handle
 
     async def run(
@@ -97,13 +87,15 @@ class AsyncSession(SessionInfo):
     ) -> AsyncIterator[ExecEvent]:
         """`OutputChunk`s as the command writes them, then exactly one `ExecExit`.
 
-        Raises `CommandNotFound` when the program cannot be started inside the sandbox.
+        Raises `CommandNotFound` when the program cannot be started inside the sandbox, and
+        `SessionClosed` at once (not when iterated) on a closed session.
         Leaving the loop early kills the command's whole process tree.
         """
+        _ = self.handle  # a closed session refuses here, as the synchronous one does
         return self._events(exec_spec(cmd, stdin=stdin, cwd=cwd, timeout=timeout))
 
     async def _events(self, spec: ExecSpec) -> AsyncIterator[ExecEvent]:
-        guard = StartGuard()
+        guard = StartGuard(self.policy, spec)
         events = self.sandbox.exec(self.handle, spec)
         try:
             async for event in events:

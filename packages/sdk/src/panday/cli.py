@@ -18,7 +18,12 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Sequence
 
-HELP = """\
+    from panday_core.errors import PolicyViolation
+
+DOCS = "https://github.com/panday-dev/panday/blob/main/docs"
+"""Where the documentation lives (the wheels do not ship docs/)."""
+
+HELP = f"""\
 usage: panday [--debug] COMMAND ...
 
 Run commands under a fail-closed policy.
@@ -26,13 +31,18 @@ Run commands under a fail-closed policy.
 commands:
   run [OPTIONS] -- CMD [ARG]...   run a command in the sandbox (panday run --help)
   doctor [--json] [--probe]       what this host enforces, and why a tier is unavailable
-  policy check [--json] FILE      validate a policy; say where it is enforceable
+  policy check [--json] FILE...   validate policies ('-': stdin); say where they are enforceable
   policy schema                   print the policy's JSON Schema
   plugin inspect [--json] FILE    a plugin.toml's consent summary for this host
   proxy [OPTIONS]                 run an egress proxy in the foreground
 
---debug shows a traceback with an error. Exit codes: docs/cli.md.
+--debug shows a traceback with an error.
+Options, exit codes and examples: {DOCS}/cli.md
 """
+
+
+_debug = [False]
+"""Whether ``--debug`` came before the command (for commands that report errors themselves)."""
 
 
 class UsageError(Exception):
@@ -40,7 +50,12 @@ class UsageError(Exception):
 
 
 class NoInputError(Exception):
-    """An input (workspace, staged path) does not exist: one line, exit 66."""
+    """An input (policy file, workspace, staged path) does not exist or cannot be read: one
+    line, exit 66."""
+
+
+class InvalidInputError(Exception):
+    """A policy or manifest document is malformed; the line names the file: exit 65."""
 
 
 class Terminated(BaseException):
@@ -92,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"panday {__version__}")
         return exitcodes.OK
     command, rest = args[0], args[1:]
+    _debug[0] = debug
     try:
         return _handler(command)(rest)
     except BaseException as exc:  # noqa: BLE001 - every outcome becomes one line and a code
@@ -123,7 +139,7 @@ def report(exc: BaseException, *, debug: bool) -> int:
     return code
 
 
-def _classify(exc: BaseException) -> tuple[int, str]:  # noqa: C901, PLR0911 - one flat mapping
+def _classify(exc: BaseException) -> tuple[int, str]:  # noqa: C901, PLR0911, PLR0912 - one flat mapping
     if isinstance(exc, KeyboardInterrupt):
         return exitcodes.SIGNAL_BASE + 2, ""  # SIGINT, silent as in a shell
     if isinstance(exc, BrokenPipeError):
@@ -134,6 +150,8 @@ def _classify(exc: BaseException) -> tuple[int, str]:  # noqa: C901, PLR0911 - o
         return exitcodes.USAGE, f"usage: {exc}"
     if isinstance(exc, NoInputError):
         return exitcodes.NO_INPUT, str(exc)
+    if isinstance(exc, InvalidInputError):
+        return exitcodes.INVALID_POLICY, str(exc)
     from panday_core.errors import (  # noqa: PLC0415 - error path
         CommandNotFound,
         LimitExceeded,
@@ -148,8 +166,7 @@ def _classify(exc: BaseException) -> tuple[int, str]:  # noqa: C901, PLR0911 - o
             return exitcodes.NO_INPUT, str(exc)
         return exitcodes.INVALID_POLICY, f"invalid policy: {exc}"
     if isinstance(exc, PolicyViolation):
-        fix = "leave those out, or see `panday doctor` for what this host enforces"
-        return exitcodes.POLICY_REFUSED, f"refused: {exc}; {fix}"
+        return exitcodes.POLICY_REFUSED, f"refused: {exc}{_refusal_hint(exc)}"
     if isinstance(exc, TierUnavailable):
         return exitcodes.TIER_UNAVAILABLE, f"{exc} (`panday doctor` shows what this host has)"
     if isinstance(exc, CommandNotFound):
@@ -160,6 +177,38 @@ def _classify(exc: BaseException) -> tuple[int, str]:  # noqa: C901, PLR0911 - o
         return exitcodes.LIMITS.get(exc.kind, exitcodes.INTERNAL), str(exc)
     name = type(exc).__name__
     return exitcodes.INTERNAL, f"internal error: {name}: {exc} (--debug shows a traceback)"
+
+
+def _refusal_hint(exc: PolicyViolation) -> str:
+    """What to do about a refusal, when the fix is to leave fields out.
+
+    Only the fields the tier does not enforce on this host can be fixed that way (or by
+    another host); a refusal of a value (a workspace that would expose the whole host) says
+    what is wrong with it in its own reason, and gets no generic advice.
+    """
+    from panday import tiers  # noqa: PLC0415 - lazy: only this path needs it
+    from panday_core.capabilities import Support  # noqa: PLC0415 - lazy: only this path needs it
+    from panday_core.errors import SandboxError  # noqa: PLC0415 - lazy: only this path needs it
+
+    try:
+        table = tiers.host_capabilities(exc.tier)
+    except (SandboxError, KeyError):
+        return ""
+    unenforced: list[str] = []
+    for refusal in exc.violations:
+        entry = table.for_field(refusal.field)
+        if (entry is None or entry.support is Support.NOT_ENFORCED) and (
+            refusal.field not in unenforced
+        ):
+            unenforced.append(refusal.field)
+    if not unenforced:
+        return ""
+    them = "it" if len(unenforced) == 1 else "them"
+    return (
+        f". {exc.tier} does not enforce {', '.join(unenforced)} on this host: leave {them} "
+        "out of the policy, or run where it is enforced (`panday doctor` lists what this "
+        "host enforces)"
+    )
 
 
 # ------------------------------------------------------------------ argparse commands
@@ -178,9 +227,12 @@ def _parser(prog: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def _file_action(action: argparse.ArgumentParser, file: str) -> None:
-    """A subcommand's FILE, --json and --debug."""
-    action.add_argument("file", help=file)
+def _file_action(action: argparse.ArgumentParser, file: str, *, many: bool = False) -> None:
+    """A subcommand's FILE (or FILE...), --json and --debug."""
+    if many:
+        action.add_argument("files", nargs="+", metavar="FILE", help=file)
+    else:
+        action.add_argument("file", help=file)
     action.add_argument("--json", action="store_true", help="machine-readable output")
     action.add_argument("--debug", action="store_true", help="show a traceback with an error")
 
@@ -201,8 +253,9 @@ def _policy(args: list[str]) -> int:
     parser = _parser("panday policy", "Check a policy file or print its schema.")
     sub = parser.add_subparsers(dest="action", required=True, parser_class=type(parser))
     _file_action(
-        sub.add_parser("check", help="validate a policy and say where it is enforceable"),
-        "policy file (.toml or .json)",
+        sub.add_parser("check", help="validate policies and say where they are enforceable"),
+        "policy file (.toml or .json); '-' reads one from standard input",
+        many=True,
     )
     schema = sub.add_parser("schema", help="print the policy's JSON Schema")
     schema.add_argument("--debug", action="store_true", help="show a traceback with an error")
@@ -210,7 +263,7 @@ def _policy(args: list[str]) -> int:
     from panday import cli_misc  # noqa: PLC0415
 
     if ns.action == "check":
-        return cli_misc.policy_check(ns.file, as_json=ns.json)
+        return cli_misc.policy_check(ns.files, as_json=ns.json, debug=ns.debug or _debug[0])
     return cli_misc.policy_schema()
 
 
@@ -219,7 +272,7 @@ def _plugin(args: list[str]) -> int:
     sub = parser.add_subparsers(dest="action", required=True, parser_class=type(parser))
     _file_action(
         sub.add_parser("inspect", help="the consent summary of a plugin.toml for this host"),
-        "the plugin's plugin.toml",
+        "the plugin's plugin.toml ('-': read it from standard input)",
     )
     ns = parser.parse_args(args)
     from panday import cli_misc  # noqa: PLC0415

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from panday import exitcodes, tiers
 
 if TYPE_CHECKING:
-    from panday.reports import DoctorReport, ProbeOutcome, TierStatus
+    from panday.reports import DoctorReport, ProbeOutcome, TierStatus, UserPolicyStatus
 
 _SUPPORT = {
     "strict": "strict",
@@ -51,16 +51,34 @@ def _status(tier: str, host_tier: str | None) -> TierStatus:
     from panday.reports import TierStatus  # noqa: PLC0415
 
     here = tier == host_tier
-    details = _linux_details() if here and tier == "t2-linux" else {}
+    installed = tiers.absent_reason(tier) is None
+    details = _linux_details() if here and installed and tier == "t2-linux" else {}
     reason = tiers.unavailable_reason(tier)
     return TierStatus(
         tier=tier,
         host_tier=here,
-        runs_commands=tier in tiers.COMMAND_TIERS,
+        runs_commands=tiers.entry(tier).runs_commands,
         available=reason is None,
         unavailable_reason=reason,
         details=details,
     )
+
+
+def _user_policy() -> UserPolicyStatus:
+    """The per-user default policy: where it is looked for, and whether it is usable."""
+    from panday import cli_input  # noqa: PLC0415 - lazy: only this path needs it
+    from panday.cli import InvalidInputError, NoInputError  # noqa: PLC0415 - lazy: only this path needs it
+    from panday.defaults import user_policy_path  # noqa: PLC0415 - lazy: only this path needs it
+    from panday.reports import UserPolicyStatus  # noqa: PLC0415 - lazy: only this path needs it
+
+    path = user_policy_path()
+    if not os.path.lexists(path):
+        return UserPolicyStatus(path=path, present=False, valid=False, error=None)
+    try:
+        cli_input.load_policy(path, what="per-user default policy file")
+    except (InvalidInputError, NoInputError) as exc:
+        return UserPolicyStatus(path=path, present=True, valid=False, error=str(exc))
+    return UserPolicyStatus(path=path, present=True, valid=True, error=None)
 
 
 def collect(*, probe: bool) -> DoctorReport:
@@ -69,7 +87,10 @@ def collect(*, probe: bool) -> DoctorReport:
 
     host_tier = tiers.host_command_tier()
     statuses = tuple(_status(tier, host_tier) for tier in tiers.ALL_TIERS)
-    table = tiers.host_capabilities(host_tier) if host_tier is not None else None
+    table = None
+    if host_tier is not None:
+        installed = tiers.absent_reason(host_tier) is None
+        table = tiers.host_capabilities(host_tier) if installed else tiers.declared(host_tier)
     usable = any(s.available for s in statuses if s.host_tier)
     probes: tuple[ProbeOutcome, ...] | None = None
     if probe:
@@ -85,6 +106,7 @@ def collect(*, probe: bool) -> DoctorReport:
         fields=table.fields if table is not None else (),
         guarantees=table.guarantees if table is not None else (),
         probes=probes,
+        user_policy=_user_policy(),
     )
 
 
@@ -108,8 +130,12 @@ def render(report: DoctorReport) -> str:
             lines.append(f"{status.tier}: unavailable{mark}: {status.unavailable_reason}")
         width = max((len(k) for k in status.details), default=0)
         lines.extend(f"  {k.ljust(width)}  {v}" for k, v in status.details.items())
+    lines += ["", *_render_user_policy(report)]
     if report.host_tier is not None:
-        lines += ["", f"Policy fields on {report.host_tier} here:"]
+        host_row = next((s for s in report.tiers if s.host_tier), None)
+        declared = host_row is not None and not host_row.available
+        how = " (as declared; the tier is unavailable here)" if declared else " here"
+        lines += ["", f"Policy fields on {report.host_tier}{how}:"]
         width = max(len(f.field) for f in report.fields)
         previous = ""
         for entry in report.fields:
@@ -118,7 +144,7 @@ def render(report: DoctorReport) -> str:
             shown = "(as above)" if note and note == previous else note
             previous = note
             lines.append(f"  {word:<8} {entry.field.ljust(width)}  {shown}".rstrip())
-        lines += ["", f"Guarantees of {report.host_tier} here:"]
+        lines += ["", f"Guarantees of {report.host_tier}{how}:"]
         for g in report.guarantees:
             note = f" ({g.note})" if g.note else ""
             lines.append(f"  {_SUPPORT[g.support.value]:<8} {g.name}{note}")
@@ -129,6 +155,19 @@ def render(report: DoctorReport) -> str:
         for p in report.probes:
             lines.append(f"  {p.verdict:<12} {p.name}: {p.detail}")
     return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def _render_user_policy(report: DoctorReport) -> list[str]:
+    user = report.user_policy
+    if user is None:
+        return []
+    if not user.present:
+        state = "absent: `panday run` starts from the embedded default"
+    elif user.valid:
+        state = "valid: `panday run` starts from it unless --policy is given"
+    else:
+        state = f"INVALID, so `panday run` without --policy fails: {user.error}"
+    return [f"Per-user default policy: {user.path}", f"  {state}"]
 
 
 def doctor(*, as_json: bool, probe: bool) -> int:

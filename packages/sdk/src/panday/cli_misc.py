@@ -11,8 +11,11 @@ from panday.cli import UsageError
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Sequence
 
+    from panday.reports import PolicyCheckReport, TierCheck
     from panday_core.capabilities import TierCapabilities
+    from panday_core.policy import SandboxPolicy
 
 
 def _host_table(tier: str | None) -> TierCapabilities:
@@ -23,27 +26,24 @@ def _host_table(tier: str | None) -> TierCapabilities:
     return tiers.host_capabilities(tier)
 
 
-def policy_check(file: str, *, as_json: bool) -> int:
-    """Validate `file`; per command tier, whether this host can enforce it, and if not why.
+def _tier_rows(policy: SandboxPolicy) -> list[TierCheck]:
+    """Per command tier: the table it is judged by, and what that table refuses.
 
-    The host's own tier is checked against its host-probed table (a ceiling this host
-    cannot hold is refused here as `create` would refuse it); the other OS's tier against
-    its declared table.
+    The host's own tier is judged by its host-probed table (a ceiling this host cannot hold
+    is refused here as `create` would refuse it); another OS's tier, or one whose package
+    is not installed here, by the table core declares for it.
     """
-    from panday.reports import PolicyCheckReport, TierCheck, encode  # noqa: PLC0415
+    from panday.reports import TierCheck  # noqa: PLC0415 - lazy: only this path needs it
     from panday_core.capabilities import check_policy  # noqa: PLC0415
-    from panday_core.policy import load_policy  # noqa: PLC0415
 
-    policy = load_policy(file)
-    if policy.fs.workspace is None:
-        policy = policy.with_workspace(os.getcwd())
     host_tier = tiers.host_command_tier()
     rows: list[TierCheck] = []
     for tier in tiers.COMMAND_TIERS:
         here = tier == host_tier
-        table = tiers.host_capabilities(tier) if here else tiers.declared(tier)
-        refusals = check_policy(policy, table)
         unavailable = tiers.unavailable_reason(tier)
+        by_host = here and tiers.absent_reason(tier) is None
+        table = tiers.host_capabilities(tier) if by_host else tiers.declared(tier)
+        refusals = check_policy(policy, table)
         rows.append(
             TierCheck(
                 tier=tier,
@@ -52,28 +52,97 @@ def policy_check(file: str, *, as_json: bool) -> int:
                 unavailable_reason=unavailable,
                 enforceable=not refusals and unavailable is None,
                 refused=refusals,
+                judged_by="host" if by_host else "declared",
             )
         )
-    verdict = any(row.enforceable for row in rows if row.host_tier)
-    if as_json:
-        report = PolicyCheckReport(
-            file=file, valid=True, enforceable_here=verdict, tiers=tuple(rows)
-        )
-        sys.stdout.write(encode(report))
-        return exitcodes.OK if verdict else exitcodes.FAILED
+    return rows
+
+
+def _check_one(file: str, *, debug: bool) -> PolicyCheckReport:
+    """One file's report; a document that cannot be read or parsed is reported, not raised
+    (with `debug`, its traceback is printed first)."""
+    from panday import cli_input  # noqa: PLC0415 - lazy: only this path needs it
+    from panday._shared import missing_paths  # noqa: PLC0415
+    from panday.cli import InvalidInputError, NoInputError  # noqa: PLC0415 - lazy: only this path needs it
+    from panday.reports import PolicyCheckReport  # noqa: PLC0415 - lazy: only this path needs it
+
+    try:
+        policy = cli_input.load_policy(file)
+    except (NoInputError, InvalidInputError) as exc:
+        if debug:
+            import traceback  # noqa: PLC0415 - --debug only
+
+            traceback.print_exception(exc)
+        code = exitcodes.NO_INPUT if isinstance(exc, NoInputError) else exitcodes.INVALID_POLICY
+        return PolicyCheckReport(
+            file=file, valid=False, enforceable_here=False, tiers=(), error=str(exc),
+            exit_code=code,
+        )  # fmt: skip
+    if policy.fs.workspace is None:
+        policy = policy.with_workspace(os.getcwd())
+    missing = missing_paths(policy)
+    rows = _tier_rows(policy)
+    verdict = not missing and any(row.enforceable for row in rows if row.host_tier)
+    code = exitcodes.OK if verdict else exitcodes.FAILED
+    if missing:
+        code = exitcodes.NO_INPUT
+    return PolicyCheckReport(
+        file=file, valid=True, enforceable_here=verdict, tiers=tuple(rows), missing=missing,
+        exit_code=code,
+    )  # fmt: skip
+
+
+def _render_check(report: PolicyCheckReport) -> list[str]:
+    from panday import cli_input  # noqa: PLC0415 - lazy: only this path needs it
+
+    name = cli_input.shown(report.file)
+    host_tier = tiers.host_command_tier()
     where = f"on {host_tier}" if host_tier else "on this OS (panday has no tier for it)"
-    state = "enforceable" if verdict else "NOT enforceable"
-    lines = [f"{file}: valid policy, {state} {where}"]
-    for row in rows:
-        mark = " (this host)" if row.host_tier else ""
-        lines.append(
-            f"  {row.tier}{mark}: {'enforceable' if row.enforceable else 'not enforceable'}"
-        )
-        if not row.available:
-            lines.append(f"    unavailable: {row.unavailable_reason}")
-        lines.extend(f"    refused {r.field}: {r.reason}" for r in row.refused)
-    sys.stdout.write("\n".join(lines) + "\n")
-    return exitcodes.OK if verdict else exitcodes.FAILED
+    state = "enforceable here" if report.enforceable_here else "NOT enforceable here"
+    lines = [f"{name}: valid policy, {state} ({where})"]
+    lines.extend(
+        f"  missing here: {m.field}: {m.reason} (a session would not open)" for m in report.missing
+    )
+    for row in report.tiers:
+        if row.host_tier and row.available:
+            head = f"  {row.tier} (this host's tier)"
+        elif row.host_tier:
+            head = f"  {row.tier} (this host's tier, unavailable here: {row.unavailable_reason})"
+        else:
+            head = f"  {row.tier} (not this host: {row.unavailable_reason})"
+        judged = "" if row.judged_by == "host" else "its declared table "
+        if not row.refused:
+            lines.append(f"{head}: {judged}enforces every field")
+            continue
+        would = "refuses" if row.judged_by == "host" else "would refuse"
+        lines.append(f"{head}: {judged}{would}:")
+        lines.extend(f"    {r.field}: {r.reason}" for r in row.refused)
+    return lines
+
+
+def policy_check(files: Sequence[str], *, as_json: bool, debug: bool = False) -> int:
+    """Validate each file; per command tier, whether it enforces the policy, and if not why.
+
+    The exit code is the highest of the files' own: 0 enforceable here, 1 valid but not
+    enforceable here, 65 malformed, 66 unreadable or naming a path that does not exist.
+    """
+    from panday.reports import encode_many  # noqa: PLC0415 - lazy: only this path needs it
+
+    if isinstance(files, str):
+        files = [files]
+    if list(files).count("-") > 1:
+        raise UsageError("policy check: '-' (standard input) can be given once")
+    reports = [_check_one(file, debug=debug) for file in files]
+    for report in reports:
+        if report.error is not None:
+            sys.stderr.write(f"panday: {report.error}\n")
+    if as_json:
+        sys.stdout.write(encode_many(reports))
+    else:
+        lines = [line for report in reports if report.valid for line in _render_check(report)]
+        if lines:
+            sys.stdout.write("\n".join(lines) + "\n")
+    return max(report.exit_code for report in reports)
 
 
 def policy_schema() -> int:
@@ -86,11 +155,11 @@ def policy_schema() -> int:
 
 def plugin_inspect(file: str, *, as_json: bool) -> int:
     """What this host's tier would really grant the plugin: the consent summary."""
+    from panday.cli_input import load_manifest  # noqa: PLC0415
     from panday.reports import encode  # noqa: PLC0415
-    from panday_core.manifest import load_manifest  # noqa: PLC0415
 
     manifest = load_manifest(file)
-    summary = manifest.consent_summary(_host_table(tiers.host_command_tier()))
+    summary = manifest.consent_summary(_host_table(tiers.host_command_tier()), os.environ)
     sys.stdout.write(encode(summary) if as_json else summary.render())
     return exitcodes.OK if summary.runnable else exitcodes.FAILED
 
@@ -105,10 +174,11 @@ def _port(option: str, text: str) -> int:
 
 def proxy(ns: argparse.Namespace) -> int:
     """Run the egress proxy until Ctrl-C (or SIGTERM); exit 71 when it cannot listen."""
+    from panday import cli_input  # noqa: PLC0415
     from panday_core.domains import normalize_pattern  # noqa: PLC0415
-    from panday_core.policy import FieldError, NetPolicy, load_policy  # noqa: PLC0415
+    from panday_core.policy import FieldError, NetPolicy  # noqa: PLC0415
 
-    base = load_policy(ns.policy).net if ns.policy else NetPolicy()
+    base = cli_input.load_policy(ns.policy).net if ns.policy else NetPolicy()
     for option, hosts in (("--allow", ns.allow), ("--deny", ns.deny)):
         for host in hosts:
             try:

@@ -24,12 +24,17 @@ RUN_HELP = """\
 usage: panday run [OPTIONS] [--] CMD [ARG]...
 
 Run CMD in a fresh sandbox session; its output streams live and panday exits with its
-exit code (128+N when signal N ended it). Without --policy the embedded default applies:
-the current directory as the read-write workspace, no network, an environment of PATH,
-HOME (the workspace), LANG, LC_* and TERM only, 10 minutes and 16 MiB of output per stream.
+exit code (128+N when signal N ended it). Without --policy, the per-user default policy
+applies when it exists ($XDG_CONFIG_HOME/panday/policy.toml; `panday doctor` shows where),
+else the embedded default: the current directory as the read-write workspace, no network,
+an environment of PATH, HOME (the workspace), LANG, LC_* and TERM only, 10 minutes and
+16 MiB of output per stream.
+
+A program the sandbox cannot see (a .venv whose python links into ~/.pyenv, a toolchain
+under ~/.cargo or ~/.nvm) exits 127 naming the host path to stage with --ro.
 
 options:
-  --policy FILE       policy file (.toml or .json) instead of the default
+  --policy FILE       policy file (.toml or .json; '-': standard input) instead of the default
   --workspace DIR     the workspace (default: the policy's, else the current directory)
   --ro PATH           make PATH visible read-only at the same path (repeatable)
   --allow HOST        allow egress to HOST through the egress proxy (repeatable)
@@ -37,7 +42,10 @@ options:
   --pids N            ceiling on processes and threads alive at once
   --cpu DUR           CPU-time ceiling, e.g. 30s, 500ms, 2m (a bare number is seconds)
   --timeout DUR       wall-clock ceiling for the command
-  --env NAME[=VALUE]  set NAME inside (without a value: copy it from this environment)
+  --env NAME          copy NAME's value from this environment into the sandbox; use this
+                      form for secrets (export TOKEN=...; panday run --env TOKEN -- ...)
+  --env NAME=VALUE    set NAME inside; the value is on panday's command line, which other
+                      users of this host can read (ps), so never put a secret there
   --stdin             pass this process's standard input to the command (default: empty)
   --tier TIER         auto (default), t2-linux, t2-macos or t0; a named tier is never replaced
   --json              print one JSON result object (output not streamed)
@@ -159,6 +167,41 @@ def _directory(option: str, text: str) -> str:
     return path
 
 
+def _base_policy(opts: RunOptions, workspace: str | None) -> tuple[SandboxPolicy, str | None]:
+    """The policy the options apply to, and the file it came from (None: the embedded
+    default): --policy, else the per-user default when it exists, else the embedded one."""
+    from panday.defaults import default_policy, user_policy_path  # noqa: PLC0415 - after the parse
+
+    file = opts.one("--policy")
+    if file is not None:
+        from panday import cli_input  # noqa: PLC0415 - only when there is a file to read
+
+        if file == cli_input.STDIN and "--stdin" in opts.flags:
+            raise UsageError(
+                "run: --policy - reads the policy from standard input, so --stdin cannot also "
+                "pass it to the command"
+            )
+        return cli_input.load_policy(file), file
+    user = user_policy_path()
+    if os.path.lexists(user):
+        from panday import cli_input  # noqa: PLC0415 - only when there is a file to read
+
+        return cli_input.load_policy(user, what="per-user default policy file"), user
+    return default_policy(workspace), None
+
+
+def _check_inputs(policy: SandboxPolicy, source: str | None) -> None:
+    """A path the policy names that does not exist is a missing input (66), whichever way
+    it got into the policy: the options were checked as they were parsed, the rest here."""
+    from panday._shared import missing_paths  # noqa: PLC0415 - loaded by the run path anyway
+
+    missing = missing_paths(policy)
+    if missing:
+        where = f" (in {'<stdin>' if source == '-' else source})" if source is not None else ""
+        first = missing[0]
+        raise NoInputError(f"{first.field}{where}: {first.reason}")
+
+
 def _limits(opts: RunOptions) -> dict[str, int]:
     """The limits the options set, each checked against the model's range by itself, so an
     error names the option rather than a policy field the user never wrote."""
@@ -224,15 +267,7 @@ def build_policy(opts: RunOptions) -> SandboxPolicy:
     if workspace is not None and not os.path.isdir(workspace):
         raise NoInputError(f"--workspace {workspace_opt!r}: not a directory")
     staged = [_directory("--ro", p) for p in opts.many("--ro")]
-    file = opts.one("--policy")
-    if file is not None:
-        from panday_core.policy import load_policy  # noqa: PLC0415
-
-        base = load_policy(file)
-    else:
-        from panday.defaults import default_policy  # noqa: PLC0415
-
-        base = default_policy(workspace)
+    base, source = _base_policy(opts, workspace)
     fs = FsPolicy(
         workspace=workspace or base.fs.workspace or os.getcwd(),
         access=base.fs.access,
@@ -241,12 +276,14 @@ def build_policy(opts: RunOptions) -> SandboxPolicy:
     net = NetPolicy(allow=(*base.net.allow, *hosts), deny=base.net.deny, ports=base.net.ports)
     limit_values = {name: getattr(base.limits, name) for name in Limits.__struct_fields__}
     limit_values.update(limits)
-    return SandboxPolicy(
+    policy = SandboxPolicy(
         fs=fs,
         net=net,
         limits=Limits(**limit_values),
         env={**base.env, **env},
     )
+    _check_inputs(policy, source)
+    return policy
 
 
 def _spec(opts: RunOptions, stdin: bytes | None) -> ExecSpec:
@@ -337,6 +374,23 @@ def _json(session: Session, spec: ExecSpec) -> int:
     return code
 
 
+def _check_tier(tier: str) -> None:
+    """A named tier must exist and run commands; T0 serves file tools and never does."""
+    from panday import tiers  # noqa: PLC0415 - lazy: only this path needs it
+
+    try:
+        tiers.check_name(tier)
+    except ValueError as exc:
+        raise UsageError(f"--tier {exc.args[0].removeprefix('tier: ')}") from None
+    row = tiers.entry(tier)
+    if not row.runs_commands:
+        choices = ", ".join(("auto", *tiers.COMMAND_TIERS))
+        raise UsageError(
+            f"--tier {tier}: {row.title} serves file tools in-process and never runs "
+            f"commands; choose {choices}"
+        )
+
+
 def run(args: list[str]) -> int:
     """`panday run ARGS`: the exit code (errors are raised for `panday.cli.report`)."""
     opts = parse(args)
@@ -351,12 +405,7 @@ def run(args: list[str]) -> int:
         signal.signal(signum, _on_signal)
     tier = opts.one("--tier") or "auto"
     if tier != "auto":
-        from panday import tiers  # noqa: PLC0415
-
-        try:
-            tiers.check_name(tier)
-        except ValueError as exc:
-            raise UsageError(f"--tier {exc.args[0].removeprefix('tier: ')}") from None
+        _check_tier(tier)
     stdin = sys.stdin.buffer.read() if "--stdin" in opts.flags else None
     spec = _spec(opts, stdin)
     policy = build_policy(opts)

@@ -10,6 +10,8 @@ would be refused on those hosts (fail closed), i.e. nothing would run. Ask for t
 explicitly (`panday run --mem 2G --pids 512`, or ``[limits]`` in a policy file).
 
 `examples/default.toml` is this policy written out (a test keeps the two equal).
+
+A per-user default (`user_policy_path`) replaces it for `panday run` when it exists.
 """
 
 from __future__ import annotations
@@ -55,3 +57,22 @@ def default_policy(
         limits=Limits(wall_clock_ms=DEFAULT_WALL_CLOCK_MS, output_bytes=DEFAULT_OUTPUT_BYTES),
         env=passthrough_env(environ),
     )
+
+
+def user_policy_path(environ: Mapping[str, str] | None = None) -> str:
+    """Where the per-user default policy lives: ``$XDG_CONFIG_HOME/panday/policy.toml``, or
+    ``~/.config/panday/policy.toml`` when that variable is unset or not absolute (as the XDG
+    base-directory specification says).
+
+    `panday run` starts from this file when it exists and no ``--policy`` is given; it
+    replaces the embedded default as a whole, exactly as ``--policy`` would. The library's
+    `panday.open()` does not read it: a program states its policy itself.
+    """
+    import os  # noqa: PLC0415 - loaded at interpreter start anyway
+
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CONFIG_HOME", "")
+    if not os.path.isabs(base):
+        home = env.get("HOME") or os.path.expanduser("~")
+        base = os.path.join(home, ".config")
+    return os.path.join(base, "panday", "policy.toml")

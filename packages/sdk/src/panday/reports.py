@@ -7,12 +7,15 @@ version it was written for.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
 from panday_core.capabilities import FieldSupport, Guarantee, Refusal
 from panday_core.types import LimitBreach
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 class _Report(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -30,15 +33,28 @@ class TierCheck(_Report, frozen=True, kw_only=True):
     enforceable: bool
     """Available here and refusing no field (host-probed table for the host's tier)."""
     refused: tuple[Refusal, ...]
+    """What the table in `judged_by` refuses (for another OS's tier: would refuse there)."""
+    judged_by: Literal["host", "declared"] = "host"
+    """host: the table as probed on this host (the host's own tier, installed); declared:
+    the table core declares for the tier (another OS's tier, or one not installed here)."""
 
 
 class PolicyCheckReport(_Report, frozen=True, kw_only=True):
-    """`panday policy check --json FILE`."""
+    """`panday policy check --json FILE` (with several files: a list of these)."""
 
     file: str
+    """As given; ``-`` is standard input."""
     valid: bool
     enforceable_here: bool
+    """Valid, every path it names exists, and the host's tier enforces every field here."""
     tiers: tuple[TierCheck, ...]
+    """Empty when the file is not a valid policy."""
+    error: str | None = None
+    """Why the file could not be read or is not a valid policy (the line also on stderr)."""
+    missing: tuple[Refusal, ...] = ()
+    """Paths the policy names that do not exist on this host (a session would not open)."""
+    exit_code: int = 0
+    """This file's own exit code; `panday policy check` exits with the highest of them."""
 
 
 class RunReport(_Report, frozen=True, kw_only=True):
@@ -86,6 +102,17 @@ class ProbeOutcome(_Report, frozen=True, kw_only=True):
     detail: str
 
 
+class UserPolicyStatus(_Report, frozen=True, kw_only=True):
+    """The per-user default policy `panday run` starts from when no --policy is given."""
+
+    path: str
+    """``$XDG_CONFIG_HOME/panday/policy.toml`` (``~/.config/...`` when that is unset)."""
+    present: bool
+    valid: bool
+    error: str | None
+    """Why it cannot be used (it is present but unreadable or not a valid policy)."""
+
+
 class DoctorReport(_Report, frozen=True, kw_only=True):
     """`panday doctor --json`."""
 
@@ -100,6 +127,8 @@ class DoctorReport(_Report, frozen=True, kw_only=True):
     guarantees: tuple[Guarantee, ...]
     probes: tuple[ProbeOutcome, ...] | None
     """None unless --probe was given."""
+    user_policy: UserPolicyStatus | None = None
+    """The per-user default policy (always reported by this version)."""
 
 
 def cli_models() -> dict[str, type[msgspec.Struct]]:
@@ -127,3 +156,10 @@ def rendered_schemas() -> dict[str, str]:
 def encode(report: msgspec.Struct) -> str:
     """Stable JSON text: fields in model order, two-space indent, one trailing newline."""
     return msgspec.json.format(msgspec.json.encode(report), indent=2).decode() + "\n"
+
+
+def encode_many(reports: Sequence[msgspec.Struct]) -> str:
+    """One report as its object (what the schema describes); several as a list of them."""
+    if len(reports) == 1:
+        return encode(reports[0])
+    return msgspec.json.format(msgspec.json.encode(list(reports)), indent=2).decode() + "\n"

@@ -144,7 +144,8 @@ class Session(SessionInfo):
 
     Closing kills every command still running and removes what the session created
     (cgroups, temporary directories); it also happens when the ``with`` block ends through
-    an exception or KeyboardInterrupt.
+    an exception or KeyboardInterrupt. After that every operation (run, stream, put, get,
+    snapshot, enforcement) raises `SessionClosed` when called, as the async session does.
     """
 
     def __init__(self, backend: _Backend, *, tier: str, policy: SandboxPolicy) -> None:
@@ -188,15 +189,19 @@ class Session(SessionInfo):
         Nothing is buffered beyond one read. Leaving the loop early (break, an exception,
         KeyboardInterrupt) kills the command's whole process tree.
         """
+        self._require_open()
         spec = exec_spec(cmd, stdin=stdin, cwd=cwd, timeout=timeout)
         return self._events(spec)
 
-    def _events(self, spec: ExecSpec) -> Generator[ExecEvent, None, None]:
+    def _require_open(self) -> None:
         if self.closed:
-            from panday_core.errors import SandboxError  # noqa: PLC0415 - error path
+            from panday_core.errors import SessionClosed  # noqa: PLC0415 - lazy: only this path needs it
 
-            raise SandboxError(f"session {self.id} is closed")
-        guard = StartGuard()
+            raise SessionClosed(self.id)
+
+    def _events(self, spec: ExecSpec) -> Generator[ExecEvent, None, None]:
+        self._require_open()  # closed between stream() and the first next()
+        guard = StartGuard(self.policy, spec)
         events = self._backend.events(spec)
         try:
             for event in events:
@@ -213,14 +218,17 @@ class Session(SessionInfo):
 
     def put(self, path: str, data: bytes | str) -> None:
         """Write a workspace file (relative to the workspace; it cannot leave it)."""
+        self._require_open()
         self._backend.put(path, data.encode() if isinstance(data, str) else data)
 
     def get(self, path: str, *, max_bytes: int = DEFAULT_GET_BYTES) -> bytes:
         """A whole file of the workspace or a staged path (`LimitExceeded` past `max_bytes`)."""
+        self._require_open()
         return self._backend.get(path, max_bytes=max_bytes)
 
     def snapshot(self) -> Snapshot:
         """The workspace's files with sizes, modes and SHA-256 digests."""
+        self._require_open()
         return self._backend.snapshot()
 
     def enforcement(self) -> Enforcement:
@@ -228,6 +236,7 @@ class Session(SessionInfo):
         capabilities, NoNewPrivs, seccomp, mounts, cgroup ceilings), read inside a jail
         built exactly like the session's commands. `Unsupported` on tiers that cannot read
         it back yet."""
+        self._require_open()
         return self._backend.enforcement()
 
     def close(self) -> None:

@@ -24,6 +24,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Self, TypedDict
 
+import msgspec
+
 from panday_core.capabilities import Refusal, check_policy, no_egress_proxy
 from panday_core.errors import Internal, PolicyViolation, TierUnavailable
 from panday_core.execution import ChildProcess, astream, collect, spawn, stream
@@ -104,11 +106,13 @@ class _Command:
         proc: ChildProcess,
         sup: JailSupervisor,
         options: _StreamOptions,
+        command_id: str | None = None,
     ) -> None:
         self.session = session
         self.proc = proc
         self.sup = sup
         self.options = options
+        self.command_id = command_id
         self.tail = bytearray()
 
     def seen(self, event: ExecEvent) -> ExecEvent:
@@ -124,6 +128,8 @@ class _Command:
     def close(self) -> None:
         self.session.forget(self.proc)
         self.sup.close()
+        if self.session.bridge is not None and self.command_id is not None:
+            self.session.bridge.command_ended(self.command_id)  # its proxy credentials die
 
 
 class LinuxSession:
@@ -289,6 +295,8 @@ class LinuxSession:
             os.close(block_w)
 
     def _start(self, spec: ExecSpec) -> _Command:
+        if self.bridge is not None and spec.command_id is None:  # the id to revoke at the end
+            spec = msgspec.structs.replace(spec, command_id=f"cmd-{next(self._commands)}")
         proc, sup = self.launch(spec)
         self._running[proc.pid] = (proc, sup)
         options = _StreamOptions(
@@ -296,7 +304,7 @@ class LinuxSession:
             output_cap=self.policy.limits.output_bytes,
             timeout_ms=self._timeout(spec),
         )
-        return _Command(self, proc, sup, options)
+        return _Command(self, proc, sup, options, spec.command_id)
 
     def exec(self, spec: ExecSpec) -> Generator[ExecEvent, None, None]:
         """Run one command: output chunks as read, then one `ExecExit` (blocking)."""

@@ -42,6 +42,13 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 
+from panday_core.declared.t2_macos import (
+    DATA_VOLUME,
+    MACH_SERVICES,
+    SENSITIVE_HOME_PATHS,
+    SENSITIVE_SYSTEM_PATHS,
+)
+
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
@@ -65,71 +72,7 @@ PARAM_ANCESTOR = "ANCESTOR_"
 """Prefix: one per directory inside the workspace (the workspace included) that holds a
 protected entry, a staged path or a home directory: none may be renamed or removed."""
 
-DATA_VOLUME = "/System/Volumes/Data"
-"""Where the writable Data volume is mounted. ``/Users``, ``/private``, ``/Library``,
-``/usr/local`` ... are firmlinks into it, so ``/System/Volumes/Data/Users/a/.ssh`` is the same
-directory as ``/Users/a/.ssh`` under another name, and a rule written for one spelling does not
-match the other. Every deny here is therefore written for both."""
-
 HOME_PARAMS = (PARAM_HOST_HOME, PARAM_ACCOUNT_HOME)
-
-SENSITIVE_HOME_PATHS: tuple[str, ...] = (
-    # keys and cloud credentials
-    ".ssh",
-    ".aws",
-    ".gnupg",
-    ".config/gh",
-    ".config/gcloud",
-    ".azure",
-    ".kube",
-    ".docker",
-    ".netrc",
-    ".git-credentials",
-    ".npmrc",
-    ".pypirc",
-    ".password-store",
-    ".cargo/credentials.toml",
-    ".cargo/credentials",
-    ".config/git/credentials",
-    ".vault-token",
-    ".pgpass",
-    ".terraform.d",
-    ".gem/credentials",
-    # coding agents' own credentials and configuration
-    ".codex",
-    ".claude",
-    # macOS keychains
-    "Library/Keychains",
-    # shell and REPL histories
-    ".bash_history",
-    ".zsh_history",
-    ".sh_history",
-    ".bash_sessions",
-    ".zsh_sessions",
-    ".python_history",
-    ".node_repl_history",
-    ".psql_history",
-    ".mysql_history",
-    ".sqlite_history",
-    ".local/share/fish",
-    # browser profiles (cookies, saved logins)
-    "Library/Cookies",
-    "Library/Application Support/Google/Chrome",
-    "Library/Application Support/Chromium",
-    "Library/Application Support/BraveSoftware",
-    "Library/Application Support/Microsoft Edge",
-    "Library/Application Support/Firefox",
-)
-"""Paths under each home (the runner's ``$HOME`` and the account's) that a command can neither
-read nor write, whatever the policy says."""
-
-SENSITIVE_SYSTEM_PATHS: tuple[str, ...] = (
-    "/private/etc/master.passwd",
-    "/private/var/db",
-    "/Library/Keychains",
-)
-"""System paths a command can neither read nor write (resolved spellings: ``/etc`` and
-``/var`` are symlinks into ``/private``)."""
 
 VAR_DB_READABLE: tuple[tuple[str, str], ...] = (
     ("subpath", "/private/var/db/timezone"),
@@ -139,11 +82,6 @@ VAR_DB_READABLE: tuple[tuple[str, str], ...] = (
 """Carve-outs from the ``/private/var/db`` deny that ordinary programs read: the zoneinfo
 behind ``/etc/localtime``, the link the ``/usr/bin`` developer-tool shims (git, python3) follow,
 and the local user records libinfo reads on recent macOS. None holds a secret."""
-
-MACH_SERVICES: tuple[str, ...] = ("com.apple.system.opendirectoryd.libinfo",)
-"""The only mach services a command may look up: user and group names (``ls -l``, ``id``,
-``whoami``, ``~user``). Everything else (DNS daemon, keychain, pasteboard, Launch Services,
-launchd job submission) stays unreachable."""
 
 SYSCTL_NAMES: tuple[str, ...] = (
     "hw.activecpu",
