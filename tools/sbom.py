@@ -195,7 +195,24 @@ def installed_artifact(name: str, version: str, tags: frozenset[str]) -> dict[st
     for wheel in wheels:
         if tags and _wheel_tags(wheel["url"]) == tags:
             return wheel
+    # Some wheels' own WHEEL file names a plain `linux_<arch>` platform while the file is
+    # published as `manylinux..._<arch>` (Ray's do). uv installed one of the locked files
+    # (it checks their hashes); when exactly one locked wheel fits the same interpreter,
+    # ABI and architecture, that is it. Two or more fit: no guess, no hash.
+    loose = {_loose(t) for t in tags}
+    fits = [w for w in wheels if loose and {_loose(t) for t in _wheel_tags(w["url"])} == loose]
+    if len(fits) == 1:
+        return fits[0]
     return sdist
+
+
+def _loose(tag: str) -> str:
+    """A wheel tag with a glibc Linux platform reduced to its architecture."""
+    import re  # noqa: PLC0415 - only here
+
+    interpreter, abi, platform = tag.split("-", 2)
+    arch = re.fullmatch(r"(?:manylinux\d+|manylinux_\d+_\d+|linux)_(\w+)", platform)
+    return f"{interpreter}-{abi}-linux:{arch.group(1)}" if arch else tag
 
 
 def _hash_entry(artifact: dict[str, str]) -> dict[str, str]:
