@@ -195,15 +195,15 @@ def installed_artifact(name: str, version: str, tags: frozenset[str]) -> dict[st
     for wheel in wheels:
         if tags and _wheel_tags(wheel["url"]) == tags:
             return wheel
-    # Some wheels' own WHEEL file names a plain `linux_<arch>` platform while the file is
-    # published as `manylinux..._<arch>` (Ray's do). uv installed one of the locked files
-    # (it checks their hashes); when exactly one locked wheel fits the same interpreter,
-    # ABI and architecture, that is it. Two or more fit: no guess, no hash.
+    if sdist is not None:
+        return sdist  # no wheel with these tags: built here from the locked sdist
+    # No sdist, so uv could only install a locked wheel (it checks their hashes), yet some
+    # wheels' own WHEEL file names a plain `linux_<arch>` platform while the file is
+    # published as `manylinux..._<arch>` (Ray's do): when exactly one locked wheel fits the
+    # same interpreter, ABI and architecture, that is it. Two or more: no guess, no hash.
     loose = {_loose(t) for t in tags}
     fits = [w for w in wheels if loose and {_loose(t) for t in _wheel_tags(w["url"])} == loose]
-    if len(fits) == 1:
-        return fits[0]
-    return sdist
+    return fits[0] if len(fits) == 1 else None
 
 
 def _loose(tag: str) -> str:
