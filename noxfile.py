@@ -114,13 +114,13 @@ def _shared(session: nox.Session) -> Path:
     return SHARED_ENV / "bin"
 
 
-def _tool(session: nox.Session, script: str, *args: str) -> None:
+def _tool(session: nox.Session, script: str, *args: str, env: dict[str, str] | None = None) -> None:
     """Run a gate script from tools/ with the shared environment's Python (and its PATH)."""
     bin_dir = _shared(session)
     path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
     session.run(
         str(bin_dir / "python"), str(TOOLS / script), *args,
-        env={"PATH": path, "VIRTUAL_ENV": str(SHARED_ENV)},
+        env={"PATH": path, "VIRTUAL_ENV": str(SHARED_ENV), **(env or {})},
         external=True,
     )  # fmt: skip
 
@@ -201,6 +201,8 @@ def tests(session: nox.Session) -> None:
         *dirs,
         "--ignore-glob=*/tests/escape",
         "--ignore-glob=*/tests/escape/*",
+        "--ignore-glob=*/tests/ray",  # the `ray` session's, with Ray installed
+        "--ignore-glob=*/tests/ray/*",
         f"--junitxml={junit}",
         "-p",
         "no:cacheprovider",
@@ -479,6 +481,61 @@ def mutmut(session: nox.Session) -> None:
         str(env_dir / "bin" / "python"), str(TOOLS / "mutmut_run.py"), *session.posargs,
         env={"VIRTUAL_ENV": str(env_dir)},
         external=True,
+    )  # fmt: skip
+
+
+# ----------------------------------------------------------------------- Ray (issue 17)
+# `ray`: panday.ray against a real Ray cluster this session's tests start on 127.0.0.1
+# (a head and two worker raylets, plus nodes the tests add, kill or constrain). Ray is an
+# optional extra: it is installed from uv.lock into this session's environment only, so no
+# other gate (and no user without `panday[ray]`) carries it. In the default run: it takes
+# about 45 s on this 2-core machine.
+
+
+@nox.session(venv_backend="none", tags=["ray"])
+@_gate("ray")
+def ray(session: nox.Session) -> None:
+    """panday.ray on a real local Ray cluster (every node, refusals per node, faults, close)."""
+    env_dir = REPO / ".nox" / "_ray"
+    session.run_install(
+        "uv", "sync", "--locked", "--no-default-groups", "--compile-bytecode", "--all-packages",
+        "--python", sys.executable, "--group=test", "--extra=ray",
+        env={"UV_PROJECT_ENVIRONMENT": str(env_dir)},
+        external=True,
+        silent=True,
+    )  # fmt: skip
+    results.RESULTS.mkdir(parents=True, exist_ok=True)
+    junit = results.RESULTS / "ray.xml"
+    junit.unlink(missing_ok=True)
+    session.run(
+        str(env_dir / "bin" / "python"), "-m", "pytest", "packages/sdk/tests/ray",
+        "-q", "-ra", "-p", "no:cacheprovider", f"--junitxml={junit}", *session.posargs,
+        env={
+            "VIRTUAL_ENV": str(env_dir),
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # Ray then stays on 127.0.0.1
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",  # workers: this interpreter, not `uv run`
+        },
+        external=True,
+    )  # fmt: skip
+    passed, total = _junit_counts(junit, "tests.ray")
+    if total == 0:
+        session.error("ray: no test of packages/sdk/tests/ray ran")
+    results.record("ray", f"ray {passed}/{total} on a local multi-node cluster", passed=passed)
+
+
+@nox.session(venv_backend="none", default=False, tags=["ray"])
+@_gate("falsify_ray")
+def falsify_ray(session: nox.Session) -> None:
+    """The falsify entries whose tests need Ray (`extra = "ray"`), one at a time in the ray
+    environment: each starts a cluster, so they stay out of the default falsify gate."""
+    _tool(
+        session, "falsify.py", "--extra", "ray", "--jobs", "1",
+        env={
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+        },
     )  # fmt: skip
 
 

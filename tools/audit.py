@@ -3,7 +3,8 @@
 pip-audit alone can pass while checking nothing: against a service that knows none of the
 packages it prints "No known vulnerabilities found" and exits 0. This gate therefore:
 
-- audits exact pins (every package in uv.lock, every dependency group, every platform),
+- audits exact pins (every package in uv.lock, every dependency group, every optional
+  extra such as `panday[ray]`, every platform),
   with `--strict`, so a dependency that cannot be audited fails the gate;
 - first asks the service about releases it must know to be vulnerable (`CANARIES`: eight
   packages, most of them pinned in our own lock) — a positive control: a service that
@@ -100,7 +101,8 @@ def locked_pins() -> tuple[list[Pin], list[str]]:
     """Every third-party pin in uv.lock, plus the workspace members that were left out."""
     exported = run(
         [
-            "uv", "export", "--locked", "--all-packages", "--all-groups", "--no-emit-workspace",
+            "uv", "export", "--locked", "--all-packages", "--all-groups", "--all-extras",
+            "--no-emit-workspace",
             "--format", "requirements.txt", "--no-hashes", "--no-annotate", "--no-header",
         ],
         cwd=REPO,

@@ -18,6 +18,10 @@ unmutated duration (never under `TIMEOUT_FLOOR_S`), so a mutation that makes a t
 (a kill that never comes, a deadline that never fires) is killed by the timeout in seconds
 rather than after the test's own minute-long wait. Mutations run `--jobs` at a time, each
 in its own copy, and each prints its line as soon as it finishes.
+
+A mutation whose tests need an optional extra (``extra = "ray"``) runs only with
+``--extra ray``, with the interpreter of an environment synced from uv.lock with that extra
+(``.nox/_<extra>``, the one the extra's own nox session uses; `nox -s falsify_ray`).
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ class Mutation:
     find: str
     replace: str
     tests: tuple[str, ...]
+    extra: str = ""
+    """An optional extra the tests need (``ray``): they run in that extra's environment."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +82,7 @@ def load_registry(path: Path = REGISTRY) -> list[Mutation]:
     mutations: list[Mutation] = []
     names: set[str] = set()
     for i, entry in enumerate(raw):
-        unknown = set(entry) - {"name", "file", "find", "replace", "tests"}
+        unknown = set(entry) - {"name", "file", "find", "replace", "tests", "extra"}
         if unknown:
             msg = f"mutation[{i}]: unknown keys {sorted(unknown)}"
             raise ValueError(msg)
@@ -90,7 +96,14 @@ def load_registry(path: Path = REGISTRY) -> list[Mutation]:
             msg = f"mutation {name!r} names no tests"
             raise ValueError(msg)
         mutations.append(
-            Mutation(name, str(entry["file"]), str(entry["find"]), str(entry["replace"]), tests)
+            Mutation(
+                name,
+                str(entry["file"]),
+                str(entry["find"]),
+                str(entry["replace"]),
+                tests,
+                str(entry.get("extra", "")),
+            )
         )
     return mutations
 
@@ -134,11 +147,33 @@ def _env(root: Path) -> dict[str, str]:
     return env
 
 
+def python_for(extra: str) -> str:
+    """The interpreter for tests that need `extra`: this one, or `.nox/_<extra>`'s, synced
+    from uv.lock with the extra and the test group (the environment its nox session uses)."""
+    if not extra:
+        return sys.executable
+    env_dir = REPO / ".nox" / f"_{extra}"
+    env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(env_dir)}
+    env.pop("VIRTUAL_ENV", None)
+    subprocess.run(
+        [
+            "uv", "sync", "--quiet", "--locked", "--no-default-groups", "--all-packages",
+            "--python", sys.executable, "--group=test", f"--extra={extra}",
+        ],
+        cwd=REPO, env=env, check=True,
+    )  # fmt: skip
+    return str(env_dir / "bin" / "python")
+
+
 def run_tests(
-    root: Path, tests: Sequence[str], *extra: str, env: dict[str, str] | None = None
+    root: Path,
+    tests: Sequence[str],
+    *extra: str,
+    env: dict[str, str] | None = None,
+    python: str = sys.executable,
 ) -> tuple[int, str]:
     cmd = [
-        sys.executable,
+        python,
         "-m",
         "pytest",
         "-q",
@@ -177,11 +212,11 @@ def run_tests(
     return code, tail
 
 
-def _imports_from(root: Path) -> bool:
+def _imports_from(root: Path, python: str = sys.executable) -> bool:
     """Guard against testing the installed tree instead of the mutated copy."""
     probe = "import panday_core, sys; sys.stdout.write(panday_core.__file__ or '')"
     out = subprocess.run(
-        [sys.executable, "-c", probe],
+        [python, "-c", probe],
         cwd=root,
         env=_env(root),
         capture_output=True,
@@ -213,7 +248,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             fh.write(f"{report.nodeid}\t{report.duration}\n")
 
 
-def baseline(root: Path, tests: Sequence[str], jobs: int) -> tuple[int, str, dict[str, float]]:
+def baseline(
+    root: Path, tests: Sequence[str], jobs: int, python: str = sys.executable
+) -> tuple[int, str, dict[str, float]]:
     """Run `tests` unmutated, split over `jobs` processes; (exit code, tail, durations)."""
     chunks = [list(tests[i::jobs]) for i in range(jobs) if tests[i::jobs]]
     times = root / ".falsify-times"
@@ -221,7 +258,7 @@ def baseline(root: Path, tests: Sequence[str], jobs: int) -> tuple[int, str, dic
     env = {TIMES_ENV: str(times)}
 
     def run(chunk: list[str]) -> tuple[int, str]:
-        return run_tests(root, chunk, "-p", "falsify", env=env)
+        return run_tests(root, chunk, "-p", "falsify", env=env, python=python)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(chunks)) as pool:
         runs = list(pool.map(run, chunks))
@@ -250,7 +287,9 @@ def timeout_for(mutation: Mutation, durations: dict[str, float]) -> float:
     return max(TIMEOUT_FLOOR_S, TIMEOUT_FACTOR * slowest)
 
 
-def run_one(mutation: Mutation, base: Path, timeout: float | None = None) -> Outcome:
+def run_one(
+    mutation: Mutation, base: Path, timeout: float | None = None, python: str = sys.executable
+) -> Outcome:
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="panday-falsify-") as tmp:
         root = Path(tmp)
@@ -259,10 +298,10 @@ def run_one(mutation: Mutation, base: Path, timeout: float | None = None) -> Out
         if problem is not None:
             return Outcome(mutation, "stale", problem, time.monotonic() - start)
         if timeout is None:
-            code, tail = run_tests(root, mutation.tests)
+            code, tail = run_tests(root, mutation.tests, python=python)
         else:
             env = {TIMEOUT_ENV: f"{timeout:.0f}"}
-            code, tail = run_tests(root, mutation.tests, "-p", "falsify", env=env)
+            code, tail = run_tests(root, mutation.tests, "-p", "falsify", env=env, python=python)
     seconds = time.monotonic() - start
     if code == 1:
         return Outcome(mutation, "killed", tail, seconds)
@@ -292,8 +331,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="apply each guard mutation; its tests must fail")
     parser.add_argument("--jobs", type=int, default=max(2, os.cpu_count() or 2))
     parser.add_argument("--only", action="append", default=[], help="run only these names")
+    parser.add_argument(
+        "--extra",
+        default="",
+        help="run the mutations whose tests need this optional extra (e.g. ray), in its "
+        "environment; without it, only those that need none",
+    )
     args = parser.parse_args(argv)
-    mutations = load_registry()
+    registry = load_registry()
+    mutations = [m for m in registry if m.extra == args.extra]
+    elsewhere = sorted({m.extra for m in registry if m.extra != args.extra})
     if args.only:
         mutations = [m for m in mutations if m.name in set(args.only)]
     if not mutations:
@@ -304,14 +351,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="panday-falsify-base-") as tmp:
         base = Path(tmp)
         copy_tree(REPO, base)
-        if not _imports_from(base):
+        python = python_for(args.extra)
+        if not _imports_from(base, python):
             print(
                 "falsify: the scratch copy does not shadow the installed packages", file=sys.stderr
             )
             return 1
         union = sorted({t for m in mutations for t in m.tests})
         start = time.monotonic()
-        code, tail, durations = baseline(base, union, jobs)
+        code, tail, durations = baseline(base, union, jobs, python)
         if code != 0:
             print(
                 f"falsify: the named tests do not pass unmutated (exit {code}):\n{tail}",
@@ -326,13 +374,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
         with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(run_one, m, base, timeout_for(m, durations)) for m in mutations]
+            futures = [
+                pool.submit(run_one, m, base, timeout_for(m, durations), python) for m in mutations
+            ]
             for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
                 outcome = future.result()
                 outcomes.append(outcome)
                 print(_line(outcome, done, len(mutations)), flush=True)
     killed = sum(1 for o in outcomes if o.status == "killed")
     print(f"falsify: {killed}/{len(outcomes)} mutations killed")
+    if elsewhere and not args.only:
+        others = ", ".join(f"--extra {e}" if e else "(no extra)" for e in elsewhere)
+        print(f"falsify: mutations that need another environment run with {others}")
     import results  # noqa: PLC0415 - tools/ is on sys.path when this script runs
 
     status = "ok" if killed == len(outcomes) else "failed"

@@ -50,6 +50,7 @@ REVIEWED_NOT_APPLICABLE: dict[tuple[str, str], str] = {
     ("t0", "net.ports"): "narrows net.allow, which T0 refuses whenever it is non-empty",
     ("t0", "limits.pids"): "T0 starts no process or thread; a value is refused at run time",
     ("t0", "env"): "T0 runs no process, so there is no environment; a value is refused",
+    ("t0", "allow_env_hooks"): "qualifies env, which T0 has none of; a value is refused",
 }
 """Every (tier, field) pair allowed to be declared not applicable, with why it was accepted
 (``version``, the document's format, is checked by the loader and skipped here)."""

@@ -42,7 +42,7 @@ BENCH = REPO / "benchmarks" / "results.json"
 # The order of the verification line: every default gate, as the seed's report listed them.
 GATES = (
     "fmt", "lint", "typecheck", "tests", "escape", "schemas", "lock", "docs", "fields",
-    "falsify", "sbom", "audit", "licenses", "actions", "build",
+    "falsify", "sbom", "audit", "licenses", "actions", "build", "ray",
 )  # fmt: skip
 CI_RUN_ENV = "PANDAY_CI_RUN"
 """A CI run's results: the JSON of `gh run view RUN --json headSha,url,jobs`."""
