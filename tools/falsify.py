@@ -384,8 +384,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     killed = sum(1 for o in outcomes if o.status == "killed")
     print(f"falsify: {killed}/{len(outcomes)} mutations killed")
     if elsewhere and not args.only:
-        others = ", ".join(f"--extra {e}" if e else "(no extra)" for e in elsewhere)
-        print(f"falsify: mutations that need another environment run with {others}")
+        others = " and ".join(f"--extra {e}" if e else "without --extra" for e in elsewhere)
+        print(f"falsify: the other mutations run {others}")
     import results  # noqa: PLC0415 - tools/ is on sys.path when this script runs
 
     status = "ok" if killed == len(outcomes) else "failed"
