@@ -179,7 +179,7 @@ class LinuxSession:
         return joined
 
     def _timeout(self, spec: ExecSpec) -> int | None:
-        values = [v for v in (spec.timeout_ms, self.policy.limits.wall_clock_ms) if v is not None]
+        values = [v for v in (spec.timeout_ms, self.policy.limits.wall_clock_cap) if v is not None]
         return min(values) if values else None
 
     def _exec_cgroup(self) -> ExecCgroup | None:
@@ -293,7 +293,7 @@ class LinuxSession:
         self._running[proc.pid] = (proc, sup)
         options = _StreamOptions(
             stdin_data=spec.stdin,
-            output_cap=self.policy.limits.output_bytes,
+            output_cap=self.policy.limits.output_cap,
             timeout_ms=self._timeout(spec),
         )
         return _Command(self, proc, sup, options)
