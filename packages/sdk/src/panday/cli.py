@@ -66,6 +66,47 @@ class Terminated(BaseException):
         super().__init__(f"signal {signum}")
 
 
+def repair_std_fds() -> tuple[int, ...]:
+    """Give each of descriptors 0, 1 and 2 that is closed or unusable /dev/null instead.
+
+    A caller may start us with one closed (``panday run ... >&-``, a daemon's children) or
+    opened the wrong way round (``1</dev/null``). Left alone, the next descriptor we open
+    (a bwrap option pipe, a policy file) would take that number and be mistaken for a
+    standard stream, and Python's own ``sys.stdout`` is None. So before anything else each
+    one is checked with one ``fcntl`` (closed: EBADF; stdin must be readable, stdout and
+    stderr writable; an ``O_PATH`` descriptor is neither) and replaced where it fails; a
+    missing ``sys`` stream is rebuilt over the repaired descriptor. Returns the repaired
+    numbers. Cheap: three system calls when nothing is wrong.
+    """
+    import fcntl  # noqa: PLC0415 - loaded by the run path anyway (binds.py); 0.2 ms otherwise
+
+    repaired: list[int] = []
+    for fd in (0, 1, 2):
+        try:
+            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        except OSError:
+            flags = -1
+        mode = flags & os.O_ACCMODE if flags >= 0 else -1
+        usable = flags >= 0 and not flags & getattr(os, "O_PATH", 0)
+        usable = usable and (mode in {os.O_RDONLY, os.O_RDWR} if fd == 0 else mode != os.O_RDONLY)
+        if usable:
+            continue
+        new = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+        if new != fd:
+            os.dup2(new, fd)
+            os.close(new)
+        os.set_inheritable(fd, True)
+        repaired.append(fd)
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        if fd in repaired and getattr(sys, name) is None:
+            errors = "backslashreplace" if fd == 2 else "strict"  # noqa: PLR2004 - stderr
+            stream = open(  # noqa: PTH123, SIM115 - a standard stream, kept for the process
+                fd, "r" if fd == 0 else "w", encoding="utf-8", errors=errors, closefd=False
+            )
+            setattr(sys, name, stream)
+    return tuple(repaired)
+
+
 def console() -> NoReturn:
     """The `panday` console script: `main`, then exit without the interpreter's teardown.
 
@@ -75,6 +116,7 @@ def console() -> NoReturn:
     which costs about as much as the jail itself (docs/benchmarks.md), so the streams are
     flushed and the process leaves with `os._exit`. Nothing of panday's uses atexit.
     """
+    repair_std_fds()  # first: nothing may be opened onto a closed 0, 1 or 2
     try:
         code = main()
     except SystemExit as exc:  # argparse's --help, or a SystemExit from below
@@ -83,7 +125,7 @@ def console() -> NoReturn:
 
     for stream in (sys.stdout, sys.stderr):
         # A reader that went away: the exit code already says what happened.
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
             stream.flush()
     os._exit(code)
 
