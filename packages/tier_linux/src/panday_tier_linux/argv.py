@@ -136,13 +136,21 @@ def jail_env(spec: JailSpec, extra: Mapping[str, str] | None = None) -> dict[str
     return env
 
 
-def jail_command(spec: JailSpec, command: Sequence[str]) -> list[str]:
-    """What bwrap runs: `command`, behind the relay when the session has the bridge."""
+def jail_command(
+    spec: JailSpec, command: Sequence[str], *, report_fd: int | None = None
+) -> list[str]:
+    """What bwrap runs: `command`, behind the relay when the session has the bridge.
+
+    `report_fd` (the number the jail sees) is the pipe on which the relay says whether it
+    exec'd the command (relay.py): how the session tells a command that never ran from one
+    that printed the same words and exited 125 itself."""
     if spec.relay is None:
         return list(command)
     ports = (str(HTTP_PORT), str(SOCKS_PORT))
-    relay = [spec.relay.python, "-I", "-S", "-B", RELAY_IN_JAIL, *ports, SOCKET_IN_JAIL, "--"]
-    return [*relay, *command]
+    relay = [spec.relay.python, "-I", "-S", "-B", RELAY_IN_JAIL, *ports, SOCKET_IN_JAIL]
+    if report_fd is not None:
+        relay.append(str(report_fd))
+    return [*relay, "--", *command]
 
 
 def filesystem_args(spec: JailSpec, binds: Sequence[str] = ()) -> list[str]:

@@ -28,18 +28,16 @@ from panday_core.capabilities import Refusal, check_policy, no_egress_proxy
 from panday_core.errors import Internal, PolicyViolation, TierUnavailable
 from panday_core.execution import ChildProcess, astream, collect, spawn, stream
 from panday_core.protect import is_env_hook
-from panday_core.types import ExecExit, ExecSpec, OutputChunk, SandboxTier
+from panday_core.types import ExecSpec, SandboxTier
 from panday_tier_linux import host
 from panday_tier_linux.argv import JailSpec, build_options, jail_command
 from panday_tier_linux.capabilities import DISK_NEEDS_RO, host_capabilities
 from panday_tier_linux.supervisor import (
-    STDERR_TAIL,
     JailSupervisor,
+    StartCheck,
     Status,
     await_tmpfs,
     bwrap_error,
-    raise_relay_failure,
-    raise_setup_failure,
 )
 
 if TYPE_CHECKING:
@@ -104,22 +102,19 @@ class _Command:
         proc: ChildProcess,
         sup: JailSupervisor,
         options: _StreamOptions,
+        program: str,
     ) -> None:
         self.session = session
         self.proc = proc
         self.sup = sup
         self.options = options
-        self.tail = bytearray()
+        self.start = StartCheck(program, sup, relay=session.bridge is not None)
+        """Whether the command ever ran, from status only panday's side writes."""
 
-    def seen(self, event: ExecEvent) -> ExecEvent:
-        """Pass `event` on, keeping the end of stderr for a failed jail's message."""
-        if isinstance(event, OutputChunk) and event.stream == "stderr":
-            self.tail = (self.tail + event.data)[-STDERR_TAIL:]
-        if isinstance(event, ExecExit):
-            raise_setup_failure(event, self.sup, bytes(self.tail))
-            if self.session.bridge is not None:
-                raise_relay_failure(event, bytes(self.tail))
-        return event
+    def seen(self, event: ExecEvent) -> list[ExecEvent]:
+        """The events to pass on for `event`; a command that never ran raises
+        `CommandNotFound` (or `TierUnavailable` for another setup failure) at its exit."""
+        return self.start.feed(event)
 
     def close(self) -> None:
         self.session.forget(self.proc)
@@ -210,13 +205,15 @@ class LinuxSession:
         binds = self.roots.command_binds()
         exec_cgroup: ExecCgroup | None = None
         block = self.cgroup is not None or self.spec.tmp_bytes is not None
+        relay = self.spec.relay is not None
         fds: list[int] = []
-        block_w = status_r = -1
+        block_w = status_r = report_r = -1
         try:
             exec_cgroup = self._exec_cgroup()
             # Descriptors as the child sees them: 3 options, 4 seccomp, [5 block,] status,
-            # then the binds' directories.
+            # [the relay's report pipe,] then the binds' directories.
             status_child = 6 if block else 5
+            report_child = status_child + 1 if relay else None
             options = build_options(
                 self.spec,
                 cwd=cwd,
@@ -224,7 +221,7 @@ class LinuxSession:
                 block_fd=5 if block else None,
                 status_fd=status_child,
                 env=proxy_env,
-                binds=binds.options(status_child + 1),
+                binds=binds.options(status_child + (2 if relay else 1)),
             )
             fds.append(
                 _data_fd(b"".join(o.encode("utf-8", "surrogateescape") + b"\0" for o in options))
@@ -236,12 +233,17 @@ class LinuxSession:
             status_r, status_w = os.pipe()
             fds.append(status_w)
             status = Status(status_r)
-            argv = [self.bwrap.path, "--args", "3", "--", *jail_command(self.spec, spec.argv)]
+            if relay:
+                report_r, report_w = os.pipe()
+                os.set_blocking(report_r, False)
+                fds.append(report_w)
+            command = jail_command(self.spec, spec.argv, report_fd=report_child)
+            argv = [self.bwrap.path, "--args", "3", "--", *command]
             proc = spawn(argv, env={}, stdin=spec.stdin is not None, pass_fds=[*fds, *binds.fds])
         except BaseException:
             if exec_cgroup is not None:
                 exec_cgroup.remove()
-            for fd in (block_w, status_r):
+            for fd in (block_w, status_r, report_r):
                 if fd >= 0:
                     os.close(fd)
             binds.close()
@@ -257,6 +259,7 @@ class LinuxSession:
             disk_bytes=limits_policy.disk_bytes,
             status=status,
             binds=binds,
+            report_fd=report_r if relay else None,
         )
         if block:
             try:
@@ -296,14 +299,14 @@ class LinuxSession:
             output_cap=self.policy.limits.output_cap,
             timeout_ms=self._timeout(spec),
         )
-        return _Command(self, proc, sup, options)
+        return _Command(self, proc, sup, options, spec.argv[0])
 
     def exec(self, spec: ExecSpec) -> Generator[ExecEvent, None, None]:
         """Run one command: output chunks as read, then one `ExecExit` (blocking)."""
         command = self._start(spec)
         try:
             for event in stream(command.proc, command.sup, **command.options):
-                yield command.seen(event)
+                yield from command.seen(event)
         finally:
             command.close()
 
@@ -312,7 +315,8 @@ class LinuxSession:
         command = self._start(spec)
         try:
             async for event in astream(command.proc, command.sup, **command.options):
-                yield command.seen(event)
+                for passed in command.seen(event):
+                    yield passed
         finally:
             command.close()
 
