@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from panday_core.errors import CommandNotFound, Internal, TierUnavailable
+from panday_core.errors import CommandNotFound, Internal, TierUnavailable, WorkspaceUnusable
 from panday_core.types import ExecExit, LimitBreach, LimitKind, OutputChunk
 from panday_tier_linux.supervisor import JailSupervisor, StartCheck, Status
 
@@ -83,8 +83,8 @@ def test_bwrap_status_without_an_exit_code_is_an_exec_failure(made: list[JailSup
         "cannot be executed inside the sandbox (Permission denied)",
     )
     other = check(made, CHILD)
-    other.feed(out("stderr", b"bwrap: Can't chdir to /w: Permission denied\n"))
-    with pytest.raises(TierUnavailable, match="Can't chdir"):
+    other.feed(out("stderr", b"bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n"))
+    with pytest.raises(TierUnavailable, match="mount proc"):
         other.feed(end(1))
 
 
@@ -146,3 +146,14 @@ def test_a_kill_of_ours_is_a_breach_not_a_setup_failure(made: list[JailSuperviso
     breach = LimitBreach(kind=LimitKind.WALL_CLOCK, detail="killed")
     killed = ExecExit(exit_code=None, signal=9, wall_ms=1.0, breach=breach)
     assert start.feed(killed) == [killed]
+
+
+def test_a_directory_bwrap_cannot_enter_is_a_fault_of_the_directory(
+    made: list[JailSupervisor],
+) -> None:
+    start = check(made, CHILD)
+    start.feed(out("stderr", b"bwrap: Can't chdir to /w/sub: Permission denied\n"))
+    with pytest.raises(WorkspaceUnusable) as info:
+        start.feed(end(1))
+    assert (info.value.field, info.value.path) == ("cwd", "/w/sub")
+    assert "Permission denied" in info.value.reason

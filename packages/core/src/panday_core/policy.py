@@ -257,10 +257,9 @@ Unbounded = Annotated[
 
 
 class Limits(_Model, frozen=True, kw_only=True):
-    """Resource ceilings. For cpu_ms, mem_bytes, pids and disk_bytes, absent (None) means
-    no ceiling was requested. wall_clock_ms and output_bytes always have one: absent takes
-    the model's default (`DEFAULT_WALL_CLOCK_MS`, `DEFAULT_OUTPUT_BYTES`), and only the
-    word ``"unbounded"`` (`UNBOUNDED`) removes it."""
+    """Resource ceilings. cpu_ms, mem_bytes, pids and disk_bytes: absent means no ceiling
+    was requested. wall_clock_ms and output_bytes always have one: absent takes the default
+    (600000 ms; 16 MiB per stream), and only the word "unbounded" removes it."""
 
     cpu_ms: CpuMs | None = None
     mem_bytes: MemBytes | None = None

@@ -48,6 +48,30 @@ class SessionInfo:
         return self.capabilities().guarantees
 
 
+def current_directory() -> str:
+    """The current directory, which a session takes as its workspace when none is given, or
+    `WorkspaceUnusable` saying it no longer exists (a deleted directory has no path)."""
+    try:
+        return os.getcwd()
+    except OSError as exc:
+        try:
+            was = os.readlink("/proc/self/cwd").removesuffix(" (deleted)")
+        except OSError:
+            was = "."
+        from panday_core.errors import WorkspaceUnusable  # noqa: PLC0415 - error path
+
+        why = "no longer exists (it was deleted)" if isinstance(exc, FileNotFoundError) else (
+            f"cannot be named ({exc.strerror})"
+        )
+        raise WorkspaceUnusable(
+            "fs.workspace",
+            was,
+            f"is the current directory, which a session without fs.workspace works in, and "
+            f"it {why}; change to an existing directory or give the workspace (--workspace, "
+            "or fs.workspace in the policy)",
+        ) from None
+
+
 def resolve_policy(
     policy: SandboxPolicy | Mapping[str, object] | str | os.PathLike[str] | None,
 ) -> SandboxPolicy:
@@ -71,7 +95,7 @@ def resolve_policy(
 
         resolved = policy_from_dict(policy)
     if resolved.fs.workspace is None:
-        resolved = resolved.with_workspace(os.getcwd())
+        resolved = resolved.with_workspace(current_directory())
     return resolved
 
 

@@ -201,8 +201,11 @@ def _classify(exc: BaseException) -> tuple[int, str]:  # noqa: C901, PLR0911, PL
         PolicyViolation,
         TierUnavailable,
         Unsupported,
+        WorkspaceUnusable,
     )
 
+    if isinstance(exc, WorkspaceUnusable):  # an input that cannot serve: as if missing
+        return exitcodes.NO_INPUT, str(exc)
     if isinstance(exc, PolicyError):
         if not exc.field and exc.reason.startswith("cannot read"):
             return exitcodes.NO_INPUT, str(exc)
@@ -238,7 +241,10 @@ def _refusal_hint(exc: PolicyViolation) -> str:
         return ""
     unenforced: list[str] = []
     for refusal in exc.violations:
-        entry = table.for_field(refusal.field)
+        # fs.staged_ro[0] and env.NAME are rows fs.staged_ro and env of the table.
+        entry = table.for_field(refusal.field.split("[", 1)[0])
+        if entry is None and refusal.field.startswith("env."):
+            entry = table.for_field("env")
         if (entry is None or entry.support is Support.NOT_ENFORCED) and (
             refusal.field not in unenforced
         ):

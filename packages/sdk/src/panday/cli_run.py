@@ -161,7 +161,22 @@ def _count(option: str, text: str) -> int:
 
 
 def _directory(option: str, text: str) -> str:
-    path = os.path.abspath(text)
+    """`text` as an absolute path, as a policy file would have to write it: ``..`` is
+    refused as it is there (``link/..`` is not the directory it reads as, so lexical
+    normalisation would mount another place than the kernel would resolve)."""
+    if "\x00" in text:
+        raise UsageError(f"{option} {text!r}: contains a NUL byte")
+    if ".." in text.split("/"):
+        raise UsageError(
+            f"{option} {text!r}: contains '..'; give the path without it (after a link, "
+            "'..' leads elsewhere than it reads, so panday never resolves it for you)"
+        )
+    path = text
+    if not os.path.isabs(path):
+        from panday._shared import current_directory  # noqa: PLC0415 - a relative path only
+
+        path = os.path.join(current_directory(), path)
+    path = os.path.normpath(path)
     if not os.path.exists(path):
         raise NoInputError(f"{option} {text!r}: no such file or directory")
     return path
@@ -258,8 +273,14 @@ def _hosts(opts: RunOptions) -> list[str]:
 
 
 def build_policy(opts: RunOptions) -> SandboxPolicy:
-    """The policy file (or the embedded default) with the command line's options applied."""
-    from panday_core.policy import FsPolicy, Limits, NetPolicy, SandboxPolicy  # noqa: PLC0415
+    """The policy file (or the embedded default) with the command line's options applied.
+
+    Every field the options do not touch is kept as the policy has it (``fs.protect``,
+    ``fs.unprotect``, ``fs.allow_home``, ``allow_env_hooks`` included): the options only
+    override or extend, and the result is validated like a policy file."""
+    import msgspec  # noqa: PLC0415 - loaded with the policy model
+
+    from panday_core.policy import Limits, SandboxPolicy  # noqa: PLC0415
 
     hosts, limits, env = _hosts(opts), _limits(opts), _env(opts)
     workspace_opt = opts.one("--workspace")
@@ -268,12 +289,16 @@ def build_policy(opts: RunOptions) -> SandboxPolicy:
         raise NoInputError(f"--workspace {workspace_opt!r}: not a directory")
     staged = [_directory("--ro", p) for p in opts.many("--ro")]
     base, source = _base_policy(opts, workspace)
-    fs = FsPolicy(
-        workspace=workspace or base.fs.workspace or os.getcwd(),
-        access=base.fs.access,
+    if workspace is None and base.fs.workspace is None:
+        from panday._shared import current_directory  # noqa: PLC0415 - loaded by the run path anyway
+
+        workspace = current_directory()
+    fs = msgspec.structs.replace(
+        base.fs,
+        workspace=workspace or base.fs.workspace,
         staged_ro=(*base.fs.staged_ro, *staged),
     )
-    net = NetPolicy(allow=(*base.net.allow, *hosts), deny=base.net.deny, ports=base.net.ports)
+    net = msgspec.structs.replace(base.net, allow=(*base.net.allow, *hosts))
     limit_values = {name: getattr(base.limits, name) for name in Limits.__struct_fields__}
     limit_values.update(limits)
     policy = SandboxPolicy(
@@ -281,6 +306,7 @@ def build_policy(opts: RunOptions) -> SandboxPolicy:
         net=net,
         limits=Limits(**limit_values),
         env={**base.env, **env},
+        allow_env_hooks=base.allow_env_hooks,
     )
     _check_inputs(policy, source)
     return policy

@@ -77,12 +77,13 @@ def default_policy(
     locale and terminal type of `environ` (this process's environment when None)."""
     import os  # noqa: PLC0415 - loaded at interpreter start anyway
 
+    from panday._shared import current_directory  # noqa: PLC0415 - lazy
     from panday_core.policy import FsPolicy, SandboxPolicy  # noqa: PLC0415 - lazy
 
     if environ is None:
         environ = os.environ
     return SandboxPolicy(
-        fs=FsPolicy(workspace=workspace or os.getcwd(), access="rw"),
+        fs=FsPolicy(workspace=workspace or current_directory(), access="rw"),
         env=passthrough_env(environ),
     )
 

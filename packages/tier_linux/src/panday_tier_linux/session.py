@@ -25,7 +25,7 @@ import time
 from typing import TYPE_CHECKING, Self, TypedDict
 
 from panday_core.capabilities import Refusal, check_policy, no_egress_proxy
-from panday_core.errors import Internal, PolicyViolation, TierUnavailable
+from panday_core.errors import Internal, PolicyViolation, TierUnavailable, WorkspaceUnusable
 from panday_core.execution import ChildProcess, astream, collect, spawn, stream
 from panday_core.protect import is_env_hook
 from panday_core.types import ExecSpec, SandboxTier
@@ -457,6 +457,14 @@ def open_session(
         if roots is not None:
             roots.close()
         raise PolicyViolation(str(TIER), refusals)
+    from panday_tier_linux.binds import entry_problem  # noqa: PLC0415 - loaded with Roots
+
+    problem = entry_problem(roots.workspace)
+    if problem is not None:  # a fault of the path: bwrap would fail to mount or enter it
+        if session_cgroup is not None:
+            session_cgroup.remove()
+        roots.close()
+        raise WorkspaceUnusable("fs.workspace", roots.workspace.path, problem)
     try:
         return _finish_open(
             policy,

@@ -16,7 +16,7 @@ import signal
 import time
 from typing import TYPE_CHECKING
 
-from panday_core.errors import CommandNotFound, Internal, TierUnavailable
+from panday_core.errors import CommandNotFound, Internal, TierUnavailable, WorkspaceUnusable
 from panday_core.execution import ChildProcess, Supervisor
 from panday_core.types import ExecExit, LimitBreach, LimitKind, OutputChunk, SandboxTier
 from panday_tier_linux import host
@@ -33,6 +33,7 @@ STDERR_TAIL = 4096
 _SETUP_MARKS = (b"bwrap: ", b"panday-relay: ")
 """How a setup line of bwrap or the relay starts (held back until the start is decided)."""
 _EXEC_MARK = "bwrap: execvp "
+_CHDIR_MARK = "bwrap: Can't chdir to "
 _MISSING = frozenset({os.strerror(errno.ENOENT), os.strerror(errno.ENOTDIR)})
 """Exec failures a shell reports as 127 (no such program); any other is 126."""
 NOT_FOUND = 127
@@ -323,4 +324,12 @@ class StartCheck:
         first = message.splitlines()[0]
         if first.startswith(_EXEC_MARK) and not self.relay:
             raise _not_found(self.program, first.rpartition(": ")[2])
+        if first.startswith(_CHDIR_MARK):  # the directory, not the tier, is at fault
+            where, _, why = first.removeprefix(_CHDIR_MARK).rpartition(": ")
+            raise WorkspaceUnusable(
+                "cwd",
+                where,
+                f"cannot be entered inside the sandbox ({why}); the jail runs as the "
+                "caller's uid without capabilities: choose a directory it can enter",
+            )
         raise TierUnavailable(str(TIER), _explain(message))
