@@ -173,7 +173,12 @@ def filesystem_args(spec: JailSpec, binds: Sequence[str] = ()) -> list[str]:
     # /proc read-only: a root caller's jail runs as the host's uid 0 (without capabilities),
     # and procfs checks sysctl writes against that uid alone, so a writable /proc would let
     # it rewrite host-wide settings such as kernel.core_pattern.
-    args += ["--proc", "/proc", "--remount-ro", "/proc", *DEVICES]
+    args += ["--proc", "/proc", "--remount-ro", "/proc"]
+    # Files that describe the host's kernel, not the jail (host.PROC_MASKED): empty and
+    # read-only inside, also for a root caller's jail, whose uid 0 passes their 0400.
+    for name in spec.layout.proc:
+        args += ["--ro-bind", "/dev/null", f"/proc/{name}"]
+    args += DEVICES
     if spec.tmp_bytes is not None:
         args += ["--size", str(spec.tmp_bytes)]
     args += ["--tmpfs", "/tmp"]  # noqa: S108 - the jail's own private /tmp

@@ -135,6 +135,7 @@ class LinuxSession:
         program: bytes,
         cgroup: SessionCgroup | None,
         bridge: Bridge | None = None,
+        guard: _Guard | None = None,
     ) -> None:
         self.id = session_id
         self.policy = policy
@@ -146,6 +147,8 @@ class LinuxSession:
         self.cgroup = cgroup
         self.bridge = bridge
         """The egress bridge (proxy and relay) when the policy has ``net.allow``."""
+        self.guard = guard or _Guard(_cgroup_limits(policy), {})
+        """The pid and memory bounds: the policy's, else the host's protection (hostguard)."""
         self.closed = False
         self._commands = itertools.count(1)
         self._running: dict[int, tuple[ChildProcess, JailSupervisor]] = {}
@@ -181,7 +184,7 @@ class LinuxSession:
         if self.cgroup is None:
             return None
         try:
-            return self.cgroup.new_exec(_cgroup_limits(self.policy))
+            return self.cgroup.new_exec(self.guard.held)
         except OSError as exc:
             raise Internal(f"cannot create the command's cgroup: {exc}") from exc
 
@@ -204,7 +207,8 @@ class LinuxSession:
         proxy_env = self._proxy_env(spec)
         binds = self.roots.command_binds()
         exec_cgroup: ExecCgroup | None = None
-        block = self.cgroup is not None or self.spec.tmp_bytes is not None
+        rlimits = self.guard.rlimits
+        block = self.cgroup is not None or self.spec.tmp_bytes is not None or bool(rlimits)
         relay = self.spec.relay is not None
         fds: list[int] = []
         block_w = status_r = report_r = -1
@@ -260,6 +264,7 @@ class LinuxSession:
             status=status,
             binds=binds,
             report_fd=report_r if relay else None,
+            defaults=self.guard.defaults,
         )
         if block:
             try:
@@ -285,6 +290,11 @@ class LinuxSession:
             sup.child_pid = pid
             if sup.cgroup is not None:
                 sup.cgroup.attach(pid)
+            if self.guard.rlimits:
+                try:
+                    sup.rlimits = self.guard.rlimits.apply(pid)
+                except OSError as exc:  # fail closed: the jail does not run unbounded
+                    raise Internal(f"cannot bound the jail's processes: {exc}") from exc
             if self.spec.tmp_bytes is not None:
                 sup.tmp_fd = await_tmpfs(pid, self.spec.tmp_bytes)
             os.write(block_w, b"x")
@@ -439,16 +449,12 @@ def open_session(
         raise TierUnavailable(str(TIER), f"T2 Linux needs Linux; this host is {os.uname().sysname}")
     sid = _sanitize_id(session_id)
     refusals, roots = _policy_refusals(policy)
-    cgroup_limits = _cgroup_limits(policy)
+    explicit = _cgroup_limits(policy)
     session_cgroup: SessionCgroup | None = None
+    held: dict[str, int] = {}
     cgroup_reasons: dict[str, str] = {}
-    if cgroup_limits and not refusals:
-        from panday_tier_linux import cgroups  # noqa: PLC0415 - only sessions with ceilings
-
-        try:
-            session_cgroup = cgroups.open_session(cgroup_limits, sid)
-        except cgroups.CgroupUnavailable as exc:
-            cgroup_reasons = {f"limits.{k}": exc.reason for k in cgroup_limits}
+    if not refusals:
+        session_cgroup, held, cgroup_reasons = _open_cgroups(explicit, sid)
     caps = host_capabilities(cgroup_reasons, bridge_reason=_bridge_reason(policy))
     refusals += check_policy(policy, caps)
     if refusals or roots is None:
@@ -473,12 +479,55 @@ def open_session(
             bwrap=bwrap,
             session_cgroup=session_cgroup,
             egress=egress,
+            guard=_Guard(explicit, held),
         )
     except BaseException:
         if session_cgroup is not None:
             session_cgroup.remove()
         roots.close()
         raise
+
+
+def _open_cgroups(
+    explicit: dict[str, int], sid: str
+) -> tuple[SessionCgroup | None, dict[str, int], dict[str, str]]:
+    """The session's cgroups: the policy's ceilings (`explicit`), plus the host-protection
+    ceilings (`hostguard`) for the pid and memory ceilings it leaves out, as many of those
+    as a cgroup here can hold. Returns the cgroup (None without one), the ceilings it holds,
+    and, when the policy's own ceilings cannot be held, field -> why (a refusal)."""
+    from panday_tier_linux import cgroups, hostguard  # noqa: PLC0415 - loaded when a session opens
+
+    defaults = {k: v for k, v in hostguard.ceilings().items() if k not in explicit}
+    attempts = [{**explicit, **defaults}]
+    if "mem_bytes" in defaults:  # a pid bound is worth having without the memory one
+        attempts.append({**explicit, **{k: v for k, v in defaults.items() if k != "mem_bytes"}})
+    if defaults and explicit:
+        attempts.append(dict(explicit))
+    mounts = cgroups.discover()
+    reason = ""
+    for wanted in attempts:
+        if not wanted:
+            continue
+        try:
+            return cgroups.open_session(wanted, sid, mounts), wanted, {}
+        except cgroups.CgroupUnavailable as exc:
+            reason = exc.reason
+    return None, {}, {f"limits.{k}": reason for k in explicit}
+
+
+class _Guard:
+    """What holds the session's pid and memory bounds: the ceilings its cgroup holds, which
+    of them the policy did not ask for (the host's protection), and the rlimits for what no
+    cgroup holds (`hostguard`)."""
+
+    __slots__ = ("defaults", "held", "rlimits")
+
+    def __init__(self, explicit: dict[str, int], held: dict[str, int]) -> None:
+        from panday_tier_linux import hostguard  # noqa: PLC0415 - loaded when a session opens
+
+        self.held = held
+        self.defaults = frozenset(k for k in held if k not in explicit)
+        self.rlimits = hostguard.plan(set(explicit), set(held))
 
 
 def _bridge_reason(policy: SandboxPolicy) -> str | None:
@@ -509,6 +558,7 @@ def _finish_open(
     bwrap: host.Bwrap | None,
     session_cgroup: SessionCgroup | None,
     egress: ProxySettings | None,
+    guard: _Guard,
 ) -> LinuxSession:
     from panday_tier_linux import etcview, seccomp  # noqa: PLC0415 - keeps the package import light
 
@@ -544,6 +594,7 @@ def _finish_open(
         program=program,
         cgroup=session_cgroup,
         bridge=bridge,
+        guard=guard,
     )
 
 

@@ -95,8 +95,13 @@ class JailSupervisor(Supervisor):
         status: Status,
         binds: CommandBinds | None = None,
         report_fd: int | None = None,
+        defaults: frozenset[str] = frozenset(),
     ) -> None:
         self.cgroup = cgroup
+        self.defaults = defaults
+        """Ceilings of `cgroup` the policy did not ask for: the host's protection."""
+        self.rlimits: dict[str, int] = {}
+        """The rlimits set on the jail where no cgroup holds the host's protection."""
         self.report_fd = report_fd
         """Our end of the relay's report pipe (sessions with the egress bridge)."""
         self.binds = binds
@@ -147,6 +152,11 @@ class JailSupervisor(Supervisor):
             if self.cgroup.oom_kills():
                 limit = self.cgroup.limits.get("mem_bytes")
                 detail = f"the kernel killed it at limits.mem_bytes={limit}"
+                if "mem_bytes" in self.defaults:
+                    detail = (
+                        f"the kernel killed it at the host's protection ceiling of {limit} "
+                        "bytes (the policy sets no limits.mem_bytes)"
+                    )
                 return LimitBreach(kind=LimitKind.MEMORY, detail=detail)
             breach = self._cpu_breach()
             if breach is not None:
@@ -155,6 +165,11 @@ class JailSupervisor(Supervisor):
             if refused:
                 limit = self.cgroup.limits.get("pids")
                 detail = f"{refused} fork(s) refused at limits.pids={limit}"
+                if "pids" in self.defaults:
+                    detail = (
+                        f"{refused} fork(s) refused at the host's protection ceiling of {limit} "
+                        "tasks (the policy sets no limits.pids)"
+                    )
                 return LimitBreach(kind=LimitKind.PIDS, detail=detail)
         if self._disk_full():
             detail = f"the jail's /tmp filled limits.disk_bytes={self.disk_bytes}; writes failed"
