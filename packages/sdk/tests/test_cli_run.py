@@ -377,6 +377,43 @@ def test_a_signal_to_panday_kills_the_jailed_tree_and_leaves_nothing(
     assert procs.cgroups_of(proc.pid) == [], "a session cgroup outlived panday"
 
 
+def test_a_sigkilled_pandays_cgroups_are_swept_by_the_next_session_in_every_hierarchy(
+    cli: Cli, procs: Procs, exe: str, finished: Finish
+) -> None:
+    # The first panday uses the memory, pids and cpuacct hierarchies (--cpu adds the last);
+    # the next one uses only memory and pids (the host's own bounds): it must still sweep
+    # all three. Without a writable cgroup nothing is created, so nothing can be left.
+    if not _cgroups_here():
+        proc, _tree = _start_sleeper(exe, ["--cpu", "1h"], "no-cgroup", procs, finished)
+        proc.kill()
+        finished(proc)
+        assert procs.cgroups_of(proc.pid) == []
+        return
+    proc, tree = _start_sleeper(exe, ["--cpu", "1h"], f"sweep-{os.getpid()}", procs, finished)
+    try:
+        made = procs.cgroups_of(proc.pid)
+        hierarchies = {Path(p).relative_to("/sys/fs/cgroup").parts[0] for p in made}
+        if len(hierarchies) < 3:  # noqa: PLR2004 - memory, pids, cpuacct (v1) or one v2 tree
+            on_v2 = any(p.startswith("/sys/fs/cgroup/unified") for p in made) or len(made) == 1
+            if not on_v2:
+                pytest.fail(f"inconclusive: control failed: session cgroups seen: {made}")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=20)
+    finally:
+        finished(proc)
+    deadline = time.monotonic() + 10
+    while procs.alive(tree) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert procs.alive(tree) == [], "jailed processes outlived a SIGKILLed panday"
+    # Control: a SIGKILLed panday cannot remove them itself.
+    left = procs.cgroups_of(proc.pid)
+    if sorted(left) != sorted(made):
+        pytest.fail(f"inconclusive: control failed: {made} became {left} before the sweep")
+    result = cli("run", "--", "true")
+    assert result.returncode == 0, result.stderr
+    assert procs.cgroups_of(proc.pid) == [], "a SIGKILLed panday's cgroups were not swept"
+
+
 def test_a_closed_pipe_stops_the_command(tmp_path: Path, exe: str, finished: Finish) -> None:
     proc = subprocess.Popen(
         [exe, "run", "--", "yes"],
