@@ -58,6 +58,18 @@ class InvalidInputError(Exception):
     """A policy or manifest document is malformed; the line names the file: exit 65."""
 
 
+class OutputError(Exception):
+    """panday could not write its own output (a full disk, an I/O error) or build its
+    `--json` document: one line, exit 74, never a silently shortened result."""
+
+    def __init__(self, fd: int, left: int, exc: OSError) -> None:
+        where = {1: "standard output", 2: "standard error"}.get(fd, f"descriptor {fd}")
+        super().__init__(
+            f"cannot write {where}: {exc.strerror or exc}; {left} bytes were not written, "
+            "so what was written is incomplete"
+        )
+
+
 class Terminated(BaseException):
     """SIGTERM or SIGHUP arrived: unwind (killing the jailed tree), then exit 128 + N."""
 
@@ -194,6 +206,8 @@ def _classify(exc: BaseException) -> tuple[int, str]:  # noqa: C901, PLR0911, PL
         return exitcodes.NO_INPUT, str(exc)
     if isinstance(exc, InvalidInputError):
         return exitcodes.INVALID_POLICY, str(exc)
+    if isinstance(exc, OutputError):
+        return exitcodes.OUTPUT_ERROR, str(exc)
     from panday_core.errors import (  # noqa: PLC0415 - error path
         CommandNotFound,
         LimitExceeded,

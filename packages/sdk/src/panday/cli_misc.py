@@ -98,7 +98,7 @@ def _check_one(file: str, *, debug: bool) -> PolicyCheckReport:
         code = exitcodes.NO_INPUT
     return PolicyCheckReport(
         file=file, valid=True, enforceable_here=verdict, tiers=tuple(rows), missing=missing,
-        exit_code=code,
+        exit_code=code, unbounded=policy.limits.unbounded(),
     )  # fmt: skip
 
 
@@ -112,6 +112,11 @@ def _render_check(report: PolicyCheckReport) -> list[str]:
     lines = [f"{name}: valid policy, {state} ({where})"]
     lines.extend(
         f"  missing here: {m.field}: {m.reason} (a session would not open)" for m in report.missing
+    )
+    lines.extend(
+        f"  unbounded: {field}: no ceiling at all (written 'unbounded'; leave it out for the "
+        "default)"
+        for field in report.unbounded
     )
     for row in report.tiers:
         if row.host_tier and row.available:

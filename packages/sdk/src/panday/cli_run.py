@@ -13,10 +13,11 @@ import sys
 from typing import TYPE_CHECKING
 
 from panday import exitcodes
-from panday.cli import NoInputError, Terminated, UsageError
+from panday.cli import NoInputError, OutputError, Terminated, UsageError
 
 if TYPE_CHECKING:
     from panday.session import Session
+    from panday.terminal import Filter
     from panday_core.policy import SandboxPolicy
     from panday_core.types import ExecExit, ExecResult, ExecSpec
 
@@ -49,6 +50,9 @@ options:
   --stdin             pass this process's standard input to the command (default: empty)
   --tier TIER         auto (default), t2-linux, t2-macos or t0; a named tier is never replaced
   --json              print one JSON result object (output not streamed)
+  --sanitize          show terminal control sequences in the output as text (^[) instead
+                      of passing them to the terminal; the default for a stream that is one
+  --no-sanitize       pass the output byte for byte, also to a terminal
   --debug             show a traceback with an error
 """
 
@@ -57,7 +61,9 @@ _VALUED = frozenset(
     | {"--env", "--tier"}
 )
 _REPEATABLE = frozenset({"--ro", "--allow", "--env"})
-_FLAGS = frozenset({"--json", "--stdin", "--debug", "--help", "-h"})
+_FLAGS = frozenset(
+    {"--json", "--stdin", "--debug", "--help", "-h", "--sanitize", "--no-sanitize"}
+)
 
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "": 1000}
@@ -337,10 +343,30 @@ def exit_code_of(end: ExecExit | ExecResult) -> int:
     return exitcodes.SIGNAL_BASE + (end.signal or 0)
 
 
-def _write(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """Write all of `data` to `fd`, whatever its size: a write returns early at 2 GiB on
+    Linux (and earlier on a pipe or a full disk), and a descriptor the caller left
+    non-blocking answers EAGAIN rather than waiting. Nothing is dropped silently: a write
+    that fails for good raises (`OutputError`, or BrokenPipeError when the reader left)."""
+    import select  # noqa: PLC0415 - loaded by the exec machinery anyway
+
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view) :]
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            select.select([], [fd], [])
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise OutputError(fd, len(view), exc) from exc
+
+
+def _sanitizing(opts: RunOptions, fd: int) -> bool:
+    """Whether control sequences in what goes to `fd` are made inert (panday.terminal)."""
+    if "--no-sanitize" in opts.flags:
+        return False
+    return "--sanitize" in opts.flags or os.isatty(fd)
 
 
 def _breach_line(end: ExecExit) -> str:
@@ -353,15 +379,25 @@ def _breach_line(end: ExecExit) -> str:
     return f"limit exceeded: {end.breach.kind.value}: {end.breach.detail} (the command: {ended})"
 
 
-def _stream(session: Session, spec: ExecSpec) -> int:
+def _stream(session: Session, spec: ExecSpec, opts: RunOptions) -> int:
     from panday_core.types import OutputChunk  # noqa: PLC0415 - loaded with the tier
 
+    filters: dict[int, Filter] = {}
+    for fd in (1, 2):
+        if _sanitizing(opts, fd):
+            from panday.terminal import Filter  # noqa: PLC0415 - only for a terminal
+
+            filters[fd] = Filter()
     events = session.stream(spec.argv, stdin=spec.stdin)
     try:
         for event in events:
             if isinstance(event, OutputChunk):
-                _write(1 if event.stream == "stdout" else 2, event.data)
+                fd = 1 if event.stream == "stdout" else 2
+                found = filters.get(fd)
+                write_all(fd, event.data if found is None else found.feed(event.data))
                 continue
+            for fd, found in filters.items():
+                write_all(fd, found.flush())
             if event.breach is not None:
                 sys.stderr.write(f"panday: {_breach_line(event)}\n")
             return exit_code_of(event)
@@ -376,7 +412,9 @@ def _stream(session: Session, spec: ExecSpec) -> int:
 
 
 def _json(session: Session, spec: ExecSpec) -> int:
-    from panday.reports import RunReport, encode  # noqa: PLC0415
+    """One JSON document, written whole (`write_all`) once the command has finished; a
+    document that cannot be built is refused (exit 74), never cut short."""
+    from panday.reports import RunReport, encode_bytes  # noqa: PLC0415
     from panday_core.execution import collect  # noqa: PLC0415
 
     result = collect(session.stream(spec.argv, stdin=spec.stdin))
@@ -396,7 +434,14 @@ def _json(session: Session, spec: ExecSpec) -> int:
         truncated_stderr=result.truncated_stderr,
         panday_exit_code=code,
     )
-    sys.stdout.write(encode(report))
+    del result
+    try:
+        document = encode_bytes(report)
+    except MemoryError:
+        raise OutputError(1, 0, OSError(12, "the JSON document does not fit in memory")) from None
+    del report
+    sys.stdout.flush()
+    write_all(1, document)
     return code
 
 
@@ -440,4 +485,4 @@ def run(args: list[str]) -> int:
     with open_session(policy, tier=tier) as session:
         if "--json" in opts.flags:
             return _json(session, spec)
-        return _stream(session, spec)
+        return _stream(session, spec, opts)
