@@ -411,13 +411,18 @@ def _stream(session: Session, spec: ExecSpec, opts: RunOptions) -> int:
     raise RuntimeError("the command's events ended without an exit")
 
 
-def _json(session: Session, spec: ExecSpec) -> int:
-    """One JSON document, written whole (`write_all`) once the command has finished; a
-    document that cannot be built is refused (exit 74), never cut short."""
-    from panday.reports import RunReport, encode_bytes  # noqa: PLC0415
-    from panday_core.execution import collect  # noqa: PLC0415
+def _document(
+    session: Session, spec: ExecSpec, result: ExecResult
+) -> tuple[list[bytes], int]:
+    """The ``--json`` document, in pieces to write in order (no trailing newline), and the
+    exit code. The document is the report with empty output, formatted, with each stream's
+    encoded text put where its empty string was: so the kept output is never held twice
+    over (its bytes, its text, the compact document, the formatted one), only its bytes
+    and then its encoded text. The caller must hold no other reference to `result`."""
+    import msgspec  # noqa: PLC0415 - loaded with the policy model
 
-    result = collect(session.stream(spec.argv, stdin=spec.stdin))
+    from panday.reports import RunReport  # noqa: PLC0415
+
     code = exit_code_of(result)
     report = RunReport(
         tier=session.tier,
@@ -428,20 +433,48 @@ def _json(session: Session, spec: ExecSpec) -> int:
         signal=result.signal,
         wall_ms=round(result.wall_ms, 3),
         breach=result.breach,
-        stdout=result.stdout.decode("utf-8", "replace"),
-        stderr=result.stderr.decode("utf-8", "replace"),
+        stdout="",
+        stderr="",
         truncated_stdout=result.truncated_stdout,
         truncated_stderr=result.truncated_stderr,
         panday_exit_code=code,
     )
+    frame = msgspec.json.format(msgspec.json.encode(report), indent=2)
+    # The keys, unescaped, occur once each: a quote inside a JSON string is escaped.
+    before, _, rest = frame.partition(b'\n  "stdout": ""')
+    between, _, after = rest.partition(b'\n  "stderr": ""')
+    out, err = result.stdout, result.stderr
     del result
+    text = out.decode("utf-8", "replace")
+    del out
+    out_json = msgspec.json.encode(text)
+    text = err.decode("utf-8", "replace")
+    del err
+    err_json = msgspec.json.encode(text)
+    del text
+    return [
+        before + b'\n  "stdout": ',
+        out_json,
+        between + b'\n  "stderr": ',
+        err_json,
+        after,
+    ], code
+
+
+def _json(session: Session, spec: ExecSpec) -> int:
+    """One JSON document, written whole (`write_all`) once the command has finished; a
+    document that cannot be built is refused (exit 74), never cut short."""
+    from panday_core.execution import collect  # noqa: PLC0415
+
+    events = session.stream(spec.argv, stdin=spec.stdin)
     try:
-        document = encode_bytes(report)
+        pieces, code = _document(session, spec, collect(events))
     except MemoryError:
         raise OutputError(1, 0, OSError(12, "the JSON document does not fit in memory")) from None
-    del report
     sys.stdout.flush()
-    write_all(1, document)
+    while pieces:
+        write_all(1, pieces.pop(0))
+    write_all(1, b"\n")
     return code
 
 
