@@ -31,7 +31,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+Sample = tuple[float, float, int, bool]
+"""(seconds, peak RSS in MiB, bytes kept or written, output breach) of one run."""
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RESULTS = ROOT / "benchmarks" / "results.json"
@@ -101,7 +107,7 @@ def _cli(exe: str, args: list[str], cwd: Path) -> tuple[float, float, int, bool]
 def bench(*, rounds: int, size: int) -> dict[str, object]:
     exe = str(Path(sys.executable).with_name("panday"))
     load_start = os.getloadavg()[0]
-    variants = {
+    variants: dict[str, tuple[str, Callable[[Path], Sample]]] = {
         "a_sdk_idle": ("(a) SDK, session.run(['true'])", lambda cwd: _sdk(["true"], "run", cwd)),
         "b_sdk_run": (
             "(b) SDK, session.run(2 GB of output)",
@@ -120,7 +126,7 @@ def bench(*, rounds: int, size: int) -> dict[str, object]:
             lambda cwd: _cli(exe, ["--json", "--", *_flood(size, printable=True)], cwd),
         ),
     }
-    samples: dict[str, list[tuple[float, float, int, bool]]] = {k: [] for k in variants}
+    samples: dict[str, list[Sample]] = {k: [] for k in variants}
     with tempfile.TemporaryDirectory(prefix="panday-flood-") as tmp:
         cwd = Path(tmp)
         names = list(variants)

@@ -27,7 +27,7 @@ from panday_core.egress.testing import HttpUpstream, LoopbackOnly
 from panday_core.errors import CommandNotFound, Internal, PolicyViolation
 from panday_core.execution import acollect, collect
 from panday_core.policy import FsPolicy, NetPolicy, SandboxPolicy
-from panday_core.types import ExecExit, ExecSpec, SessionSpec
+from panday_core.types import ExecSpec, SessionSpec
 from panday_tier_linux import bridge, declared_capabilities, host_capabilities
 from panday_tier_linux.sandbox import T2LinuxSandbox
 from panday_tier_linux.session import open_session

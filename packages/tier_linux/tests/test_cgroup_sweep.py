@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from panday_tier_linux import cgroups
 from panday_tier_linux.cgroups import discover, sweep_stale
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def _dead_pid() -> int:
@@ -33,10 +36,13 @@ def _tree(tmp_path: Path) -> tuple[cgroups.Mounts, dict[str, Path]]:
     }
     for place in places.values():
         place.mkdir(parents=True)
-    mountinfo = "".join(
-        f"{30 + i} 23 0:{40 + i} / {root / name} rw - cgroup cgroup rw,{name}\n"
-        for i, name in enumerate(("memory", "pids", "cpuacct"))
-    ) + f"40 23 0:50 / {places['v2']} rw - cgroup2 cgroup2 rw\n"
+    mountinfo = (
+        "".join(
+            f"{30 + i} 23 0:{40 + i} / {root / name} rw - cgroup cgroup rw,{name}\n"
+            for i, name in enumerate(("memory", "pids", "cpuacct"))
+        )
+        + f"40 23 0:50 / {places['v2']} rw - cgroup2 cgroup2 rw\n"
+    )
     own = "9:pids:/\n4:memory:/process_api/abc\n2:cpuacct:/\n0::/\n"
     return discover(mountinfo, own), places
 
@@ -50,13 +56,20 @@ def test_a_dead_owners_directories_go_in_every_hierarchy(tmp_path: Path) -> None
     live = [p / f"panday-{me}-s2" for p in places.values()]
     reused = places["memory"] / f"panday-{os.getpid()}.1-s3"  # our pid, another start
     other = places["cpuacct"] / "unrelated"
-    for made in (*stale, legacy, *live, reused, other):
+    theirs = places["pids"] / f"panday-{dead}.9-another-user"
+    for made in (*stale, legacy, *live, reused, other, theirs):
         made.mkdir()
     (stale[0] / "exec-1").mkdir()  # a command's cgroup inside: removed with it
+    kept = [*live, other]
+    if os.geteuid() == 0:  # only root can give a directory to another user
+        os.chown(theirs, 65534, 65534)
+        kept.append(theirs)  # the next session of *that* user sweeps it
+    else:
+        stale.append(theirs)
     cgroups._SWEPT.clear()  # pyright: ignore[reportPrivateUsage] - a fresh process's state
     sweep_stale(mounts)
     assert not any(p.exists() for p in (*stale, legacy, reused))
-    assert all(p.exists() for p in (*live, other))
+    assert all(p.exists() for p in kept)
 
 
 def test_the_sweep_runs_once_per_place_in_a_process(tmp_path: Path) -> None:

@@ -85,7 +85,9 @@ def test_a_default_session_is_bounded_as_strongly_as_this_host_allows(tmp_path: 
     if row.support is Support.STRICT:  # a writable cgroup here (root on this host)
         assert seen.cgroup is not None
         pids = seen.cgroup_limits["pids.max"]
-        memory = seen.cgroup_limits.get("memory.max", seen.cgroup_limits.get("memory.limit_in_bytes"))
+        memory = seen.cgroup_limits.get(
+            "memory.max", seen.cgroup_limits.get("memory.limit_in_bytes")
+        )
         assert (pids, memory) == (str(bounds["pids"]), str(bounds["mem_bytes"]))
         assert seen.rlimits["Max address space"] == "unlimited unlimited"
     else:  # rlimits, inherited by every process of the jail, and said to be partial

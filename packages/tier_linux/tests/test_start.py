@@ -83,7 +83,9 @@ def test_bwrap_status_without_an_exit_code_is_an_exec_failure(made: list[JailSup
         "cannot be executed inside the sandbox (Permission denied)",
     )
     other = check(made, CHILD)
-    other.feed(out("stderr", b"bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n"))
+    other.feed(
+        out("stderr", b"bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n")
+    )
     with pytest.raises(TierUnavailable, match="mount proc"):
         other.feed(end(1))
 

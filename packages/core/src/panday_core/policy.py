@@ -293,13 +293,13 @@ class Limits(_Model, frozen=True, kw_only=True):
     def wall_clock_cap(self) -> int | None:
         """The wall clock in milliseconds, or None when the policy says ``"unbounded"``."""
         value = self.wall_clock_ms
-        return None if value == UNBOUNDED else cast("int", value)
+        return None if value == UNBOUNDED else value
 
     @property
     def output_cap(self) -> int | None:
         """The output ceiling in bytes per stream, or None when ``"unbounded"``."""
         value = self.output_bytes
-        return None if value == UNBOUNDED else cast("int", value)
+        return None if value == UNBOUNDED else value
 
     def unbounded(self) -> tuple[str, ...]:
         """The dotted fields this policy explicitly leaves without a ceiling."""

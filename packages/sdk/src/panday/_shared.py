@@ -60,8 +60,10 @@ def current_directory() -> str:
             was = "."
         from panday_core.errors import WorkspaceUnusable  # noqa: PLC0415 - error path
 
-        why = "no longer exists (it was deleted)" if isinstance(exc, FileNotFoundError) else (
-            f"cannot be named ({exc.strerror})"
+        why = (
+            "no longer exists (it was deleted)"
+            if isinstance(exc, FileNotFoundError)
+            else (f"cannot be named ({exc.strerror})")
         )
         raise WorkspaceUnusable(
             "fs.workspace",

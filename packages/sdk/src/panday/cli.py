@@ -107,12 +107,12 @@ def repair_std_fds() -> tuple[int, ...]:
         if new != fd:
             os.dup2(new, fd)
             os.close(new)
-        os.set_inheritable(fd, True)
+        os.set_inheritable(fd, True)  # noqa: FBT003 - positional-only in os
         repaired.append(fd)
     for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
         if fd in repaired and getattr(sys, name) is None:
             errors = "backslashreplace" if fd == 2 else "strict"  # noqa: PLR2004 - stderr
-            stream = open(  # noqa: PTH123, SIM115 - a standard stream, kept for the process
+            stream = open(  # noqa: SIM115 - a standard stream, kept for the process
                 fd, "r" if fd == 0 else "w", encoding="utf-8", errors=errors, closefd=False
             )
             setattr(sys, name, stream)

@@ -61,9 +61,7 @@ _VALUED = frozenset(
     | {"--env", "--tier"}
 )
 _REPEATABLE = frozenset({"--ro", "--allow", "--env"})
-_FLAGS = frozenset(
-    {"--json", "--stdin", "--debug", "--help", "-h", "--sanitize", "--no-sanitize"}
-)
+_FLAGS = frozenset({"--json", "--stdin", "--debug", "--help", "-h", "--sanitize", "--no-sanitize"})
 
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "": 1000}
@@ -411,9 +409,7 @@ def _stream(session: Session, spec: ExecSpec, opts: RunOptions) -> int:
     raise RuntimeError("the command's events ended without an exit")
 
 
-def _document(
-    session: Session, spec: ExecSpec, result: ExecResult
-) -> tuple[list[bytes], int]:
+def _document(session: Session, spec: ExecSpec, result: ExecResult) -> tuple[list[bytes], int]:
     """The ``--json`` document, in pieces to write in order (no trailing newline), and the
     exit code. The document is the report with empty output, formatted, with each stream's
     encoded text put where its empty string was: so the kept output is never held twice

@@ -33,11 +33,11 @@ _PARTIAL = re.compile(rb"(?:\x1b(?:\[[0-9;:]{0,%d})?|\xc2)\Z" % _SGR_PARAMS)
 
 def _caret(match: re.Match[bytes]) -> bytes:
     seq = match.group()
-    if len(seq) > 2 or (len(seq) == 2 and seq[0] == 0x1b):  # noqa: PLR2004 - SGR, kept
+    if len(seq) > 2 or (len(seq) == 2 and seq[0] == 0x1B):  # noqa: PLR2004 - SGR, kept
         return seq
-    if seq[0] == 0xc2:  # noqa: PLR2004 - a C1 control U+0080-U+009F: ESC + (code - 0x40)
+    if seq[0] == 0xC2:  # noqa: PLR2004 - a C1 control U+0080-U+009F: ESC + (code - 0x40)
         return b"^[" + bytes([seq[1] - 0x40])
-    if seq[0] == 0x7f:  # noqa: PLR2004 - DEL
+    if seq[0] == 0x7F:  # noqa: PLR2004 - DEL
         return b"^?"
     return b"^" + bytes([seq[0] + 0x40])
 

@@ -101,10 +101,9 @@ class Rlimits:
         if self.address_space:
             wanted.append(("RLIMIT_AS", resource.RLIMIT_AS, bounds["mem_bytes"]))
         done: dict[str, int] = {}
-        for name, which, value in wanted:
+        for name, which, bound in wanted:
             _soft, hard = resource.prlimit(pid, which)
-            if hard != resource.RLIM_INFINITY:
-                value = min(value, hard)  # never raised: only lowered
+            value = bound if hard == resource.RLIM_INFINITY else min(bound, hard)  # only lowered
             resource.prlimit(pid, which, (value, value))
             done[name] = value
         return done

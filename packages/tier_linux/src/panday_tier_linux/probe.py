@@ -75,7 +75,8 @@ def _host_bounds(cgroup_reasons: dict[str, str]) -> str:
         if "limits.pids" not in cgroup_reasons
         else "no pid bound (root ignores RLIMIT_NPROC)"
         if os.geteuid() == 0
-        else f"this uid's tasks up to the host's count at the start + {pids} (RLIMIT_NPROC, partial)",
+        else f"this uid's tasks up to the host's count at the start + {pids} "
+        "(RLIMIT_NPROC, partial)",
         f"{gib:.1f} GiB of memory (cgroup)"
         if "limits.mem_bytes" not in cgroup_reasons
         else f"{gib:.1f} GiB of address space per process (RLIMIT_AS, partial)",

@@ -59,7 +59,7 @@ _REPORT = [-1]
 
 def _report(data: bytes) -> None:
     if _REPORT[0] >= 0:
-        try:
+        try:  # noqa: SIM105 - contextlib would cost the relay's start-up (C modules only)
             os.write(_REPORT[0], data)
         except OSError:
             pass
@@ -236,7 +236,7 @@ def _take_report_fd(argv: list[str]) -> list[str]:
     if len(argv) > 4 and argv[3] != "--" and argv[3].isdigit():  # noqa: PLR2004 - the slot
         fd = int(argv[3])
         try:
-            os.set_inheritable(fd, False)  # the command must never hold it
+            os.set_inheritable(fd, False)  # noqa: FBT003 - the command must never hold it
         except OSError:
             return argv[:3] + argv[4:]
         _REPORT[0] = fd

@@ -199,6 +199,38 @@ class LinuxSession:
         except ValueError as exc:
             raise ValueError(f"command_id: {exc}") from None
 
+    def _descriptors(
+        self, options: list[str], given: list[int], *, block: bool, relay: bool
+    ) -> tuple[int, int, int]:
+        """Make what bwrap is given, in the order it numbers them (appended to `given`, which
+        the caller closes once bwrap has its copies): its options, the seccomp program,
+        [the block pipe,] the status pipe, [the relay's report pipe]. Returns our ends
+        (block write, status read, report read), -1 where there is none."""
+        ours: list[int] = []
+        try:
+            given.append(
+                _data_fd(b"".join(o.encode("utf-8", "surrogateescape") + b"\0" for o in options))
+            )
+            given.append(_data_fd(self.program))
+            block_w = status_r = report_r = -1
+            if block:
+                block_r, block_w = os.pipe()
+                ours.append(block_w)
+                given.append(block_r)
+            status_r, status_w = os.pipe()
+            ours.append(status_r)
+            given.append(status_w)
+            if relay:
+                report_r, report_w = os.pipe()
+                ours.append(report_r)
+                os.set_blocking(report_r, False)
+                given.append(report_w)
+        except BaseException:
+            for fd in ours:
+                os.close(fd)
+            raise
+        return block_w, status_r, report_r
+
     def launch(self, spec: ExecSpec) -> tuple[ChildProcess, JailSupervisor]:
         """Spawn the jail for `spec` with its ceilings in place (used by `exec`)."""
         if self.closed:
@@ -207,17 +239,17 @@ class LinuxSession:
         proxy_env = self._proxy_env(spec)
         binds = self.roots.command_binds()
         exec_cgroup: ExecCgroup | None = None
-        rlimits = self.guard.rlimits
-        block = self.cgroup is not None or self.spec.tmp_bytes is not None or bool(rlimits)
+        block = (
+            self.cgroup is not None or self.spec.tmp_bytes is not None or bool(self.guard.rlimits)
+        )
         relay = self.spec.relay is not None
-        fds: list[int] = []
+        given: list[int] = []
         block_w = status_r = report_r = -1
         try:
             exec_cgroup = self._exec_cgroup()
             # Descriptors as the child sees them: 3 options, 4 seccomp, [5 block,] status,
             # [the relay's report pipe,] then the binds' directories.
             status_child = 6 if block else 5
-            report_child = status_child + 1 if relay else None
             options = build_options(
                 self.spec,
                 cwd=cwd,
@@ -227,23 +259,13 @@ class LinuxSession:
                 env=proxy_env,
                 binds=binds.options(status_child + (2 if relay else 1)),
             )
-            fds.append(
-                _data_fd(b"".join(o.encode("utf-8", "surrogateescape") + b"\0" for o in options))
+            block_w, status_r, report_r = self._descriptors(
+                options, given, block=block, relay=relay
             )
-            fds.append(_data_fd(self.program))
-            if block:
-                block_r, block_w = os.pipe()
-                fds.append(block_r)
-            status_r, status_w = os.pipe()
-            fds.append(status_w)
-            status = Status(status_r)
-            if relay:
-                report_r, report_w = os.pipe()
-                os.set_blocking(report_r, False)
-                fds.append(report_w)
+            report_child = status_child + 1 if relay else None
             command = jail_command(self.spec, spec.argv, report_fd=report_child)
             argv = [self.bwrap.path, "--args", "3", "--", *command]
-            proc = spawn(argv, env={}, stdin=spec.stdin is not None, pass_fds=[*fds, *binds.fds])
+            proc = spawn(argv, env={}, stdin=spec.stdin is not None, pass_fds=[*given, *binds.fds])
         except BaseException:
             if exec_cgroup is not None:
                 exec_cgroup.remove()
@@ -253,7 +275,7 @@ class LinuxSession:
             binds.close()
             raise
         finally:
-            for fd in fds:
+            for fd in given:
                 os.close(fd)
         binds.spawned()
         limits_policy = self.policy.limits
@@ -261,7 +283,7 @@ class LinuxSession:
             cgroup=exec_cgroup,
             cpu_ms=limits_policy.cpu_ms,
             disk_bytes=limits_policy.disk_bytes,
-            status=status,
+            status=Status(status_r),
             binds=binds,
             report_fd=report_r if relay else None,
             defaults=self.guard.defaults,

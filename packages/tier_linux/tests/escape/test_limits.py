@@ -14,6 +14,7 @@ import os
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, Unpack
 
 import pytest
@@ -175,13 +176,11 @@ def test_an_output_flood_is_cut_at_the_output_ceiling(esc: Escape) -> None:
 def _tasks_of(marker: bytes) -> int:
     """Processes on the host whose command line is exactly `marker` (NUL-separated)."""
     count = 0
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/cmdline", "rb") as fh:
-                if fh.read() == marker:
-                    count += 1
+            count += (entry / "cmdline").read_bytes() == marker
         except OSError:
             continue
     return count
