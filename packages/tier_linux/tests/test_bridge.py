@@ -69,6 +69,10 @@ class World:
             connector=self.connector,
         )
 
+    def closed(self) -> list[AuditEvent]:
+        """The close events: one per connection (an allowed tunnel also has an open one)."""
+        return [e for e in list(self.events) if e.phase == "close"]
+
     def policy(self, *allow: str) -> SandboxPolicy:
         net = NetPolicy(allow=allow or (ALLOWED, "127.0.0.1"), ports=(self.upstream.port,))
         return SandboxPolicy(fs=FsPolicy(workspace=str(self.workspace)), net=net)
@@ -260,7 +264,7 @@ def test_a_jailed_curl_reaches_an_allowlisted_host_over_http_connect_and_socks(
     for result in (plain, tunnel, socks):
         assert (result.exit_code, result.stdout) == (0, b"hello from the upstream\n"), result
     assert world.upstream.requests == [f"{ALLOWED}:{world.upstream.port}"] * 3
-    allowed = [(e.command_id, e.protocol, e.verdict, e.address) for e in world.events]
+    allowed = [(e.command_id, e.protocol, e.verdict, e.address) for e in world.closed()]
     assert allowed == [
         ("plain", "http", "allowed", "127.0.0.1"),
         ("tunnel", "http-connect", "allowed", "127.0.0.1"),
@@ -286,7 +290,7 @@ def test_a_jailed_curl_is_refused_403_with_the_reason_for_another_host(world: Wo
     assert status == 403
     assert headers["x-panday-refused"] == "203.0.113.9 is not in net.allow"
     assert world.upstream.requests == [f"{ALLOWED}:{world.upstream.port}"]
-    assert [e.verdict for e in world.events] == ["allowed", "refused", "refused"]
+    assert [e.verdict for e in world.closed()] == ["allowed", "refused", "refused"]
     assert world.connector.attempts == [("127.0.0.1", world.upstream.port)]
 
 
@@ -367,3 +371,51 @@ def test_the_enforcement_report_holds_with_the_bridge(world: World) -> None:
     assert any(m.startswith("/run/panday ") and m.endswith(" ro") for m in report.mounts)
     net = next(n for n in report.namespaces if n.name == "net")
     assert net.isolated
+
+
+# ---------------------------------------------------------------------- credentials per command
+
+
+@linux
+def test_a_commands_credentials_die_with_it(world: World) -> None:
+    """A command leaves its proxy URL behind; a later command of the session gets 407 with
+    it, while its own credentials pass. The audit log names each command truthfully."""
+    saved = world.workspace / "left-behind"
+    with world.open() as session:
+        first = session.run(["/bin/sh", "-c", f'printf %s "$HTTP_PROXY" > {saved}'])
+        assert first.exit_code == 0
+        url = saved.read_text()
+        assert url.startswith("http://cmd-1:")
+        reuse = (
+            f'{CURL} -sS -o /dev/null -w %{{http_code}} -x "$(cat {saved})" {world.url(ALLOWED)}'
+        )
+        own = f"{CURL} -sS -o /dev/null -w %{{http_code}} {world.url(ALLOWED)}"
+        ok = session.run(["/bin/sh", "-c", own])
+        if ok.stdout != b"200":  # the positive control: the session's own credentials pass
+            pytest.fail(f"inconclusive: control failed: {ok!r}")
+        stale = session.run(["/bin/sh", "-c", reuse])
+    assert stale.stdout == b"407"
+    closed = [(e.command_id, e.verdict, e.reason) for e in world.closed()]
+    assert closed[0][:2] == ("cmd-2", "allowed")
+    assert closed[1] == (None, "refused", "wrong proxy credentials")
+    opened = [e for e in world.events if e.phase == "open"]
+    assert [(e.command_id, e.host) for e in opened] == [("cmd-2", ALLOWED)]
+
+
+@linux
+def test_two_commands_under_one_id_share_the_credentials_until_both_end(
+    world: World, upstream: HttpUpstream
+) -> None:
+    del upstream
+    with world.open() as session:
+        bridge_ = session.bridge
+        assert bridge_ is not None
+        env_a = bridge_.environment("shared")
+        env_b = bridge_.environment("shared")
+        assert env_a == env_b
+        user, token = env_a["HTTP_PROXY"].removeprefix("http://").split("@")[0].split(":")
+        assert bridge_.proxy.proxy.check_credentials((user, token)) == (True, "shared")
+        bridge_.command_ended("shared")
+        assert bridge_.proxy.proxy.check_credentials((user, token)) == (True, "shared")
+        bridge_.command_ended("shared")
+        assert bridge_.proxy.proxy.check_credentials((user, token)) == (False, None)

@@ -281,6 +281,11 @@ def http_in_tunnel(sock: socket.socket, host: str) -> tuple[int, dict[str, str],
         return parse_response(recv_all(sock))
 
 
+def closed(events: list[AuditEvent]) -> list[AuditEvent]:
+    """The ``close`` events: one per connection (allowed tunnels also have an ``open``)."""
+    return [e for e in list(events) if e.phase == "close"]
+
+
 def expect(condition: bool, message: str) -> None:
     """A positive control: when it does not hold, the test is inconclusive and FAILS."""
     if not condition:
@@ -353,16 +358,21 @@ class Env:
     def wait_events(
         self, handle: ProxyHandle, count: int, timeout: float = 5.0
     ) -> list[AuditEvent]:
-        """Events are reported when a connection ends; give the loop time to get there."""
+        """The ``close`` events (one per connection) once `count` have arrived; events are
+        reported when a connection ends, so give the loop time to get there."""
+        self.settle(lambda: len(closed(handle.events)) >= count, timeout)
+        return closed(handle.events)
 
-        async def settle() -> None:
+    def settle(self, done: Callable[[], bool], timeout: float = 5.0) -> None:
+        """Wait (on the proxy's loop, so its callbacks run) until `done()` holds."""
+
+        async def wait() -> None:
             for _ in range(int(timeout / 0.01)):
-                if len(handle.events) >= count:
+                if done():
                     return
                 await asyncio.sleep(0.01)
 
-        self.lt.call(settle(), timeout + 5)
-        return list(handle.events)
+        self.lt.call(wait(), timeout + 5)
 
     def close(self) -> None:
         async def shutdown() -> None:

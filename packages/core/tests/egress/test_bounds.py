@@ -140,19 +140,44 @@ def test_an_idle_tunnel_is_closed(env: Env) -> None:
 
 
 def test_connections_beyond_the_limit_are_closed_on_accept(env: Env) -> None:
+    echo = env.upstream("echo", echo=True)
     handle = env.proxy(
-        allow=["127.0.0.1"], ports=[80], limits=ProxyLimits(max_connections=3, head_timeout=5.0)
+        allow=["127.0.0.1"],
+        ports=[echo.port],
+        limits=ProxyLimits(max_connections=3, head_timeout=5.0),
     )
-    held = [env.open_conn(handle.host, handle.port) for _ in range(3)]
+    tunnels: list[socket.socket] = []
     try:
+        for _ in range(2):
+            status, _, sock, _ = env.connect(handle, f"127.0.0.1:{echo.port}")
+            env.expect(status == 200 and sock is not None, "tunnels within the limit open")
+            assert sock is not None
+            tunnels.append(sock)
+        # An idle connection without credentials takes the third slot, until someone
+        # needs it: the proxy is full, so the newcomer closes it rather than being refused.
+        idle = env.open_conn(handle.host, handle.port)
+        env.settle(lambda: len(handle.proxy.clients) == 3)
+        status, _, sock, _ = env.connect(handle, f"127.0.0.1:{echo.port}")
+        assert status == 200
+        assert sock is not None
+        tunnels.append(sock)
+        assert env.recv_all(idle) == b""
+        idle.close()
+        # Three tunnels with credentials hold every slot: nothing can be closed for a
+        # newcomer, so it is closed on accept.
         extra = env.open_conn(handle.host, handle.port)
         extra.sendall(b"CONNECT 127.0.0.1:80 HTTP/1.1\r\n\r\n")
         assert env.recv_all(extra) == b""
         extra.close()
-        events = env.wait_events(handle, 1)
-        assert events[0].reason == "connection limit (3) reached"
+        env.settle(lambda: any("connection limit (3) reached" in e.reason for e in handle.events))
+        reasons = [e.reason for e in env.wait_events(handle, 2)]
+        assert any(r.startswith("closed without credentials to make room") for r in reasons)
+        assert "closed on accept: connection limit (3) reached" in reasons
+        for sock in tunnels:  # the tunnels never noticed
+            sock.sendall(b"ping")
+            assert env.recv_exact(sock, 4) == b"ping"
     finally:
-        for sock in held:
+        for sock in tunnels:
             sock.close()
 
 

@@ -69,11 +69,15 @@ class Handoff:
         user, token = self.thread.credentials(command_id)
         return base64.b64encode(f"{user}:{token}".encode())
 
+    def closed(self) -> list[AuditEvent]:
+        return [e for e in list(self.events) if e.phase == "close"]
+
     def wait_events(self, count: int, timeout: float = 5.0) -> list[AuditEvent]:
+        """The close events (one per connection), once `count` have arrived."""
         deadline = time.monotonic() + timeout
-        while len(self.events) < count and time.monotonic() < deadline:
+        while len(self.closed()) < count and time.monotonic() < deadline:
             time.sleep(0.01)
-        return list(self.events)
+        return self.closed()
 
     def close(self) -> None:
         self.relay.close()
@@ -243,3 +247,33 @@ def test_a_port_someone_holds_on_ipv6_loopback_is_never_shared(env: Env) -> None
             env.lt.call(proxy.proxy.start_loopback(port))
     finally:
         squatter.close()
+
+
+def test_one_jail_holds_a_few_relay_connections_at_most(handoff: tuple[Handoff, int]) -> None:
+    """Every process of a jail can reach the socket; this process is one jail here (its pid
+    namespace): it holds `max_relays_per_jail` connections (the fixture's included)."""
+    world, _ = handoff
+    extra = [socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) for _ in range(6)]
+    try:
+        for sock in extra:
+            sock.connect(world.path)
+        time.sleep(0.3)
+        alive = 0
+        for sock in extra:
+            sock.setblocking(False)  # noqa: FBT003 - the socket API's own flag
+            try:
+                closed = sock.recv(1) == b""
+            except BlockingIOError:
+                closed = False
+            alive += not closed
+        assert alive == 3  # with the fixture's own connection: four
+        world.wait_events(0)
+        assert any("relay connection refused" in e.reason for e in world.events)
+        # The fixture's connection still serves.
+        ours = world.handed()
+        ours.sendall(b"GET http://x.test/ HTTP/1.1\r\n\r\n")
+        assert ours.recv(12) == b"HTTP/1.1 407"
+        ours.close()
+    finally:
+        for sock in extra:
+            sock.close()

@@ -452,11 +452,12 @@ def test_audit_events_go_to_a_jsonl_file(env: Env, tmp_path: object) -> None:
     env.http(handle, f"http://other.test:{port}/")
     env.wait_events(handle, 2)
     lines = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [(d["verdict"], d["host"]) for d in lines] == [
-        ("allowed", ALLOWED),
-        ("refused", "other.test"),
+    assert [(d["phase"], d["verdict"], d["host"]) for d in lines] == [
+        ("open", "allowed", ALLOWED),
+        ("close", "allowed", ALLOWED),
+        ("close", "refused", "other.test"),
     ]
     assert set(lines[0]) == {
         "time", "session_id", "command_id", "protocol", "host", "port", "address",
-        "verdict", "reason", "bytes_up", "bytes_down", "duration_ms",
+        "verdict", "reason", "phase", "bytes_up", "bytes_down", "duration_ms", "count",
     }  # fmt: skip

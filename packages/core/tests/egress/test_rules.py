@@ -9,7 +9,15 @@ import pytest
 
 from panday_core.egress import socks5
 from panday_core.egress.addresses import address_refusal
-from panday_core.egress.http_head import HttpRefusal, forward_head, head_end, parse_head, response
+from panday_core.egress.framing import MORE, Body, FramingError, Response
+from panday_core.egress.http_head import (
+    HeadReader,
+    HttpRefusal,
+    forward_head,
+    head_end,
+    parse_head,
+    response,
+)
 from panday_core.egress.rules import EgressRules, normalize_host
 from panday_core.policy import NetPolicy
 
@@ -46,6 +54,15 @@ REFUSED = [
     ("2001:db8::1", "private"),
     ("192.0.2.1", "private"),
     ("198.18.0.1", "private"),
+    # Python's ipaddress calls these global; they are not routable on the internet.
+    ("fec0::1", "site-local"),
+    ("feff::1", "site-local"),
+    ("3fff::1", "documentation"),
+    ("3fff:fff::1", "documentation"),
+    ("192.88.99.1", "6to4 relay anycast"),
+    ("5f00::1", "reserved"),
+    ("4000::1", "reserved"),
+    ("::ffff:192.88.99.1", "6to4 relay anycast"),
 ]
 
 
@@ -188,6 +205,143 @@ def test_head_bounds() -> None:
         head_end(b"CONNECT a:1 HTTP/1.1\r\n" + b"X: y\r\n" * 30, max_head=100, max_line=50)
     with pytest.raises(HttpRefusal, match="414"):
         head_end(b"GET http://a/" + b"x" * 60, max_head=1000, max_line=50)
+
+
+def _reader() -> HeadReader:
+    return HeadReader(max_head=1000, max_line=100, max_headers=5)
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n" + _auth() + b"\r\n",
+        b"GET http://a.test/x?y HTTP/1.0\r\nAccept: */*\r\n\r\n",
+        b"POST http://a.test/ HTTP/1.1\r\nContent-Length: 3\r\n\r\n",
+    ],
+)
+def test_a_valid_head_passes_the_reader_a_byte_at_a_time(head: bytes) -> None:
+    for step in (1, 7, len(head)):
+        reader = _reader()
+        ends = [reader.feed(head[i : i + step]) for i in range(0, len(head), step)]
+        assert ends[-1] == len(head)
+        assert all(end is None for end in ends[:-1])
+        parse_head(bytes(reader.buf[: len(head)]))
+
+
+@pytest.mark.parametrize(
+    ("prefix", "status"),
+    [
+        (b"GET http://a.test/ HTTP/1.1\n", 400),  # bare LF: never valid, whatever follows
+        (b"GET http://a.test/ HTTP/1.1\r\nX: y\n", 400),
+        (b"GET http://a.test/ HTTP/1.1\rX", 400),  # bare CR
+        (b"GET http://a.test/\x00", 400),
+        (b"G(T", 400),
+        (b" GET", 400),
+        (b"GET  ", 400),
+        (b"GET http://a.test/ HTTP/2", 400),
+        (b"GET http://a.test/ HTTP/1.1 ", 400),
+        (b"GET http://a.test/\x7f", 400),
+        (b"GET http://a.test/ HTTP/1.1\r\nBad Name: x\r\n", 400),
+        (b"GET http://a.test/ HTTP/1.1\r\n folded\r\n", 400),
+        (b"GET http://a.test/" + b"x" * 100, 414),
+        (b"GET http://a.test/ HTTP/1.1\r\n" + b"X: y\r\n" * 6, 431),
+    ],
+)
+def test_the_reader_refuses_a_head_as_soon_as_it_cannot_become_valid(
+    prefix: bytes, status: int
+) -> None:
+    reader = _reader()
+
+    def byte_by_byte() -> None:
+        for i in range(len(prefix)):
+            reader.feed(prefix[i : i + 1])
+
+    with pytest.raises(HttpRefusal) as info:
+        byte_by_byte()
+    assert info.value.status == status
+    # The same bytes at once are refused the same way, and parse_head agrees.
+    with pytest.raises(HttpRefusal):
+        _reader().feed(prefix)
+
+
+def test_the_reader_leaves_what_follows_the_head_alone() -> None:
+    reader = _reader()
+    head = b"CONNECT a.test:443 HTTP/1.1\r\n\r\n"
+    assert reader.feed(head + b"\x00\r\x16 TLS bytes") == len(head)
+
+
+# ------------------------------------------------------------------------- framing
+
+
+def _scan_all(body: Body, data: bytes, step: int) -> int:
+    for i in range(0, len(data), step):
+        end = body.scan(data[i : i + step])
+        if end != MORE:
+            return i + end
+    return MORE
+
+
+@pytest.mark.parametrize("step", [1, 3, 1000])
+def test_a_body_ends_where_its_framing_says(step: int) -> None:
+    assert _scan_all(Body(5, strict=True), b"helloGET /next", step) == 5
+    assert Body(0, strict=True).done
+    chunked = b"5\r\nhello\r\n3;ext=1\r\nabc\r\n0\r\nX-Sum: 1\r\n\r\n"
+    body = Body(None, strict=True)
+    assert _scan_all(body, chunked + b"GET /next", step) == len(chunked)
+    assert body.done
+    assert _scan_all(Body(None, strict=True), b"5\r\nhel", step) == MORE
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"5\r\nhelloX\r\n",
+        b"zz\r\n",
+        b"5\nhello",
+        b"0\r\nProxy-Authorization: Basic eDp5\r\n\r\n",
+        b"1" * 20 + b"\r\n",
+    ],
+)
+def test_broken_chunked_framing_is_an_error(data: bytes) -> None:
+    with pytest.raises(FramingError):
+        _scan_all(Body(None, strict=True), data, 1)
+
+
+def test_trailer_lines_are_held_until_checked() -> None:
+    body = Body(None, strict=True)
+    data = b"3\r\nabc\r\n0\r\nX-Sum: 1\r\n\r\n"
+    assert body.scan(data) == len(data)
+    assert data[: body.raw] == b"3\r\nabc\r\n0\r\n"
+    assert body.take_checked() == b"X-Sum: 1\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("response", "head_request"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokEXTRA", False),
+        (b"HTTP/1.1 204 No Content\r\nContent-Length: 9\r\n\r\nEXTRA", False),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nEXTRA", True),
+        (
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nxEXTRA",
+            False,
+        ),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\nEXTRA", False),
+        (b"HTTP/1.1 200 OK\r\n\r\nuntil the upstream closes", False),
+        (b"HTTP/1.0 200 OK\r\nContent-Length: x\r\n\r\nbody", False),
+    ],
+)
+def test_a_response_ends_where_its_framing_says(response: bytes, head_request: bool) -> None:
+    """The response ends right before ``EXTRA``; without it, when the upstream closes."""
+    end = response.index(b"EXTRA") if b"EXTRA" in response else MORE
+    for step in (1, 5, len(response)):
+        tracker = Response(head_request=head_request, max_head=1000)
+        got = MORE
+        for i in range(0, len(response), step):
+            found = tracker.scan(response[i : i + step])
+            if found != MORE:
+                got = i + found
+                break
+        assert got == end, step
 
 
 def test_bad_credentials_parse_as_none() -> None:

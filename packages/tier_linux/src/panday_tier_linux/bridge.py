@@ -13,7 +13,9 @@ A session whose policy lists hosts in ``net.allow`` gets, at `open_session`:
   command starts;
 * per command, the proxy variables (`proxy_environment`) with credentials issued for that
   command's id, so the audit log names the command and no other process can use the
-  proxy.
+  proxy; when the command ends (`command_ended`) they are revoked, and any tunnel still
+  open with them is cut, so nothing a command leaves behind (a file with its proxy URL)
+  works for a later one.
 
 The seccomp filter of such a session admits ``AF_INET``/``AF_INET6`` sockets as well (the
 relay's listeners and the tools' connections to them), which reach nothing but the jail's
@@ -146,13 +148,20 @@ class Bridge:
         return RelaySpec(python=PYTHON, directory=self.directory)
 
     def environment(self, command_id: str) -> dict[str, str]:
-        """The proxy variables for one command, with credentials issued for its id.
+        """The proxy variables for one command, with credentials issued for its id; call
+        `command_ended` with the same id when the command has ended (also when it could
+        not be started).
 
         Raises `ValueError` for an id the proxy cannot issue credentials for.
         """
         return self.proxy.environment(
             command_id, http=("127.0.0.1", HTTP_PORT), socks=("127.0.0.1", SOCKS_PORT)
         )
+
+    def command_ended(self, command_id: str) -> None:
+        """The command `environment` was called for has ended: revoke its credentials
+        (once every command running under that id has ended) and cut its tunnels."""
+        self.proxy.revoke(command_id)
 
     @property
     def alive(self) -> bool:

@@ -24,6 +24,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Self, TypedDict
 
+import msgspec
+
 from panday_core.capabilities import Refusal, check_policy, no_egress_proxy
 from panday_core.errors import Internal, PolicyViolation, TierUnavailable, WorkspaceUnusable
 from panday_core.execution import ChildProcess, astream, collect, spawn, stream
@@ -103,6 +105,7 @@ class _Command:
         sup: JailSupervisor,
         options: _StreamOptions,
         program: str,
+        command_id: str | None = None,
     ) -> None:
         self.session = session
         self.proc = proc
@@ -110,6 +113,7 @@ class _Command:
         self.options = options
         self.start = StartCheck(program, sup, relay=session.bridge is not None)
         """Whether the command ever ran, from status only panday's side writes."""
+        self.command_id = command_id
 
     def seen(self, event: ExecEvent) -> list[ExecEvent]:
         """The events to pass on for `event`; a command that never ran raises
@@ -119,6 +123,8 @@ class _Command:
     def close(self) -> None:
         self.session.forget(self.proc)
         self.sup.close()
+        if self.session.bridge is not None and self.command_id is not None:
+            self.session.bridge.command_ended(self.command_id)  # its proxy credentials die
 
 
 class LinuxSession:
@@ -324,6 +330,8 @@ class LinuxSession:
             os.close(block_w)
 
     def _start(self, spec: ExecSpec) -> _Command:
+        if self.bridge is not None and spec.command_id is None:  # the id to revoke at the end
+            spec = msgspec.structs.replace(spec, command_id=f"cmd-{next(self._commands)}")
         proc, sup = self.launch(spec)
         self._running[proc.pid] = (proc, sup)
         options = _StreamOptions(
@@ -331,7 +339,7 @@ class LinuxSession:
             output_cap=self.policy.limits.output_cap,
             timeout_ms=self._timeout(spec),
         )
-        return _Command(self, proc, sup, options, spec.argv[0])
+        return _Command(self, proc, sup, options, spec.argv[0], spec.command_id)
 
     def exec(self, spec: ExecSpec) -> Generator[ExecEvent, None, None]:
         """Run one command: output chunks as read, then one `ExecExit` (blocking)."""

@@ -104,18 +104,32 @@ GUARANTEES = (
     Guarantee(
         name="The proxy reaches only allowlisted hosts, never the host, its LAN or a "
         "metadata endpoint through them",
-        mechanism="net.deny, net.allow and net.ports checked per request; the proxy resolves "
-        "each name once, refuses any loopback, private, link-local, CGNAT or metadata answer "
-        "(unless that IP literal is listed) and connects to the address it checked",
+        mechanism="net.deny, net.allow and net.ports checked per request, and per request "
+        "only: a plain-HTTP connection carries one request (bytes after it are never "
+        "forwarded); the proxy resolves each name itself, refuses any answer that is not "
+        "globally routable (loopback, private, link-local, site-local, CGNAT, metadata, "
+        "outside 2000::/3; unless that IP literal is listed) and connects to the address "
+        "it checked",
         support=Support.STRICT,
         note="what a command sends to an allowed host is not inspected (docs/egress.md)",
     ),
     Guarantee(
-        name="Only this session's commands can use its proxy",
-        mechanism="per-command credentials (HMAC of the command id under a per-session "
-        "secret) in the proxy URL, checked in constant time; the socket sits in a 0700 "
-        "directory",
+        name="Only this session's running commands can use its proxy",
+        mechanism="per-command credentials (a random token per command id) in the proxy "
+        "URL, checked in constant time and revoked when the command ends (its tunnels "
+        "cut); the socket sits in a 0700 directory",
         support=Support.STRICT,
+    ),
+    Guarantee(
+        name="A command cannot exhaust its caller through the proxy",
+        mechanism="descriptors from a budget derived from RLIMIT_NOFILE (the caller keeps "
+        "its share, and the numbers below its original limit); slots per command, per "
+        "jail, and for connections without credentials (idle ones make room); read "
+        "buffers returned at end of file and bounded in total; refusals at the edge "
+        "summed up in the audit log",
+        support=Support.STRICT,
+        note="tunnels with credentials cost the caller's memory, not the jail's mem_bytes "
+        "(about 10 KiB each; bounded by the command's share of slots)",
     ),
     Guarantee(
         name="No capabilities inside, also when the caller is root",

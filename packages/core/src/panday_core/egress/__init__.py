@@ -9,9 +9,10 @@ session needs the network.
 from __future__ import annotations
 
 from panday_core.egress.audit import AuditEvent, JsonlAuditLog, encode_event
+from panday_core.egress.limits import ProxyLimits
 from panday_core.egress.resolver import ResolveError, Resolver, StaticResolver, SystemResolver
 from panday_core.egress.rules import EgressRules
-from panday_core.egress.server import SESSION_USER, EgressProxy, ProxyLimits
+from panday_core.egress.server import SESSION_USER, EgressProxy
 from panday_core.egress.thread import ProxySettings, ProxyThread
 
 __all__ = [

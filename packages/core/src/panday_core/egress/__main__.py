@@ -27,6 +27,14 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         metavar="NAME=IP",
         help="answer NAME with IP instead of asking DNS (then only listed names resolve)",
     )
+    parser.add_argument(
+        "--resolve-delay",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="each --resolve lookup holds a lookup thread this long (a slow resolver, for "
+        "benchmarks)",
+    )
     return parser.parse_args(argv)
 
 
@@ -56,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         if not eq or not name or not addr:
             return _fail(f"--resolve {item!r}: expected NAME=IP")
         table.setdefault(name.lower(), []).append(addr)
-    resolver = StaticResolver(table) if table else None
+    if args.resolve_delay < 0 or (args.resolve_delay and not table):
+        return _fail("--resolve-delay: a non-negative number of seconds, with --resolve")
+    resolver = StaticResolver(table, delay=args.resolve_delay) if table else None
     try:
         return run_proxy(
             net,

@@ -2,10 +2,16 @@
 
 The allowlist says which *names* a command may reach; this module stops an allowlisted
 name from being turned into a door to the host or its network: a name whose DNS answer is
-loopback, private, link-local, CGNAT, multicast, unspecified, reserved or a cloud metadata
-endpoint is refused, unless that exact IP literal is itself in ``net.allow``. Addresses that
-embed an IPv4 address (IPv4-mapped, 6to4, NAT64) are judged by the address they embed, so
-``::ffff:127.0.0.1`` is as loopback as ``127.0.0.1``.
+loopback, private, link-local, site-local, CGNAT, multicast, unspecified, reserved or a
+cloud metadata endpoint is refused, unless that exact IP literal is itself in
+``net.allow``. Addresses that embed an IPv4 address (IPv4-mapped, 6to4, NAT64) are judged
+by the address they embed, so ``::ffff:127.0.0.1`` is as loopback as ``127.0.0.1``.
+
+The rule is "globally routable, or refused", not a list of what to refuse: an IPv6 address
+must lie in the global unicast space IANA allocates (``2000::/3``), and ranges Python's
+`ipaddress` still calls global although they are not (site-local ``fec0::/10``, the
+documentation prefix ``3fff::/20``, the deprecated 6to4 relay anycast ``192.88.99.0/24``,
+SRv6 ``5f00::/16``) are named below.
 """
 
 from __future__ import annotations
@@ -33,6 +39,15 @@ METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(
 )
 
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
+_GLOBAL_UNICAST_V6 = ipaddress.ip_network("2000::/3")
+_SITE_LOCAL = ipaddress.ip_network("fec0::/10")
+# Not globally routable, although `ipaddress` (3.11 to 3.13) reports them as global.
+_NOT_GLOBAL: tuple[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str], ...] = (
+    (ipaddress.ip_network("192.88.99.0/24"), "the deprecated 6to4 relay anycast range"),
+    (ipaddress.ip_network("3fff::/20"), "the IPv6 documentation range"),
+    (ipaddress.ip_network("2001:db8::/32"), "the IPv6 documentation range"),
+    (ipaddress.ip_network("5f00::/16"), "the SRv6 SID range"),
+)
 _IETF_PROTOCOL = ipaddress.ip_network("192.0.0.0/24")
 _NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
 _V4_COMPATIBLE = ipaddress.ip_network("::/96")
@@ -77,6 +92,16 @@ def address_refusal(addr: IPAddress) -> str | None:  # noqa: C901, PLR0911, PLR0
         return f"{addr} is a reserved address"
     if addr.is_private:
         return f"{addr} is a private address"
+    if isinstance(addr, ipaddress.IPv6Address) and addr not in _GLOBAL_UNICAST_V6:
+        where = (
+            "a site-local address"
+            if addr in _SITE_LOCAL
+            else "outside the global unicast space 2000::/3"
+        )
+        return f"{addr} is {where} (not globally routable)"
+    for net, what in _NOT_GLOBAL:
+        if addr in net:
+            return f"{addr} is in {what} (not globally routable)"
     if not addr.is_global:
         return f"{addr} is not a globally routable address"
     return None

@@ -1,13 +1,18 @@
-"""Strict parsing of the one HTTP request head the egress proxy reads from a client.
+"""Strict parsing of the HTTP request heads the egress proxy reads from a client.
 
-The proxy reads exactly one head per client connection: a ``CONNECT host:port`` (a tunnel)
-or an absolute-form request (``GET http://host/path HTTP/1.1``, forwarded as plain HTTP
-with ``Connection: close``). Everything the proxy does not need to understand is refused
-rather than guessed at: bare LF or CR, folded header lines, invalid header names, framing
-that two parsers could read differently (``Transfer-Encoding`` with ``Content-Length``,
-conflicting lengths), userinfo or fragments in the target, schemes other than ``http``.
-A refusal carries the status code and a reason; the proxy answers it and closes the
-connection without forwarding anything.
+The proxy reads one head per client connection: a ``CONNECT host:port`` (a tunnel) or an
+absolute-form request (``GET http://host/path HTTP/1.1``, forwarded as plain HTTP with
+``Connection: close``; `panday_core.egress.framing` then keeps the connection to that one
+request). Everything the proxy does not need to understand is refused rather than guessed
+at: bare LF or CR, folded header lines, invalid header names, framing that two parsers
+could read differently (``Transfer-Encoding`` with ``Content-Length``, conflicting
+lengths), userinfo or fragments in the target, schemes other than ``http``. A refusal
+carries the status code and a reason; the proxy answers it and closes the connection
+without forwarding anything.
+
+`HeadReader` checks a head while it arrives, line by line, so a head that can no longer
+become valid (a bare LF, a bad method, a wrong version) is answered at once instead of
+holding its connection until the head timeout.
 """
 
 from __future__ import annotations
@@ -17,7 +22,11 @@ import binascii
 
 from panday_core.egress.rules import normalize_host
 
-_TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+TOKEN_BYTES = frozenset(
+    b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+)
+"""The bytes of an HTTP token (a method, a header name)."""
+_TOKEN = TOKEN_BYTES
 _VISIBLE = frozenset(range(0x21, 0x7F))
 # Field values: visible ASCII, space, tab and obs-text; never CR, LF, NUL or other controls.
 _FIELD_VALUE = frozenset([0x09, *range(0x20, 0x7F), *range(0x80, 0x100)])
@@ -45,7 +54,16 @@ class HttpRefusal(Exception):  # noqa: N818 - it is a refusal, answered with `st
 class HttpRequest:
     """A parsed, validated request head."""
 
-    __slots__ = ("credentials", "headers", "host", "method", "path", "port", "version")
+    __slots__ = (
+        "body_length",
+        "credentials",
+        "headers",
+        "host",
+        "method",
+        "path",
+        "port",
+        "version",
+    )
 
     def __init__(
         self,
@@ -57,6 +75,7 @@ class HttpRequest:
         version: str,
         headers: list[tuple[bytes, bytes]],
         credentials: tuple[str, str] | None,
+        body_length: int | None = 0,
     ) -> None:
         self.method = method
         self.host = host
@@ -66,6 +85,8 @@ class HttpRequest:
         self.version = version
         self.headers = headers
         self.credentials = credentials
+        self.body_length = body_length
+        """Bytes of body after the head; None for a chunked body."""
 
     @property
     def is_connect(self) -> bool:
@@ -164,23 +185,149 @@ def _credentials(value: bytes) -> tuple[str, str] | None:
     return (user, password) if colon else None
 
 
+def header_line(line: bytes) -> tuple[bytes, bytes]:
+    """One header field line (without its CRLF) as (name, value), or `HttpRefusal`."""
+    name, colon, value = line.partition(b":")
+    if not colon or not name:
+        raise HttpRefusal(400, "malformed header line")
+    if name[0] in b" \t":
+        raise HttpRefusal(400, "folded header lines are not accepted")
+    if not set(name) <= _TOKEN:
+        raise HttpRefusal(400, "invalid header name")
+    value = value.strip(b" \t")
+    if not set(value) <= _FIELD_VALUE:
+        raise HttpRefusal(400, "invalid character in a header value")
+    return name, value
+
+
 def _headers(lines: list[bytes], max_headers: int) -> list[tuple[bytes, bytes]]:
     if len(lines) > max_headers:
         raise HttpRefusal(431, f"more than {max_headers} header fields")
-    out: list[tuple[bytes, bytes]] = []
-    for line in lines:
-        name, colon, value = line.partition(b":")
-        if not colon or not name:
-            raise HttpRefusal(400, "malformed header line")
-        if name[0] in b" \t":
-            raise HttpRefusal(400, "folded header lines are not accepted")
-        if not set(name) <= _TOKEN:
-            raise HttpRefusal(400, "invalid header name")
-        value = value.strip(b" \t")
-        if not set(value) <= _FIELD_VALUE:
-            raise HttpRefusal(400, "invalid character in a header value")
-        out.append((name, value))
-    return out
+    return [header_line(line) for line in lines]
+
+
+def request_line(line: bytes) -> tuple[bytes, bytes, bytes]:
+    """The request line (without its CRLF) as (method, target, version), or `HttpRefusal`."""
+    parts = line.split(b" ")
+    if len(parts) != 3:  # noqa: PLR2004 - method, target, version
+        raise HttpRefusal(400, "malformed request line")
+    method, target, version = parts
+    if not method or not set(method) <= _TOKEN:
+        raise HttpRefusal(400, "invalid method")
+    if version not in _VERSIONS:
+        raise HttpRefusal(400, "unsupported HTTP version (HTTP/1.1 or HTTP/1.0 only)")
+    if not target or not set(target) <= _VISIBLE:
+        raise HttpRefusal(400, "invalid request target")
+    return method, target, version
+
+
+class HeadReader:
+    """Collects one request head, refusing it as soon as it cannot become valid.
+
+    `feed` returns the head's length (through the blank line) once it is complete, else
+    None; it raises `HttpRefusal` at the first line that breaks the rules, for a bare CR,
+    LF or NUL anywhere, and when a bound is exceeded. Every byte is looked at a bounded
+    number of times, so a client sending one byte at a time costs no more than one that
+    sends the head at once.
+    """
+
+    __slots__ = (
+        "buf",
+        "field",
+        "field_len",
+        "lines",
+        "max_head",
+        "max_headers",
+        "max_line",
+        "pos",
+        "seen",
+        "version",
+    )
+
+    def __init__(self, *, max_head: int, max_line: int, max_headers: int) -> None:
+        self.buf = bytearray()
+        self.pos = 0
+        """Where the first line not yet complete starts."""
+        self.seen = 0
+        """Bytes of the incomplete request line already checked."""
+        self.field = 0
+        """Which part of the request line is arriving: method, target, version."""
+        self.field_len = 0
+        self.version = bytearray()
+        self.lines = 0
+        self.max_head = max_head
+        self.max_line = max_line
+        self.max_headers = max_headers
+
+    def feed(self, data: bytes | bytearray | memoryview) -> int | None:
+        buf = self.buf
+        before = len(buf)
+        buf += data
+        while True:
+            end = buf.find(b"\n", max(self.pos, before))
+            if end < 0:
+                break
+            if end == self.pos or buf[end - 1] != 0x0D:  # noqa: PLR2004 - CR
+                raise HttpRefusal(400, "bare CR, LF or NUL in the request head")
+            line = bytes(buf[self.pos : end - 1])
+            self.pos = end + 1
+            if self._line_ends_head(line):
+                return self.pos
+        # The incomplete last line: any CR but a final one is bare (a CRLF would have ended
+        # the line above).
+        if (
+            buf.find(b"\r", max(self.pos, before - 1), len(buf) - 1) >= 0
+            or buf.find(b"\x00", max(self.pos, before)) >= 0
+        ):
+            raise HttpRefusal(400, "bare CR, LF or NUL in the request head")
+        if self.lines == 0:
+            if len(buf) - self.pos > self.max_line:
+                raise HttpRefusal(414, f"request line longer than {self.max_line} bytes")
+            self._request_line_so_far()
+        if len(buf) > self.max_head:
+            raise HttpRefusal(431, f"request head larger than {self.max_head} bytes")
+        return None
+
+    def _line_ends_head(self, line: bytes) -> bool:
+        """Check one complete line; True for the blank line that ends the head."""
+        if b"\r" in line or b"\x00" in line:
+            raise HttpRefusal(400, "bare CR, LF or NUL in the request head")
+        if self.lines == 0:
+            if len(line) > self.max_line:
+                raise HttpRefusal(414, f"request line longer than {self.max_line} bytes")
+            request_line(line)
+        elif not line:
+            return True
+        else:
+            if self.lines > self.max_headers:
+                raise HttpRefusal(431, f"more than {self.max_headers} header fields")
+            header_line(line)
+        self.lines += 1
+        return False
+
+    def _request_line_so_far(self) -> None:
+        """Check the new bytes of an incomplete request line (method SP target SP version)."""
+        buf = self.buf
+        for i in range(self.pos + self.seen, len(buf)):
+            byte = buf[i]
+            if byte == 0x0D:  # noqa: PLR2004 - the CR of the CRLF still to come
+                continue
+            if byte == 0x20:  # noqa: PLR2004 - SP
+                if self.field_len == 0 or self.field == 2:  # noqa: PLR2004 - the version
+                    raise HttpRefusal(400, "malformed request line")
+                self.field += 1
+                self.field_len = 0
+                continue
+            self.field_len += 1
+            if self.field == 0 and byte not in _TOKEN:
+                raise HttpRefusal(400, "invalid method")
+            if self.field == 1 and byte not in _VISIBLE:
+                raise HttpRefusal(400, "invalid request target")
+            if self.field == 2:  # noqa: PLR2004 - the version
+                self.version.append(byte)
+                if not any(v.startswith(self.version) for v in _VERSIONS):
+                    raise HttpRefusal(400, "unsupported HTTP version (HTTP/1.1 or HTTP/1.0 only)")
+        self.seen = len(buf) - self.pos
 
 
 def _check_framing(headers: list[tuple[bytes, bytes]], *, connect: bool) -> None:
@@ -195,22 +342,14 @@ def _check_framing(headers: list[tuple[bytes, bytes]], *, connect: bool) -> None
 
 
 def parse_head(head: bytes, *, max_headers: int = 100) -> HttpRequest:
-    """Parse a complete head (as delimited by `head_end`) or raise `HttpRefusal`."""
+    """Parse a complete head (as delimited by `HeadReader` or `head_end`) or raise
+    `HttpRefusal`."""
     if not head.endswith(b"\r\n\r\n"):
         raise HttpRefusal(400, "incomplete request head")
     lines = head[:-4].split(b"\r\n")
     if any(b"\r" in line or b"\n" in line or b"\x00" in line for line in lines):
         raise HttpRefusal(400, "bare CR, LF or NUL in the request head")
-    parts = lines[0].split(b" ")
-    if len(parts) != 3:  # noqa: PLR2004 - method, target, version
-        raise HttpRefusal(400, "malformed request line")
-    method, target, version = parts
-    if not method or not set(method) <= _TOKEN:
-        raise HttpRefusal(400, "invalid method")
-    if version not in _VERSIONS:
-        raise HttpRefusal(400, "unsupported HTTP version (HTTP/1.1 or HTTP/1.0 only)")
-    if not target or not set(target) <= _VISIBLE:
-        raise HttpRefusal(400, "invalid request target")
+    method, target, version = request_line(lines[0])
     headers = _headers(lines[1:], max_headers)
     connect = method == b"CONNECT"
     if connect:
@@ -222,7 +361,10 @@ def parse_head(head: bytes, *, max_headers: int = 100) -> HttpRequest:
     auth = [v for n, v in headers if n.lower() == b"proxy-authorization"]
     if len(auth) > 1:
         raise HttpRefusal(400, "more than one Proxy-Authorization header")
+    chunked = any(n.lower() == b"transfer-encoding" for n, _ in headers)
+    lengths = [int(v) for n, v in headers if n.lower() == b"content-length"]
     return HttpRequest(
+        body_length=None if chunked else (lengths[0] if lengths else 0),
         method=method.decode("ascii"),
         host=host,
         port=port,

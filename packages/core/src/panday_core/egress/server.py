@@ -1,21 +1,20 @@
 """The egress proxy: one per session, on loopback (or a unix socket), authenticated.
 
-Each client connection carries exactly one request: an HTTP ``CONNECT``, an absolute-form
-plain-HTTP request, or a SOCKS5 ``CONNECT`` (the first byte tells which). The proxy checks
-the session credentials, then the host against `net.deny` / `net.allow` / `net.ports`,
-resolves the name itself, refuses any answer that points at loopback, private, link-local,
-metadata or otherwise non-public space (unless that exact IP literal is allowlisted), and
-connects to the address it checked, never re-resolving. Then it relays bytes both ways
-until either side closes, and reports one `AuditEvent`.
+Each client connection carries one request: an HTTP ``CONNECT``, an absolute-form
+plain-HTTP request, or a SOCKS5 ``CONNECT`` (the first byte tells which: `fronts`). The
+proxy checks the credentials, then the host against `net.deny` / `net.allow` /
+`net.ports`, resolves the name itself (`names`), refuses any answer that is not globally
+routable (unless that exact IP literal is allowlisted), and connects to the address it
+checked, never re-resolving. Then it relays bytes both ways until either side closes
+(`tunnel`), reporting an `AuditEvent` when the tunnel opens and when it closes.
 
-Performance notes (see docs/egress.md for the figures): the relay is built on
-`asyncio.BufferedProtocol` rather than streams, so bytes go from ``recv_into`` straight to
-the peer transport. Read buffers come from a small shared pool and return to it as soon as
-the peer transport has sent them: an idle tunnel holds no buffer at all, which keeps a
-thousand open tunnels within a few dozen MiB. Since Python 3.12 a transport may keep a view
-of a buffer it could not send at once instead of copying it, so a buffer is not reused
-until the peer transport reports it has drained (write-buffer limits of zero make that
-signal exact); until then the reading side is paused, which is also the flow control.
+This module holds what is the proxy's as a whole: the credentials (issued per command,
+revoked when the command ends), the listeners, and admission. Nothing is accepted before
+the budgets say it fits (see `limits`): the process's descriptor budget, the proxy's
+connection slots, a small budget per source for connections that have not presented valid
+credentials (a new one closes the oldest, so idle connections cannot lock anyone out), and
+a budget per command. What does not fit is closed at the edge and reported in aggregate;
+the caller's own work never runs out of descriptors because of the proxy.
 """
 
 from __future__ import annotations
@@ -23,40 +22,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import hashlib
 import hmac
+import itertools
 import logging
 import secrets
+import socket
+import threading
 import time
-from typing import TYPE_CHECKING, Self, TypeAlias, cast
+from typing import TYPE_CHECKING, Self
 
-import msgspec
-
-from panday_core.egress import socks5, splicing
-from panday_core.egress.audit import AuditEvent, ClientProtocol, JsonlAuditLog, Verdict
-from panday_core.egress.http_head import (
-    HttpRefusal,
-    HttpRequest,
-    forward_head,
-    head_end,
-    parse_head,
-    response,
-)
-from panday_core.egress.resolver import ResolveError, Resolver, SystemResolver
-from panday_core.egress.rules import EgressRules, parse_address
+from panday_core.egress.audit import AuditEvent, JsonlAuditLog, Throttle
+from panday_core.egress.limits import ProxyLimits, descriptor_budget
+from panday_core.egress.names import CheckedNames
+from panday_core.egress.resolver import Resolver, StaticResolver, SystemResolver
+from panday_core.egress.rules import EgressRules
+from panday_core.egress.tunnel import BufferPool, Connection, Refusal, Source
 
 if TYPE_CHECKING:
-    import socket
-    from collections.abc import Awaitable, Callable, Coroutine, Sequence
+    from collections.abc import Callable, Coroutine
 
-    from panday_core.egress.addresses import IPAddress
     from panday_core.egress.handoff import HandoffListener
+    from panday_core.egress.tunnel import Connector
     from panday_core.policy import NetPolicy
 
-    Connector: TypeAlias = Callable[
-        [Callable[[], asyncio.BaseProtocol], str, int], Awaitable[object]
-    ]
-    """Opens a connection to (IP literal, port) with the given protocol factory."""
+__all__ = ["SESSION_USER", "EgressProxy", "ProxyLimits", "Refusal"]
 
 _log = logging.getLogger("panday_core.egress")
 
@@ -64,563 +53,147 @@ SESSION_USER = "session"
 """The username of session-level credentials (no particular command)."""
 _USER_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 _MAX_USER = 64
+_TOKEN_BYTES = 20
+"""160 random bits per issued token, shown as 40 hex digits."""
 _NO_IPV6 = frozenset({errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT, errno.EPROTONOSUPPORT})
 """Errors that mean this host has no IPv6 loopback to listen on (so nobody else can)."""
+_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_ACCEPT_BATCH = 64
+"""Connections accepted per readiness callback, so a flood cannot starve the loop."""
+_BACKOFF_S = 0.1
+_MIN_PER_COMMAND = 256
+GRACE_S = 1.0
+"""How long a new connection has to present its credentials before a source over its
+unauthenticated budget may close it to admit another: a burst of honest clients (which
+send their request at once) is never thinned, a standing crowd of idle ones is."""
 
 
-class ProxyLimits(msgspec.Struct, frozen=True, kw_only=True):
-    """Bounds on what one client may make the proxy hold or wait for."""
+class _Grant:
+    __slots__ = ("id", "refs", "token")
 
-    max_head_bytes: int = 32 * 1024
-    """Largest HTTP request head (request line and headers) accepted."""
-    max_request_line: int = 8 * 1024
-    max_headers: int = 100
-    max_connections: int = 4096
-    """Client connections open at once for the session; more are closed on accept."""
-    head_timeout: float = 10.0
-    """Seconds a client has to finish its request (HTTP head or SOCKS handshake)."""
-    connect_timeout: float = 10.0
-    """Seconds for resolving and connecting to the upstream, together."""
-    idle_timeout: float = 300.0
-    """Seconds a tunnel may carry no bytes in either direction before it is closed."""
-    dns_cache_seconds: float = 5.0
-    """How long a checked DNS answer is reused (pinned) for later requests to the name."""
-    dns_cache_entries: int = 1024
-    backlog: int = 4096
-    chunk_bytes: int = 256 * 1024
-    """Size of the relay's read buffers."""
-    write_buffer_bytes: int = 0
-    """Bytes a transport may hold unsent before the other side stops reading."""
-    pooled_buffers: int = 64
-    """Free read buffers kept for reuse; beyond this they are released."""
-    splice_after: int | None = 1024 * 1024
-    """Bytes one direction of a tunnel relays through buffers before it switches to
-    ``splice(2)`` (Linux; see `splicing`); None never switches."""
+    def __init__(self, token: str, grant_id: int) -> None:
+        self.token = token
+        self.id = grant_id
+        self.refs = 0
 
 
-class _Pool:
-    """Reusable read buffers (malloc churn on large chunks halves throughput otherwise)."""
+class Credentials:
+    """Issued credentials: a random token per user (a command id, or ``session``).
 
-    __slots__ = ("_free", "_keep", "size")
+    A command's credentials are issued when it starts and revoked when it ends; issuing
+    an id that is still live adds a reference instead (two running commands may share a
+    caller's command id), and the token dies with the last reference. A revoked id that is
+    issued again gets a new token, so a process that kept the old one gets nothing. The
+    session's credentials live as long as the proxy. Thread-safe: the caller issues and
+    revokes from its own thread while the proxy's loop checks.
+    """
 
-    def __init__(self, size: int, keep: int) -> None:
-        self.size = size
-        self._keep = keep
-        self._free: list[bytearray] = []
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._grants: dict[str, _Grant] = {SESSION_USER: _Grant(secrets.token_hex(_TOKEN_BYTES), 0)}
+        self._dummy = secrets.token_hex(_TOKEN_BYTES).encode("ascii")
 
-    def get(self) -> bytearray:
-        return self._free.pop() if self._free else bytearray(self.size)
+    def issue(self, user: str) -> str:
+        with self._lock:
+            grant = self._grants.get(user)
+            if grant is None:
+                grant = self._grants[user] = _Grant(
+                    secrets.token_hex(_TOKEN_BYTES), next(self._ids)
+                )
+            grant.refs += 1
+            return grant.token
 
-    def put(self, buf: bytearray) -> None:
-        if len(self._free) < self._keep:
-            self._free.append(buf)
+    def revoke(self, user: str) -> int | None:
+        """Drop one reference to `user`'s credentials; the grant id when that was the last
+        (its tunnels must be cut), else None."""
+        if user == SESSION_USER:
+            return None
+        with self._lock:
+            grant = self._grants.get(user)
+            if grant is None:
+                return None
+            grant.refs -= 1
+            if grant.refs > 0:
+                return None
+            del self._grants[user]
+            return grant.id
+
+    def check(self, user: str, password: str) -> int | None:
+        """The grant id when (user, password) are live credentials, else None
+        (constant-time in the token)."""
+        grant = self._grants.get(user)
+        token = grant.token.encode("ascii") if grant is not None else self._dummy
+        ok = hmac.compare_digest(token, password.encode("utf-8", "replace"))
+        return grant.id if ok and grant is not None else None
 
 
-class _Refused(Exception):  # noqa: N818 - a refusal, not a failure of the proxy
-    def __init__(
-        self, verdict: Verdict, reason: str, http: int, socks: int, address: str | None = None
-    ) -> None:
-        self.verdict: Verdict = verdict
-        self.reason = reason
-        self.http = http
-        self.socks = socks
-        self.address = address
-        super().__init__(reason)
+class _Listener:
+    """A listening socket the proxy accepts from itself, so that every connection is
+    weighed against the budgets before it is served (``loop.create_server`` would accept a
+    whole backlog in one go, descriptors and all)."""
 
-
-class _End(asyncio.BufferedProtocol):
-    """One side of a tunnel: what it reads is written to its peer's transport."""
-
-    def __init__(self, proxy: EgressProxy) -> None:
+    def __init__(self, proxy: EgressProxy, sock: socket.socket, source: Source) -> None:
         self.proxy = proxy
-        self.transport: asyncio.Transport | None = None
-        self.peer: _End | None = None
-        self.buf: bytearray | None = None
-        self.lent: list[bytearray] = []
-        self.eof: bool = False
-        self.lost: bool = False
-        self.count: int = 0
-        self.last: float = time.monotonic()
-        self.splice: splicing.Direction | None = None
+        self.sock = sock
+        self.source = source
+        self.loop = proxy.loop
+        self.loop.add_reader(sock.fileno(), self._ready)
 
-    def tunnel(self) -> _Client:
-        raise NotImplementedError
-
-    def get_buffer(self, sizehint: int) -> bytearray:  # noqa: ARG002 - fixed-size buffers
-        buf = self.buf
-        if buf is None:
-            buf = self.buf = self.proxy.pool.get()
-        return buf
-
-    def relay(self, nbytes: int) -> None:
-        buf = self.buf
-        peer = self.peer
-        if buf is None or peer is None or peer.transport is None:
-            return
-        self.count += nbytes
-        self.last = time.monotonic()
-        out = peer.transport
-        out.write(memoryview(buf)[:nbytes])
-        self.buf = None
-        if out.get_write_buffer_size():
-            # The peer transport may hold a view of `buf` until it drains; see module doc.
-            self.lent.append(buf)
-            return
-        self.proxy.pool.put(buf)
-        after = self.proxy.limits.splice_after
-        if after is not None and self.count >= after and splicing.AVAILABLE:
-            # Bulk traffic: the kernel moves it from here on (nothing is unsent, so the
-            # order of bytes is kept).
-            direction = splicing.Direction(self.proxy.loop, self.tunnel(), self, peer)
-            if direction.start():
-                self.splice = direction
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.relay(nbytes)
-
-    def pause_writing(self) -> None:
-        peer = self.peer
-        if peer is not None and peer.transport is not None:
-            peer.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        peer = self.peer
-        if peer is None:
-            return
-        if peer.lent:
-            pool = self.proxy.pool
-            for buf in peer.lent:
-                pool.put(buf)
-            peer.lent.clear()
-        if peer.transport is not None and not peer.eof and peer.splice is None:
-            peer.transport.resume_reading()
-
-    def eof_received(self) -> bool:
-        self.eof = True
-        peer = self.peer
-        if peer is None or peer.transport is None or peer.eof:
-            return False
-        if peer.transport.can_write_eof():
-            peer.transport.write_eof()  # half-close: the other direction keeps flowing
-            return True
-        return False
-
-    def release(self) -> None:
-        if self.buf is not None:
-            self.proxy.pool.put(self.buf)
-            self.buf = None
-        self.lent = []  # possibly still referenced by a closing transport: never reused
-        if self.splice is not None:
-            self.splice.stop()
-            self.splice = None
-
-
-class _Upstream(_End):
-    def __init__(self, client: _Client) -> None:
-        super().__init__(client.proxy)
-        self.client = client
-
-    def tunnel(self) -> _Client:
-        return self.client
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast("asyncio.Transport", transport)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = True
-        self.release()
-        self.client.side_lost(self, exc)
-
-
-_HEAD, _ESTABLISHING, _RELAY, _DONE = range(4)
-_SOCKS_GREETING, _SOCKS_AUTH, _SOCKS_REQUEST = range(3)
-
-
-class _Client(_End):
-    """The client side: reads one request, then becomes one end of the tunnel."""
-
-    def __init__(self, proxy: EgressProxy) -> None:
-        super().__init__(proxy)
-        self.state = _HEAD
-        self.head = bytearray()
-        self.kind: ClientProtocol = "unknown"
-        self.socks_stage = _SOCKS_GREETING
-        self.command_id: str | None = None
-        self.host: str | None = None
-        self.port: int | None = None
-        self.address: str | None = None
-        self.verdict: Verdict = "refused"
-        self.reason = "connection closed before a complete request"
-        self.started = time.time()
-        self.t0 = time.monotonic()
-        self.up: _Upstream | None = None
-        self.establishing = False
-        self.timer: asyncio.TimerHandle | None = None
-        self.reported = False
-
-    def tunnel(self) -> _Client:
-        return self
-
-    # ------------------------------------------------------------------ spliced directions
-    def direction_done(self, src: object) -> None:
-        """A spliced direction delivered everything up to its end of file: pass the end on
-        (half-close), or close the tunnel when the other direction has ended too."""
-        src_end, dst = (self, self.up) if src is self else (self.up, self)
-        if dst is None or dst.transport is None or dst.lost:
-            return
-        if dst.eof or not dst.transport.can_write_eof():
-            if src_end is not None and src_end.transport is not None:
-                src_end.transport.close()
-            return
-        dst.transport.write_eof()
-
-    def direction_failed(self, exc: OSError) -> None:  # noqa: ARG002 - either way the tunnel ends
-        for end in (self, self.up):
-            if end is not None and end.transport is not None and not end.lost:
-                end.transport.abort()
-
-    # ------------------------------------------------------------------ life cycle
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast("asyncio.Transport", transport)
-        proxy = self.proxy
-        proxy.clients.add(self)
-        if len(proxy.clients) > proxy.limits.max_connections:
-            self.reason = f"connection limit ({proxy.limits.max_connections}) reached"
-            self.state = _DONE
-            self.transport.abort()
-            return
-        self.timer = proxy.loop.call_later(proxy.limits.head_timeout, self._head_expired)
-
-    def connection_lost(self, exc: Exception | None) -> None:  # noqa: ARG002 - the reason is recorded already
-        self.lost = True
-        self.release()
-        if self.timer is not None:
-            self.timer.cancel()
-        up = self.up
-        if up is not None and up.transport is not None and not up.lost:
-            up.transport.close()
-        self.maybe_finish()
-
-    def side_lost(self, side: _Upstream, exc: Exception | None) -> None:  # noqa: ARG002 - one side
-        if self.transport is not None and not self.lost:
-            if exc is not None:
-                self.transport.abort()
-            else:
-                self.transport.close()  # flushes what the upstream sent before closing
-        self.maybe_finish()
-
-    def maybe_finish(self) -> None:
-        if self.reported or not self.lost or self.establishing:
-            return
-        if self.up is not None and not self.up.lost:
-            return
-        self.reported = True
-        self.state = _DONE
-        self.proxy.clients.discard(self)
-        up = self.up
-        self.proxy.emit(
-            AuditEvent(
-                time=self.started,
-                session_id=self.proxy.session_id,
-                command_id=self.command_id,
-                protocol=self.kind,
-                host=self.host,
-                port=self.port,
-                address=self.address,
-                verdict=self.verdict,
-                reason=self.reason,
-                bytes_up=self.count,
-                bytes_down=up.count if up is not None else 0,
-                duration_ms=round((time.monotonic() - self.t0) * 1000.0, 3),
-            )
-        )
-
-    def _head_expired(self) -> None:
-        self.timer = None
-        if self.state != _HEAD or self.transport is None:
-            return
-        secs = self.proxy.limits.head_timeout
-        reason = f"request not complete within {secs:g} s"
-        if self.kind == "socks5":
-            self.refuse("refused", reason, socks=None)
-        else:
-            self.refuse("refused", reason, http=408)
-
-    def _idle_check(self) -> None:
-        self.timer = None
-        up = self.up
-        if self.state != _RELAY or up is None or self.transport is None:
-            return
-        idle = self.proxy.limits.idle_timeout
-        quiet = time.monotonic() - max(self.last, up.last)
-        if quiet >= idle:
-            self.reason += f"; closed after {idle:g} s without traffic"
-            if not self.lost:
-                self.transport.abort()
-            if up.transport is not None and not up.lost:
-                up.transport.abort()
-            return
-        self.timer = self.proxy.loop.call_later(idle - quiet, self._idle_check)
-
-    # ------------------------------------------------------------------ reading
-    def buffer_updated(self, nbytes: int) -> None:
-        if self.state == _RELAY:
-            self.relay(nbytes)
-            return
-        buf = self.buf
-        if buf is None:
-            return
-        self.head += memoryview(buf)[:nbytes]
-        self.buf = None
-        self.proxy.pool.put(buf)
-        if self.state != _HEAD:
-            return  # reading is paused while establishing; anything racing in waits in head
-        try:
-            self._advance()
-        except Exception:  # noqa: BLE001 - a bug must cost this connection, never the proxy
-            _log.exception("egress proxy: internal error while reading a request")
-            self.refuse("refused", "internal error while reading the request", http=400)
-
-    def eof_received(self) -> bool:
-        if self.state == _RELAY:
-            return super().eof_received()
-        self.eof = True
-        if self.state == _HEAD:
-            self.reason = "client closed before completing its request"
-        return False
-
-    def _advance(self) -> None:
-        if self.kind == "unknown":
-            self.kind = "socks5" if self.head[0] == socks5.VERSION else "http"
-        if self.kind == "socks5":
-            self._advance_socks()
-        else:
-            self._advance_http()
-
-    def _advance_http(self) -> None:
-        limits = self.proxy.limits
-        try:
-            end = head_end(
-                self.head, max_head=limits.max_head_bytes, max_line=limits.max_request_line
-            )
-            if end is None:
-                return
-            req = parse_head(bytes(self.head[:end]), max_headers=limits.max_headers)
-        except HttpRefusal as exc:
-            self.refuse("refused", f"malformed request: {exc.reason}", http=exc.status)
-            return
-        leftover = bytes(self.head[end:])
-        self.kind = "http-connect" if req.is_connect else "http"
-        self.host, self.port = req.host, req.port
-        ok, self.command_id = self.proxy.check_credentials(req.credentials)
-        if not ok:
-            why = "wrong" if req.credentials is not None else "missing"
-            self.refuse("refused", f"{why} proxy credentials", http=407)
-            return
-        self._start(req.host, req.port, leftover, req)
-
-    def _advance_socks(self) -> None:
-        while self.state == _HEAD:
-            if len(self.head) > socks5.MAX_HANDSHAKE:
-                self.refuse("refused", "SOCKS5 handshake too long", socks=None)
-                return
+    def _ready(self) -> None:
+        for _ in range(_ACCEPT_BATCH):
             try:
-                if not self._socks_step():
-                    return
-            except socks5.SocksRefusal as exc:
-                code = exc.reply if self.socks_stage == _SOCKS_REQUEST else None
-                self.refuse("refused", f"malformed request: {exc.reason}", socks=code)
+                conn, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
                 return
-
-    def _socks_step(self) -> bool:  # noqa: PLR0911 - one return per handshake outcome
-        transport = self.transport
-        assert transport is not None  # noqa: S101 - set in connection_made
-        if self.socks_stage == _SOCKS_GREETING:
-            greeting = socks5.parse_greeting(self.head)
-            if greeting is None:
-                return False
-            used, methods = greeting
-            del self.head[:used]
-            if socks5.METHOD_USERPASS not in methods:
-                transport.write(bytes((socks5.VERSION, socks5.NO_ACCEPTABLE_METHOD)))
-                self.refuse(
-                    "refused", "missing proxy credentials (no username/password method offered)"
-                )
-                return False
-            transport.write(bytes((socks5.VERSION, socks5.METHOD_USERPASS)))
-            self.socks_stage = _SOCKS_AUTH
-            return True
-        if self.socks_stage == _SOCKS_AUTH:
-            auth = socks5.parse_userpass(self.head)
-            if auth is None:
-                return False
-            used, user, password = auth
-            del self.head[:used]
-            ok, self.command_id = self.proxy.check_credentials((user, password))
-            transport.write(bytes((socks5.AUTH_VERSION, 0 if ok else 1)))
-            if not ok:
-                self.refuse("refused", "wrong proxy credentials")
-                return False
-            self.socks_stage = _SOCKS_REQUEST
-            return True
-        request = socks5.parse_request(self.head)
-        if request is None:
-            return False
-        used, host, port = request
-        leftover = bytes(self.head[used:])
-        self.host, self.port = host, port
-        self._start(host, port, leftover, None)
-        return False
-
-    # ------------------------------------------------------------------ answering
-    def refuse(
-        self,
-        verdict: Verdict,
-        reason: str,
-        *,
-        http: int | None = None,
-        socks: int | None = None,
-    ) -> None:
-        """Answer the client (a response for HTTP, a reply for SOCKS) and close."""
-        self.verdict, self.reason = verdict, reason
-        self.state = _DONE
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        if self.kind == "socks5":
-            if socks is not None:
-                transport.write(socks5.reply(socks))
-        elif http is not None:
-            transport.write(response(http, reason))
-        transport.close()
-
-    def _start(self, host: str, port: int, leftover: bytes, req: HttpRequest | None) -> None:
-        transport = self.transport
-        assert transport is not None  # noqa: S101 - set in connection_made
-        transport.pause_reading()
-        # Bytes the client sent after its request wait here until the tunnel is up.
-        self.head = bytearray(leftover)
-        self.state = _ESTABLISHING
-        self.establishing = True
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        self.proxy.spawn(self._establish(host, port, req))
-
-    async def _establish(self, host: str, port: int, req: HttpRequest | None) -> None:
-        try:
-            await self._connect(host, port, req)
-        except _Refused as exc:
-            if exc.address is not None:
-                self.address = exc.address
-            self.refuse(exc.verdict, exc.reason, http=exc.http, socks=exc.socks)
-        except Exception:  # noqa: BLE001 - a bug must cost this connection, never the proxy
-            _log.exception("egress proxy: internal error while connecting")
-            self.refuse(
-                "failed", "internal error while connecting", http=502, socks=socks5.GENERAL_FAILURE
-            )
-        finally:
-            self.establishing = False
-            if self.lost and self.up is not None and self.up.transport is not None:
-                self.up.transport.close()
-            self.maybe_finish()
-
-    async def _connect(self, host: str, port: int, req: HttpRequest | None) -> None:
-        proxy = self.proxy
-        allowed, reason = proxy.rules.check_host(host, port)
-        if not allowed:
-            raise _Refused("refused", reason, 403, socks5.NOT_ALLOWED)
-        loop = proxy.loop
-        deadline = loop.time() + proxy.limits.connect_timeout
-        addresses = await proxy.checked_addresses(host, port, deadline)
-        up: _Upstream | None = None
-        failure = _Refused(
-            "failed", f"cannot connect to {host}:{port}", 502, socks5.HOST_UNREACHABLE
-        )
-        for addr in addresses:
-            self.address = str(addr)
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            made = _Upstream(self)
-            try:
-                async with asyncio.timeout(remaining):
-                    # The host is the checked address itself: nothing resolves the name again.
-                    await proxy.connector(lambda: made, str(addr), port)  # noqa: B023 - awaited in this iteration
-                up = made
-                break
-            except TimeoutError:
-                failure = _Refused(
-                    "failed", f"connecting to {addr} port {port} timed out", 504, socks5.TTL_EXPIRED
-                )
-            except ConnectionRefusedError:
-                failure = _Refused(
-                    "failed",
-                    f"{addr} port {port} refused the connection",
-                    502,
-                    socks5.CONNECTION_REFUSED,
-                )
             except OSError as exc:
-                failure = _Refused(
-                    "failed",
-                    f"cannot connect to {addr} port {port}: {exc.strerror or exc}",
-                    502,
-                    socks5.HOST_UNREACHABLE,
-                )
-        if up is None or up.transport is None:
-            if loop.time() >= deadline:
-                failure = _Refused(
-                    "failed", f"connecting to {host}:{port} timed out", 504, socks5.TTL_EXPIRED
-                )
-            raise failure
-        self._begin_relay(up, reason, req)
+                if exc.errno in _OUT_OF_DESCRIPTORS:
+                    self._back_off()
+                elif exc.errno != errno.ECONNABORTED:
+                    _log.warning("egress proxy: accept failed: %s", exc)
+                return
+            self.proxy.serve(conn, self.source)
 
-    def _begin_relay(self, up: _Upstream, reason: str, req: HttpRequest | None) -> None:
-        self.up = up
-        client, upstream = self.transport, up.transport
-        assert client is not None  # noqa: S101 - set in connection_made
-        assert upstream is not None  # noqa: S101 - set by create_connection
-        if self.lost:
-            self.reason = "the client went away while the proxy was connecting"
-            upstream.close()
-            return
-        self.verdict, self.reason = "allowed", reason
-        self.peer, up.peer = up, self
-        if req is not None and not req.is_connect:
-            upstream.write(forward_head(req))
-        elif req is not None:
-            client.write(response(200))
-        else:
-            client.write(socks5.reply(socks5.SUCCEEDED, _bound(upstream)))
-        leftover = bytes(self.head)
-        self.head = bytearray()
-        if leftover:
-            self.count += len(leftover)
-            upstream.write(leftover)
-        # Zero limits: pause/resume mark "holding data" / "fully drained" exactly.
-        high = self.proxy.limits.write_buffer_bytes
-        client.set_write_buffer_limits(high=high, low=0)
-        upstream.set_write_buffer_limits(high=high, low=0)
-        self.state = _RELAY
-        self.last = up.last = time.monotonic()
-        self.timer = self.proxy.loop.call_later(self.proxy.limits.idle_timeout, self._idle_check)
-        if not client.get_write_buffer_size():
-            client.resume_reading()
+    def _back_off(self) -> None:
+        """Out of descriptors (something else in the process took them): a listener that
+        stays readable would spin, so stop reading it for a moment."""
+        self.proxy.edge(self.source, "the process is out of descriptors; not accepting for now")
+        with contextlib.suppress(ValueError, OSError):
+            self.loop.remove_reader(self.sock.fileno())
+
+        def resume() -> None:
+            if self.sock.fileno() >= 0:
+                self.loop.add_reader(self.sock.fileno(), self._ready)
+
+        self.loop.call_later(_BACKOFF_S, resume)
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            self.loop.remove_reader(self.sock.fileno())
+        self.sock.close()
 
 
-async def _create_connection(
-    factory: Callable[[], asyncio.BaseProtocol], host: str, port: int
-) -> object:
-    return await asyncio.get_running_loop().create_connection(factory, host=host, port=port)
-
-
-def _bound(transport: asyncio.Transport) -> tuple[str, int] | None:
-    name = transport.get_extra_info("sockname")
-    if isinstance(name, tuple):
-        parts = cast("tuple[object, ...]", name)
-        if len(parts) >= 2 and isinstance(parts[1], int):  # noqa: PLR2004 - (host, port, ...)
-            return str(parts[0]), parts[1]
-    return None
+def _bound_sockets(host: str, port: int, backlog: int) -> list[socket.socket]:
+    """Listening sockets for every address `host` stands for (as ``create_server``)."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    made: list[socket.socket] = []
+    try:
+        for family, kind, proto, _canon, addr in infos:
+            sock = socket.socket(family, kind, proto)
+            made.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(addr)
+            sock.listen(backlog)
+            sock.setblocking(False)  # noqa: FBT003 - the socket API's own flag
+            if port == 0:
+                port = int(sock.getsockname()[1])  # later addresses take the same port
+    except BaseException:
+        for sock in made:
+            sock.close()
+        raise
+    return made
 
 
 class EgressProxy:
@@ -628,11 +201,13 @@ class EgressProxy:
 
     `net` is the session's network policy; `resolver` turns names into addresses (the
     host's resolver by default; tests pass a `StaticResolver`); `audit` receives every
-    `AuditEvent`, and `audit_jsonl` appends them to a file. `secret` derives the
-    credentials (random per proxy unless given). `connector` opens the upstream connection
-    to an already checked IP literal (``loop.create_connection`` by default); tests pass one
-    that records where the proxy would connect and refuses anything off loopback, so that
-    no test ever sends a packet elsewhere, even with a guard removed.
+    `AuditEvent`, and `audit_jsonl` appends them to a file. `connector` opens the upstream
+    connection to an already checked IP literal (``loop.create_connection`` by default);
+    tests pass one that records where the proxy would connect and refuses anything off
+    loopback, so that no test ever sends a packet elsewhere, even with a guard removed.
+
+    Creating the first proxy of a process raises its soft ``RLIMIT_NOFILE`` to the hard
+    limit (see `limits`).
     """
 
     def __init__(
@@ -644,23 +219,31 @@ class EgressProxy:
         audit: Callable[[AuditEvent], None] | None = None,
         audit_jsonl: str | None = None,
         limits: ProxyLimits | None = None,
-        secret: bytes | None = None,
         connector: Connector | None = None,
     ) -> None:
         self.rules = EgressRules(net)
         self.session_id = session_id or secrets.token_hex(8)
         self.resolver: Resolver = resolver or SystemResolver()
-        self.limits = limits or ProxyLimits()
-        self.pool = _Pool(self.limits.chunk_bytes, self.limits.pooled_buffers)
-        self.clients: set[_Client] = set()
+        self.limits = limits = limits or ProxyLimits()
+        self.descriptors = descriptor_budget()
+        self.max_connections = limits.max_connections or self.descriptors.connections()
+        self.max_per_command = limits.max_per_command or max(
+            _MIN_PER_COMMAND, self.max_connections // 4
+        )
+        self.pool = BufferPool(limits)
+        self.names = CheckedNames(self.resolver, self.rules, limits)
+        self.clients: set[Connection] = set()
+        self.credentials_store = Credentials()
+        self._per_command: dict[str, int] = {}
         self._audit = audit
-        self.connector: Connector = connector or _create_connection
+        self.connector: Connector = connector or open_connection
         self._jsonl = JsonlAuditLog(audit_jsonl) if audit_jsonl else None
-        self._secret = secret if secret is not None else secrets.token_bytes(32)
-        self._servers: list[asyncio.Server] = []
+        self._listeners: list[_Listener] = []
+        self._source = Source("the proxy's listeners", limits.max_unauthenticated)
+        self._jails: dict[str, Source] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._answers: dict[str, tuple[float, tuple[IPAddress, ...]]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._throttle: Throttle | None = None
         self.tcp_address: tuple[str, int] | None = None
         self.unix_path: str | None = None
         self.handoff_path: str | None = None
@@ -675,34 +258,45 @@ class EgressProxy:
     # ------------------------------------------------------------------ credentials
     def credentials(self, command_id: str | None = None) -> tuple[str, str]:
         """(username, password) a client presents: the command id (or ``session``) and a
-        token derived from this proxy's secret, so the command id in the audit log is
-        authenticated rather than claimed."""
+        random token issued for it, so the command id in the audit log is authenticated
+        rather than claimed. Issuing a command's credentials takes a reference that
+        `revoke` gives back; thread-safe."""
         user = SESSION_USER if command_id is None else command_id
         if command_id == SESSION_USER or not _valid_user(user):
             raise ValueError(
                 f"command id {command_id!r} must be 1-{_MAX_USER} characters of "
                 f"[A-Za-z0-9._-] and not {SESSION_USER!r}"
             )
-        return user, self._token(user)
+        return user, self.credentials_store.issue(user)
 
-    def _token(self, user: str) -> str:
-        return hmac.new(
-            self._secret, b"panday-egress\0" + user.encode("ascii"), hashlib.sha256
-        ).hexdigest()[:40]
+    def revoke(self, command_id: str) -> int | None:
+        """Give back one reference to `command_id`'s credentials (its command ended). When
+        it was the last, they stop working at once, and the grant id is returned: pass it
+        to `cut` (on the proxy's loop) to end the tunnels opened with them. Thread-safe."""
+        return self.credentials_store.revoke(command_id)
+
+    def cut(self, grant: int, command_id: str) -> None:
+        """End every connection that presented the revoked grant (loop thread only)."""
+        for conn in list(self.clients):
+            if conn.grant == grant and conn.user is not None:
+                conn.cut(f"the credentials of {command_id} were revoked (its command ended)")
+
+    def grant_of(self, creds: tuple[str, str] | None) -> tuple[int, str | None] | None:
+        """(grant id, command id) for live credentials a client presented, else None."""
+        if creds is None:
+            return None
+        user, password = creds
+        if not _valid_user(user):
+            return None
+        grant = self.credentials_store.check(user, password)
+        if grant is None:
+            return None
+        return grant, None if user == SESSION_USER else user
 
     def check_credentials(self, creds: tuple[str, str] | None) -> tuple[bool, str | None]:
         """(valid, command id) for credentials a client presented; constant-time compare."""
-        if creds is None:
-            return False, None
-        user, password = creds
-        if not _valid_user(user):
-            return False, None
-        ok = hmac.compare_digest(
-            self._token(user).encode("ascii"), password.encode("utf-8", "replace")
-        )
-        if not ok:
-            return False, None
-        return True, None if user == SESSION_USER else user
+        granted = self.grant_of(creds)
+        return (False, None) if granted is None else (True, granted[1])
 
     def url(
         self,
@@ -722,24 +316,31 @@ class EgressProxy:
         return f"{scheme}://{user}:{password}@{shown}:{port}"
 
     # ------------------------------------------------------------------ serving
+    def _listen(self, socks: list[socket.socket]) -> None:
+        self._loop = asyncio.get_running_loop()
+        for sock in socks:
+            lifted = self.descriptors.lift_socket(sock)
+            self._listeners.append(_Listener(self, lifted, self._source))
+
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
         """Listen on TCP (loopback by default) and return the bound (host, port)."""
-        self._loop = asyncio.get_running_loop()
-        server = await self._loop.create_server(
-            lambda: _Client(self), host, port, backlog=self.limits.backlog, reuse_address=True
-        )
-        self._servers.append(server)
-        name = server.sockets[0].getsockname()
+        socks = _bound_sockets(host, port, self.limits.backlog)
+        self._listen(socks)
+        name = socks[0].getsockname()
         self.tcp_address = (str(name[0]), int(name[1]))
         return self.tcp_address
 
     async def start_unix(self, path: str) -> str:
-        """Listen on a unix socket (the Linux bridge's way into a jail without network)."""
-        self._loop = asyncio.get_running_loop()
-        server = await self._loop.create_unix_server(
-            lambda: _Client(self), path, backlog=self.limits.backlog
-        )
-        self._servers.append(server)
+        """Listen on a unix socket."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(path)
+            sock.listen(self.limits.backlog)
+            sock.setblocking(False)  # noqa: FBT003 - the socket API's own flag
+        except BaseException:
+            sock.close()
+            raise
+        self._listen([sock])
         self.unix_path = path
         return path
 
@@ -752,25 +353,21 @@ class EgressProxy:
         anyone to listen on, so then 127.0.0.1 alone is enough. With `port` 0 a port free on
         both is searched for (`attempts` tries).
         """
-        self._loop = loop = asyncio.get_running_loop()
+        backlog = self.limits.backlog
         for _ in range(attempts if port == 0 else 1):
-            v4 = await loop.create_server(
-                lambda: _Client(self), "127.0.0.1", port, backlog=self.limits.backlog
-            )
-            chosen = int(v4.sockets[0].getsockname()[1])
+            (v4,) = _bound_sockets("127.0.0.1", port, backlog)
+            chosen = int(v4.getsockname()[1])
             try:
-                v6 = await loop.create_server(
-                    lambda: _Client(self), "::1", chosen, backlog=self.limits.backlog
-                )
+                v6 = _bound_sockets("::1", chosen, backlog)
             except OSError as exc:
                 if exc.errno in _NO_IPV6:
-                    v6 = None
+                    v6 = []
                 else:
                     v4.close()
                     if port != 0:
                         raise
                     continue  # someone holds this port on ::1: try another
-            self._servers.extend(s for s in (v4, v6) if s is not None)
+            self._listen([v4, *v6])
             self.tcp_address = ("127.0.0.1", chosen)
             return chosen
         raise OSError(errno.EADDRINUSE, "no port is free on both 127.0.0.1 and ::1")
@@ -781,45 +378,216 @@ class EgressProxy:
         from panday_core.egress.handoff import HandoffListener  # noqa: PLC0415 - Linux bridge only
 
         self._loop = asyncio.get_running_loop()
-        listener = HandoffListener(self, path)
+        listener = HandoffListener(
+            path,
+            loop=self._loop,
+            adopt=self._handed,
+            report=self._handoff_refused,
+            gone=self._jail_gone,
+            descriptors=self.descriptors,
+            per_jail=self.limits.max_relays_per_jail,
+            backlog=self.limits.backlog,
+        )
         listener.start()
         self._handoffs.append(listener)
         self.handoff_path = path
         return path
 
+    def _handed(self, sock: socket.socket, key: str) -> None:
+        source = self._jails.get(key)
+        if source is None:
+            source = self._jails[key] = Source(key, self.limits.max_unauthenticated)
+        self.serve(sock, source)
+
+    def _handoff_refused(self, key: str, reason: str) -> None:
+        self._edge_event(f"{key} handoff", reason)
+
+    def _jail_gone(self, key: str) -> None:
+        self._jails.pop(key, None)
+
     async def adopt(self, sock: socket.socket) -> None:
-        """Serve `sock`, a connected TCP socket some relay accepted, as a client."""
+        """Serve `sock`, a connected TCP socket accepted elsewhere, as a client."""
+        self.serve(sock, self._source)
+
+    # ------------------------------------------------------------------ admission
+    def serve(self, sock: socket.socket, source: Source) -> None:
+        """Serve a connected client socket from `source`, or close it at the edge."""
+        conn = self._admit(source)
+        if conn is None:
+            sock.close()
+            return
         try:
-            await self.loop.connect_accepted_socket(lambda: _Client(self), sock)
+            sock = self.descriptors.lift_socket(sock)
+        except OSError:
+            sock.close()
+            self._release(conn)
+            return
+        self.spawn(self._attach(conn, sock))
+
+    async def _attach(self, conn: Connection, sock: socket.socket) -> None:
+        try:
+            await self.loop.connect_accepted_socket(lambda: conn, sock)
         except (OSError, RuntimeError):
             sock.close()
+            conn.reason = "the proxy could not serve the connection"
+            self._release(conn)
 
+    def _admit(self, source: Source) -> Connection | None:
+        limit = source.limit
+        if len(source.pending) >= limit:
+            oldest = next(iter(source.pending))
+            if time.monotonic() - oldest.t0 >= GRACE_S:
+                self._evict(
+                    source,
+                    f"closed without credentials to make room: {source.key} holds {limit} "
+                    "connections that have not authenticated (ProxyLimits.max_unauthenticated)",
+                )
+        if len(self.clients) >= self.max_connections and not self._evict_anywhere():
+            self.edge(source, f"connection limit ({self.max_connections}) reached")
+            return None
+        if not self.descriptors.take() and not (self._evict_anywhere() and self.descriptors.take()):
+            self.edge(source, "the proxy's descriptor budget is spent")
+            return None
+        conn = Connection(self, source)
+        conn.fd_held = True
+        self.clients.add(conn)
+        source.pending[conn] = None
+        return conn
+
+    def _evict(self, source: Source, why: str) -> bool:
+        """Close `source`'s oldest unauthenticated connection; False if it has none."""
+        if not source.pending:
+            return False
+        oldest = next(iter(source.pending))
+        self._release(oldest)
+        oldest.evict(why)
+        return True
+
+    def _evict_anywhere(self) -> bool:
+        """Make room at the cost of the source holding the most unauthenticated
+        connections (whoever floods pays)."""
+        sources = [self._source, *self._jails.values()]
+        busiest = max(sources, key=lambda s: len(s.pending))
+        return self._evict(
+            busiest,
+            f"closed without credentials to make room: the proxy is full and {busiest.key} "
+            "holds the most unauthenticated connections",
+        )
+
+    def authenticated(self, conn: Connection) -> None:
+        """`conn` presented valid credentials: it leaves its source's unauthenticated
+        budget and counts against its command's (raises `Refusal` when that is full)."""
+        conn.source.pending.pop(conn, None)
+        command_id = conn.command_id
+        if command_id is None:
+            return
+        held = self._per_command.get(command_id, 0)
+        if held >= self.max_per_command:
+            raise Refusal(
+                "busy",
+                f"command {command_id} holds {held} connections through the proxy (its limit)",
+            )
+        self._per_command[command_id] = held + 1
+
+    def _release(self, conn: Connection) -> None:
+        """Stop counting `conn` in every budget (idempotent)."""
+        if conn.released:
+            return
+        conn.released = True
+        self.clients.discard(conn)
+        conn.source.pending.pop(conn, None)
+        if conn.fd_held:
+            conn.fd_held = False
+            self.descriptors.give()
+        command_id = conn.command_id
+        if command_id is not None and conn.user is not None:
+            held = self._per_command.get(command_id, 1) - 1
+            if held > 0:
+                self._per_command[command_id] = held
+            else:
+                self._per_command.pop(command_id, None)
+
+    # ------------------------------------------------------------------ audit
+    def throttle(self) -> Throttle:
+        if self._throttle is None:
+            self._throttle = Throttle(self.loop, self.emit)
+        return self._throttle
+
+    def edge(self, source: Source, reason: str) -> None:
+        """A connection from `source` was closed at the edge (reported in aggregate)."""
+        self._edge_event(f"{source.key} edge", f"closed on accept: {reason}")
+
+    def _edge_event(self, key: str, reason: str) -> None:
+        self.throttle().offer(key, self._event(reason))
+
+    def _event(self, reason: str) -> AuditEvent:
+        return AuditEvent(
+            time=time.time(),
+            session_id=self.session_id,
+            command_id=None,
+            protocol="unknown",
+            host=None,
+            port=None,
+            address=None,
+            verdict="refused",
+            reason=reason,
+        )
+
+    def opened(self, event: AuditEvent) -> None:
+        self.emit(event)
+
+    def finished(self, conn: Connection, event: AuditEvent) -> None:
+        """`conn` is done: release its budgets and report it."""
+        self._release(conn)
+        if conn.evicted:
+            self.throttle().offer(f"{conn.source.key} edge", event)
+        elif conn.user is None:
+            # Before valid credentials nobody is accountable: a flood is summed up.
+            self.throttle().offer(f"{conn.source.key} unauthenticated", event)
+        else:
+            self.emit(event)
+
+    def emit(self, event: AuditEvent) -> None:
+        for sink in (self._jsonl, self._audit):  # the durable log first
+            if sink is None:
+                continue
+            try:
+                sink(event)
+            except Exception:  # noqa: BLE001 - an audit consumer's bug must not take the proxy down
+                _log.exception("egress proxy: audit sink failed")
+
+    # ------------------------------------------------------------------ life cycle
     async def close(self) -> None:
         """Stop listening and cut every open connection."""
         for listener in self._handoffs:
             listener.close()
         self._handoffs.clear()
-        for server in self._servers:
+        for server in self._listeners:
             server.close()
+        self._listeners.clear()
+        self._abort_all()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.names.close()
+        await asyncio.sleep(0)  # let connection_lost callbacks run and report
+        if self._throttle is not None:
+            self._throttle.flush()
+        if isinstance(self.resolver, (SystemResolver, StaticResolver)):
+            self.resolver.close()  # its lookup threads
+        if self._jsonl is not None:
+            self._jsonl.close()
+
+    def _abort_all(self) -> None:
         for client in list(self.clients):
             for end in (client, client.up):
                 # Never touch a transport that is gone: Python 3.11 would report its loss twice.
                 if end is not None and end.transport is not None and not end.lost:
                     end.transport.abort()
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-        for server in self._servers:
-            with contextlib.suppress(Exception):
-                await server.wait_closed()
-        self._servers.clear()
-        await asyncio.sleep(0)  # let connection_lost callbacks run and report
-        if self._jsonl is not None:
-            self._jsonl.close()
 
     async def __aenter__(self) -> Self:
-        if not self._servers:
+        if not self._listeners:
             await self.start()
         return self
 
@@ -832,68 +600,22 @@ class EgressProxy:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def emit(self, event: AuditEvent) -> None:
-        for sink in (self._jsonl, self._audit):  # the durable log first
-            if sink is None:
-                continue
-            try:
-                sink(event)
-            except Exception:  # noqa: BLE001 - an audit consumer's bug must not take the proxy down
-                _log.exception("egress proxy: audit sink failed")
 
-    # ------------------------------------------------------------------ resolving
-    async def _resolve(self, host: str, port: int, budget: float) -> Sequence[str]:
-        try:
-            async with asyncio.timeout(max(budget, 0.0)):
-                return await self.resolver.resolve(host, port)
-        except TimeoutError:
-            reason = f"resolving {host} timed out"
-            raise _Refused("failed", reason, 504, socks5.TTL_EXPIRED) from None
-        except ResolveError as exc:
-            raise _Refused("failed", str(exc), 502, socks5.HOST_UNREACHABLE) from None
-
-    async def checked_addresses(self, host: str, port: int, deadline: float) -> Sequence[IPAddress]:
-        """The addresses `host` may be reached at, every one checked; raises `_Refused`.
-
-        A literal is checked as itself. A name is resolved once; if any address in the
-        answer is refused the whole request is refused (a mixed answer is how rebinding
-        attacks look). Passing answers are pinned for `dns_cache_seconds`.
-        """
-        literal = parse_address(host)
-        if literal is not None:
-            problem = self.rules.check_address(host, literal)
-            if problem is not None:
-                raise _Refused("refused", problem, 403, socks5.NOT_ALLOWED, str(literal))
-            return (literal,)
-        now = self.loop.time()
-        cached = self._answers.get(host)
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        answer = await self._resolve(host, port, deadline - now)
-        addresses: list[IPAddress] = []
-        for text in answer:
-            addr = parse_address(str(text))
-            if addr is None:
-                raise _Refused(
-                    "failed",
-                    f"resolver gave a non-address for {host}",
-                    502,
-                    socks5.HOST_UNREACHABLE,
-                )
-            problem = self.rules.check_address(host, addr)
-            if problem is not None:
-                raise _Refused("refused", problem, 403, socks5.NOT_ALLOWED, str(addr))
-            addresses.append(addr)
-        if not addresses:
-            raise _Refused(
-                "failed", f"cannot resolve {host}: no addresses", 502, socks5.HOST_UNREACHABLE
-            )
-        pinned = tuple(addresses)
-        if self.limits.dns_cache_seconds > 0:
-            if len(self._answers) >= self.limits.dns_cache_entries:
-                self._answers.clear()
-            self._answers[host] = (now + self.limits.dns_cache_seconds, pinned)
-        return pinned
+async def open_connection(
+    factory: Callable[[], asyncio.BaseProtocol], host: str, port: int
+) -> object:
+    """The default `Connector`: a TCP connection to `host` (an IP literal) and `port`, on a
+    descriptor numbered out of the caller's range (`DescriptorBudget.lift`)."""
+    loop = asyncio.get_running_loop()
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = descriptor_budget().lift_socket(socket.socket(family, socket.SOCK_STREAM))
+    try:
+        sock.setblocking(False)  # noqa: FBT003 - the socket API's own flag
+        await loop.sock_connect(sock, (host, port))
+        return await loop.create_connection(factory, sock=sock)
+    except BaseException:
+        sock.close()
+        raise
 
 
 def _valid_user(user: str) -> bool:

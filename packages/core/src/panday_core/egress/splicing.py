@@ -28,17 +28,20 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import asyncio
+    from collections.abc import Callable
 
 AVAILABLE = sys.platform.startswith("linux") and hasattr(os, "splice")
 """splice(2) exists here (Linux, Python 3.10 or later)."""
 PIPE_BYTES = 1 << 20
 """Pipe capacity asked for (F_SETPIPE_SZ); the default 64 KiB when the host refuses."""
+DESCRIPTORS = 4
+"""Descriptors one spliced direction holds: two duplicated sockets and a pipe."""
 _F_SETPIPE_SZ = 1031
 _FLAGS = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK", 2)
 
 
 class Side(Protocol):
-    """What a direction needs of a tunnel end (`server._End`)."""
+    """What a direction needs of a tunnel end (`tunnel.End`)."""
 
     transport: asyncio.Transport | None
     eof: bool
@@ -60,8 +63,15 @@ class Direction:
     """One direction of a tunnel (`src` to `dst`) moved by splice; see the module doc."""
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, tunnel: Tunnel, src: Side, dst: Side
+        self,
+        loop: asyncio.AbstractEventLoop,
+        tunnel: Tunnel,
+        src: Side,
+        dst: Side,
+        lift: Callable[[int], int] | None = None,
     ) -> None:
+        self.lift = lift
+        """Renumbers a new descriptor out of the caller's range (`DescriptorBudget.lift`)."""
         self.loop = loop
         self.tunnel = tunnel
         self.src = src
@@ -84,8 +94,8 @@ class Direction:
         try:
             self.rfd = self._keep(os.dup(src_sock.fileno()))
             self.wfd = self._keep(os.dup(dst_sock.fileno()))
-            self.pr, self.pw = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-            self.fds += [self.pr, self.pw]
+            pr, pw = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            self.pr, self.pw = self._keep(pr), self._keep(pw)
         except OSError:
             self.stop()
             return False
@@ -98,6 +108,8 @@ class Direction:
         return True
 
     def _keep(self, fd: int) -> int:
+        if self.lift is not None:
+            fd = self.lift(fd)
         self.fds.append(fd)
         return fd
 

@@ -13,9 +13,10 @@ import sys
 from typing import TYPE_CHECKING, TextIO, TypedDict, Unpack
 
 from panday_core.egress.audit import AuditEvent, encode_event
-from panday_core.egress.server import EgressProxy, ProxyLimits
+from panday_core.egress.server import EgressProxy
 
 if TYPE_CHECKING:
+    from panday_core.egress.limits import ProxyLimits
     from panday_core.egress.resolver import Resolver
     from panday_core.policy import NetPolicy
 

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
 
     from panday_core.egress.audit import AuditEvent
+    from panday_core.egress.limits import ProxyLimits
     from panday_core.egress.resolver import Resolver
-    from panday_core.egress.server import Connector, ProxyLimits
+    from panday_core.egress.tunnel import Connector
     from panday_core.policy import NetPolicy
 
 T = TypeVar("T")
@@ -125,7 +126,8 @@ class ProxyThread:
         http: tuple[str, int] | None = None,
         socks: tuple[str, int] | None = None,
     ) -> dict[str, str]:
-        """The proxy variables for one command, with credentials issued for its id.
+        """The proxy variables for one command, with credentials issued for its id (one
+        reference, which `revoke` gives back when the command ends).
 
         The URLs name `http` and `socks` (where a relay listens), or by default the proxy's
         own TCP listener (which sniffs the protocol, so one port serves both). Raises
@@ -134,10 +136,20 @@ class ProxyThread:
         from panday_core.egress.standalone import proxy_environment  # noqa: PLC0415 - no cycle
 
         proxy = self.proxy
+        user, token = proxy.credentials(command_id)
         return proxy_environment(
-            proxy.url(command_id, address=http),
-            proxy.url(command_id, scheme="socks5h", address=socks),
+            _url("http", user, token, http or proxy.tcp_address),
+            _url("socks5h", user, token, socks or proxy.tcp_address),
         )
+
+    def revoke(self, command_id: str) -> None:
+        """`command_id`'s command ended: give back the reference its `environment` took.
+        When it was the last, its credentials stop working at once (before this returns)
+        and the tunnels opened with them are cut on the proxy's loop. Thread-safe."""
+        grant = self.proxy.revoke(command_id)
+        if grant is not None and self._thread.is_alive():
+            with contextlib.suppress(RuntimeError):  # the loop closed in between
+                self._loop.call_soon_threadsafe(self.proxy.cut, grant, command_id)
 
     def close(self, timeout: float = START_TIMEOUT_S) -> None:
         """Stop the loop (which closes the proxy) and wait for the thread."""
@@ -145,3 +157,11 @@ class ProxyThread:
             with contextlib.suppress(RuntimeError):  # the loop closed in between
                 self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout)
+
+
+def _url(scheme: str, user: str, token: str, where: tuple[str, int] | None) -> str:
+    if where is None:
+        raise RuntimeError("the proxy has no TCP listener; call start_loopback() first")
+    host, port = where
+    shown = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{user}:{token}@{shown}:{port}"
