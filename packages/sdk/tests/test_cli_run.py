@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 import pytest
 
 from panday import exitcodes, tiers
+from panday.defaults import ENV_PASSTHROUGH
 from panday_core.capabilities import Support
 
 if TYPE_CHECKING:
@@ -257,18 +258,25 @@ def test_a_memory_ceiling_is_enforced_or_refused_by_name(cli: Cli, clean_line: L
 
 
 def test_the_default_environment_is_scrubbed(cli: Cli) -> None:
-    env = {**os.environ, "PANDAY_CANARY": "leak", "LC_TIME": "C.UTF-8", "TERM": "xterm-test"}
+    env = {
+        **os.environ,
+        "PANDAY_CANARY": "leak",
+        "LC_SECRET": "leak",  # named like a locale category, but not one
+        "LC_TIME": "C.UTF-8",
+        "LANGUAGE": "de",
+        "TERM": "xterm-test",
+    }
     control = subprocess.run(["env"], env=env, capture_output=True, text=True, check=False)
-    if "PANDAY_CANARY=leak" not in control.stdout:
-        pytest.fail("inconclusive: control failed: the canary is not in the caller's env")
+    if "PANDAY_CANARY=leak" not in control.stdout or "LC_SECRET=leak" not in control.stdout:
+        pytest.fail("inconclusive: control failed: the canaries are not in the caller's env")
     result = cli("run", "--", "env", env=env)
     names = {line.split("=", 1)[0] for line in result.stdout.splitlines()}
     assert "PANDAY_CANARY" not in names
-    assert names <= {"PATH", "HOME", "LANG", "TERM", "PWD"} | {
-        n for n in names if n.startswith("LC_")
-    }
+    assert "LC_SECRET" not in names
+    assert names <= {"PATH", "HOME", "PWD", *ENV_PASSTHROUGH}
     assert "TERM=xterm-test" in result.stdout.splitlines()
-    assert "LC_TIME=C.UTF-8" in result.stdout.splitlines()
+    assert "LC_TIME=C.UTF-8" in result.stdout.splitlines()  # a real category passes
+    assert "LANGUAGE=de" in result.stdout.splitlines()
 
 
 def test_env_options_set_and_copy_variables(cli: Cli) -> None:
