@@ -28,8 +28,10 @@ Run CMD in a fresh sandbox session; its output streams live and panday exits wit
 exit code (128+N when signal N ended it). Without --policy, the per-user default policy
 applies when it exists ($XDG_CONFIG_HOME/panday/policy.toml; `panday doctor` shows where),
 else the embedded default: the current directory as the read-write workspace, no network,
-an environment of PATH, HOME (the workspace), LANG, LC_* and TERM only, 10 minutes and
-16 MiB of output per stream.
+an environment of PATH, HOME (the workspace), the caller's locale variables (LANG,
+LANGUAGE, LC_ALL, the LC_* categories) and TERM only, 10 minutes and 16 MiB of output per
+stream (every policy gets those two unless it writes "unbounded"). Control sequences in
+output to a terminal are shown as text (^[), not obeyed.
 
 A program the sandbox cannot see (a .venv whose python links into ~/.pyenv, a toolchain
 under ~/.cargo or ~/.nvm) exits 127 naming the host path to stage with --ro.
