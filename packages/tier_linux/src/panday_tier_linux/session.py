@@ -104,6 +104,7 @@ class _Command:
         proc: ChildProcess,
         sup: JailSupervisor,
         options: _StreamOptions,
+        *,
         program: str,
         command_id: str | None = None,
     ) -> None:
@@ -339,7 +340,7 @@ class LinuxSession:
             output_cap=self.policy.limits.output_cap,
             timeout_ms=self._timeout(spec),
         )
-        return _Command(self, proc, sup, options, spec.argv[0], spec.command_id)
+        return _Command(self, proc, sup, options, program=spec.argv[0], command_id=spec.command_id)
 
     def exec(self, spec: ExecSpec) -> Generator[ExecEvent, None, None]:
         """Run one command: output chunks as read, then one `ExecExit` (blocking)."""
