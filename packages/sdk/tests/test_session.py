@@ -22,7 +22,7 @@ from panday_core.errors import (
     Unsupported,
 )
 from panday_core.policy import FsPolicy, Limits, SandboxPolicy
-from panday_core.types import ExecExit, OutputChunk, SandboxTier
+from panday_core.types import ExecExit, LimitKind, OutputChunk, SandboxTier
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -480,3 +480,24 @@ def test_the_start_guard_only_adds_what_the_host_knows(tmp_path: Path) -> None:
     assert StartGuard(policy).failure(denied) is denied
     other = TierUnavailable("t2-linux", "bwrap: setting up uid map: Permission denied")
     assert StartGuard(policy).failure(other) is other
+
+
+@linux
+def test_a_policy_from_a_dict_or_a_file_bounds_the_output_too(ws: Path) -> None:
+    """Not only the embedded default: a policy that says nothing about limits, given as a
+    mapping or as a file (examples/allowlist.toml's shape), keeps 16 MiB per stream."""
+    flood = ["head", "-c", str(24 << 20), "/dev/zero"]
+    policy_file = ws.parent / "limitless.toml"
+    policy_file.write_text("version = 1\n[fs]\naccess = 'rw'\n")
+    explicit = {"limits": {"output_bytes": "unbounded"}}
+    with panday.open(explicit) as session:  # control: with "unbounded" all of it is kept
+        control = session.run(flood)
+    if len(control.stdout) != 24 << 20 or control.breach is not None:
+        pytest.fail(f"inconclusive: control failed: {len(control.stdout)} bytes")
+    for given in ({}, {"fs": {"access": "rw"}}, str(policy_file)):
+        with panday.open(given) as session:
+            result = session.run(flood)
+        assert len(result.stdout) < (16 << 20) + 200, given
+        assert result.truncated_stdout
+        assert result.breach is not None
+        assert result.breach.kind is LimitKind.OUTPUT
