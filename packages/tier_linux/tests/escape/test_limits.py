@@ -153,7 +153,7 @@ def test_a_disk_ceiling_with_a_writable_workspace_is_refused(esc: Escape) -> Non
 
 def test_an_output_flood_is_cut_at_the_output_ceiling(esc: Escape) -> None:
     flood = ["/bin/sh", "-c", "head -c 50000000 /dev/zero; echo done >&2"]
-    control = esc.run(flood)
+    control = esc.run(flood, output_bytes=64 << 20)  # a ceiling above the flood keeps it all
     if len(control.stdout) != 50_000_000:
         pytest.fail(f"inconclusive: control failed: {len(control.stdout)} bytes")
     result = esc.run(flood, output_bytes=4096)
@@ -161,6 +161,11 @@ def test_an_output_flood_is_cut_at_the_output_ceiling(esc: Escape) -> None:
     assert result.truncated_stdout
     assert result.breach is not None
     assert result.breach.kind is LimitKind.OUTPUT
+    # A policy that says nothing about it is bounded too: the model's default, 16 MiB.
+    default = esc.run(flood)
+    assert (16 << 20) <= len(default.stdout) < (16 << 20) + 200
+    assert default.breach is not None
+    assert default.breach.kind is LimitKind.OUTPUT
     esc.held()
 
 
