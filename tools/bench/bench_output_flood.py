@@ -142,7 +142,7 @@ def bench(*, rounds: int, size: int) -> dict[str, object]:
         "loadavg_1m_at_start": round(load_start, 2),
         "loadavg_1m_at_end": round(load_end, 2),
         "cpus": os.cpu_count(),
-        "variants": {},
+        "paths": {},
     }
     worst = 0.0
     for name, (label, _run) in variants.items():
@@ -150,7 +150,7 @@ def bench(*, rounds: int, size: int) -> dict[str, object]:
         rss = max(r[1] for r in rows)
         if name != "a_sdk_idle":
             worst = max(worst, rss)
-        cast("dict[str, object]", result["variants"])[name] = {
+        cast("dict[str, object]", result["paths"])[name] = {
             "label": label,
             "peak_rss_mib_max": round(rss, 1),
             "peak_rss_mib_median": round(statistics.median(r[1] for r in rows), 1),
