@@ -3,11 +3,13 @@
 pip-audit alone can pass while checking nothing: against a service that knows none of the
 packages it prints "No known vulnerabilities found" and exits 0. This gate therefore:
 
-- audits exact pins (every package in uv.lock, every dependency group, every platform),
+- audits exact pins (every package in uv.lock, every dependency group, every optional
+  extra such as `panday[ray]`, every platform),
   with `--strict`, so a dependency that cannot be audited fails the gate;
-- first asks the service about a version it must know to be vulnerable (requests 2.19.0)
-  — a positive control: a service that answers nothing, or cannot be reached, fails the
-  gate before its silence about our own dependencies is believed;
+- first asks the service about releases it must know to be vulnerable (`CANARIES`: eight
+  packages, most of them pinned in our own lock) — a positive control: a service that
+  answers nothing, cannot be reached, or knows only some packages (a snapshot cut down to
+  a few directories) fails the gate before its silence about our dependencies is believed;
 - checks that every pin it fed in came back audited;
 - excludes the workspace's own packages by name, saying so: they are built from this
   repository, are not published on PyPI yet, and have no advisories to look up;
@@ -40,8 +42,22 @@ from gatelib import REPO, GateError, canonical, die, run, workspace_members
 
 ONLINE_URL = "https://api.osv.dev/v1/query"
 EXCEPTIONS = REPO / "tools" / "audit-exceptions.toml"
-# The positive control: a release every OSV source lists as vulnerable (CVE-2018-18074).
-CANARY = ("requests", "2.19.0")
+# The positive control: releases every OSV source lists as vulnerable, across packages (one
+# canary would pass a snapshot cut down to that one package). Most are pinned in uv.lock too.
+CANARIES = (
+    ("requests", "2.19.0"),  # CVE-2018-18074
+    ("urllib3", "1.24.1"),  # CVE-2019-11324
+    ("pyyaml", "5.3"),  # CVE-2020-1747
+    ("certifi", "2022.9.24"),  # CVE-2022-23491
+    ("cryptography", "3.2"),  # CVE-2020-36242
+    ("idna", "3.6"),  # CVE-2024-3651
+    ("jinja2", "2.10"),  # CVE-2019-10906
+    ("pip", "21.0"),  # CVE-2021-3572
+)
+OFFLINE_HINT = (
+    "to audit offline, set PANDAY_ADVISORY_DB to an OSV snapshot (the PyPA advisory "
+    "database's vulns/ layout; see docs/release.md)"
+)
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)\s*(?:;.*)?$")
 
 
@@ -85,7 +101,8 @@ def locked_pins() -> tuple[list[Pin], list[str]]:
     """Every third-party pin in uv.lock, plus the workspace members that were left out."""
     exported = run(
         [
-            "uv", "export", "--locked", "--all-packages", "--all-groups", "--no-emit-workspace",
+            "uv", "export", "--locked", "--all-packages", "--all-groups", "--all-extras",
+            "--no-emit-workspace",
             "--format", "requirements.txt", "--no-hashes", "--no-annotate", "--no-header",
         ],
         cwd=REPO,
@@ -147,15 +164,16 @@ def ask(url: str, name: str, version: str, timeout: float) -> list[str]:
 
 
 def positive_control(url: str, timeout: float) -> str:
-    name, version = CANARY
-    ids = ask(url, name, version, timeout)
-    if not ids:
+    found = {f"{name}=={version}": ask(url, name, version, timeout) for name, version in CANARIES}
+    silent = [pin for pin, ids in found.items() if not ids]
+    if silent:
         raise GateError(
             f"positive control failed: the advisory service at {url} reports nothing for "
-            f"{name}=={version}, a release with published advisories; its silence about our "
-            "dependencies would prove nothing"
+            f"{', '.join(silent)} ({len(silent)} of {len(found)} releases with published "
+            "advisories); its silence about our dependencies would prove nothing"
         )
-    return f"{name}=={version} -> {len(ids)} advisories"
+    total = sum(len(ids) for ids in found.values())
+    return f"{len(found)} vulnerable releases of {len(found)} packages -> {total} advisories"
 
 
 def batches(pins: list[Pin]) -> list[list[Pin]]:
@@ -336,9 +354,16 @@ def _audit(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         url, where = _service(stack, args.service_url, db_path)
         print(f"audit: source: {where}")
-        print(f"audit: positive control: {positive_control(url, args.timeout)}")
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="panday-audit-")))
-        deps = [d for batch in batches(pins) for d in pip_audit(batch, url, args.timeout, workdir)]
+        try:
+            print(f"audit: positive control: {positive_control(url, args.timeout)}")
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="panday-audit-")))
+            deps = [
+                d for batch in batches(pins) for d in pip_audit(batch, url, args.timeout, workdir)
+            ]
+        except GateError as exc:
+            if url == ONLINE_URL:  # no network here, perhaps: say how to audit without it
+                raise GateError(f"{exc}; {OFFLINE_HINT}") from exc
+            raise
 
     found = findings_of(pins, deps)
     remaining, notes = apply_exceptions(found, exceptions, dt.datetime.now(tz=dt.UTC).date())

@@ -12,15 +12,26 @@ edit, and runs the named tests there with the scratch sources first on ``sys.pat
 * error: the tests could not run (collection error, no tests) -> the gate fails.
 
 Before mutating anything, the union of the named tests must pass on the unmutated copy, so
-a test that is already red cannot "kill" a mutation.
+a test that is already red cannot "kill" a mutation. That run (split over the jobs) also
+times every named test: a mutation's tests then get a timeout of a few times their
+unmutated duration (never under `TIMEOUT_FLOOR_S`), so a mutation that makes a test hang
+(a kill that never comes, a deadline that never fires) is killed by the timeout in seconds
+rather than after the test's own minute-long wait. Mutations run `--jobs` at a time, each
+in its own copy, and each prints its line as soon as it finishes.
+
+A mutation whose tests need an optional extra (``extra = "ray"``) runs only with
+``--extra ray``, with the interpreter of an environment synced from uv.lock with that extra
+(``.nox/_<extra>``, the one the extra's own nox session uses; `nox -s falsify_ray`).
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -33,9 +44,17 @@ from typing import TYPE_CHECKING, cast
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 REGISTRY = REPO / "tools" / "mutations.toml"
 PYTEST_TIMEOUT_S = 900
+TIMEOUT_FLOOR_S = 10.0
+TIMEOUT_FACTOR = 3.0
+TIMES_ENV = "PANDAY_FALSIFY_TIMES"
+TIMEOUT_ENV = "PANDAY_FALSIFY_TIMEOUT"
+"""Set for the baseline run: this module, loaded as a pytest plugin, appends each test's
+duration to the file it names."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +64,8 @@ class Mutation:
     find: str
     replace: str
     tests: tuple[str, ...]
+    extra: str = ""
+    """An optional extra the tests need (``ray``): they run in that extra's environment."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +82,7 @@ def load_registry(path: Path = REGISTRY) -> list[Mutation]:
     mutations: list[Mutation] = []
     names: set[str] = set()
     for i, entry in enumerate(raw):
-        unknown = set(entry) - {"name", "file", "find", "replace", "tests"}
+        unknown = set(entry) - {"name", "file", "find", "replace", "tests", "extra"}
         if unknown:
             msg = f"mutation[{i}]: unknown keys {sorted(unknown)}"
             raise ValueError(msg)
@@ -75,7 +96,14 @@ def load_registry(path: Path = REGISTRY) -> list[Mutation]:
             msg = f"mutation {name!r} names no tests"
             raise ValueError(msg)
         mutations.append(
-            Mutation(name, str(entry["file"]), str(entry["find"]), str(entry["replace"]), tests)
+            Mutation(
+                name,
+                str(entry["file"]),
+                str(entry["find"]),
+                str(entry["replace"]),
+                tests,
+                str(entry.get("extra", "")),
+            )
         )
     return mutations
 
@@ -119,9 +147,33 @@ def _env(root: Path) -> dict[str, str]:
     return env
 
 
-def run_tests(root: Path, tests: Sequence[str]) -> tuple[int, str]:
+def python_for(extra: str) -> str:
+    """The interpreter for tests that need `extra`: this one, or `.nox/_<extra>`'s, synced
+    from uv.lock with the extra and the test group (the environment its nox session uses)."""
+    if not extra:
+        return sys.executable
+    env_dir = REPO / ".nox" / f"_{extra}"
+    env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(env_dir)}
+    env.pop("VIRTUAL_ENV", None)
+    subprocess.run(
+        [
+            "uv", "sync", "--quiet", "--locked", "--no-default-groups", "--all-packages",
+            "--python", sys.executable, "--group=test", f"--extra={extra}",
+        ],
+        cwd=REPO, env=env, check=True,
+    )  # fmt: skip
+    return str(env_dir / "bin" / "python")
+
+
+def run_tests(
+    root: Path,
+    tests: Sequence[str],
+    *extra: str,
+    env: dict[str, str] | None = None,
+    python: str = sys.executable,
+) -> tuple[int, str]:
     cmd = [
-        sys.executable,
+        python,
         "-m",
         "pytest",
         "-q",
@@ -129,29 +181,42 @@ def run_tests(root: Path, tests: Sequence[str]) -> tuple[int, str]:
         "-p",
         "no:cacheprovider",
         "--no-header",
+        *extra,
         *tests,
     ]
-    try:
-        proc = subprocess.run(
+    # Output goes to a file and the run is its own process group: a process the tests left
+    # behind (a mutated guard that no longer kills) may hold a pipe open long after pytest
+    # ended, and is killed with the group once pytest has exited.
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(
             cmd,
             cwd=root,
-            env=_env(root),
-            capture_output=True,
-            text=True,
-            timeout=PYTEST_TIMEOUT_S,
-            check=False,
+            env={**_env(root), **(env or {})},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
-    except subprocess.TimeoutExpired:
+        try:
+            code = proc.wait(timeout=PYTEST_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            code = 124
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        out.seek(0)
+        text = out.read().decode("utf-8", "replace")
+    if code == 124:  # noqa: PLR2004 - timeout(1)'s code for "timed out"
         return 124, f"timed out after {PYTEST_TIMEOUT_S}s"
-    tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
-    return proc.returncode, tail
+    tail = "\n".join(text.strip().splitlines()[-3:])
+    return code, tail
 
 
-def _imports_from(root: Path) -> bool:
+def _imports_from(root: Path, python: str = sys.executable) -> bool:
     """Guard against testing the installed tree instead of the mutated copy."""
     probe = "import panday_core, sys; sys.stdout.write(panday_core.__file__ or '')"
     out = subprocess.run(
-        [sys.executable, "-c", probe],
+        [python, "-c", probe],
         cwd=root,
         env=_env(root),
         capture_output=True,
@@ -161,7 +226,70 @@ def _imports_from(root: Path) -> bool:
     return out.startswith(str(root))
 
 
-def run_one(mutation: Mutation, base: Path) -> Outcome:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Plugin hook (``-p falsify``, mutation runs): every test's timeout, overriding the
+    tests' own ``timeout`` marks. The thread method ends the whole pytest process: the
+    signal method only fails the test, whose cleanup can then wait out the very hang (a
+    kill that never comes) for as long as the test would have."""
+    seconds = os.environ.get(TIMEOUT_ENV)
+    if not seconds:
+        return
+    import pytest  # noqa: PLC0415 - only inside pytest, where it is loaded already
+
+    for item in items:
+        item.add_marker(pytest.mark.timeout(float(seconds), method="thread"), append=False)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Plugin hook (``-p falsify``, baseline only): record each phase's duration."""
+    out = os.environ.get(TIMES_ENV)
+    if out:
+        with Path(out).open("a", encoding="utf-8") as fh:
+            fh.write(f"{report.nodeid}\t{report.duration}\n")
+
+
+def baseline(
+    root: Path, tests: Sequence[str], jobs: int, python: str = sys.executable
+) -> tuple[int, str, dict[str, float]]:
+    """Run `tests` unmutated, split over `jobs` processes; (exit code, tail, durations)."""
+    chunks = [list(tests[i::jobs]) for i in range(jobs) if tests[i::jobs]]
+    times = root / ".falsify-times"
+    times.unlink(missing_ok=True)
+    env = {TIMES_ENV: str(times)}
+
+    def run(chunk: list[str]) -> tuple[int, str]:
+        return run_tests(root, chunk, "-p", "falsify", env=env, python=python)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(chunks)) as pool:
+        runs = list(pool.map(run, chunks))
+    code = max(c for c, _ in runs)
+    tail = "\n".join(t for c, t in runs if c != 0)
+    durations: dict[str, float] = {}
+    if times.is_file():
+        for line in times.read_text(encoding="utf-8").splitlines():
+            nodeid, _, seconds = line.rpartition("\t")
+            durations[nodeid] = durations.get(nodeid, 0.0) + float(seconds)
+        times.unlink()
+    return code, tail, durations
+
+
+def timeout_for(mutation: Mutation, durations: dict[str, float]) -> float:
+    """Each named test's timeout: TIMEOUT_FACTOR x the slowest of them unmutated."""
+    slowest = max(
+        (
+            seconds
+            for nodeid, seconds in durations.items()
+            for test in mutation.tests
+            if nodeid == test or nodeid.startswith((f"{test}[", f"{test}::"))
+        ),
+        default=0.0,
+    )
+    return max(TIMEOUT_FLOOR_S, TIMEOUT_FACTOR * slowest)
+
+
+def run_one(
+    mutation: Mutation, base: Path, timeout: float | None = None, python: str = sys.executable
+) -> Outcome:
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="panday-falsify-") as tmp:
         root = Path(tmp)
@@ -169,7 +297,11 @@ def run_one(mutation: Mutation, base: Path) -> Outcome:
         problem = apply(mutation, root)
         if problem is not None:
             return Outcome(mutation, "stale", problem, time.monotonic() - start)
-        code, tail = run_tests(root, mutation.tests)
+        if timeout is None:
+            code, tail = run_tests(root, mutation.tests, python=python)
+        else:
+            env = {TIMEOUT_ENV: f"{timeout:.0f}"}
+            code, tail = run_tests(root, mutation.tests, "-p", "falsify", env=env, python=python)
     seconds = time.monotonic() - start
     if code == 1:
         return Outcome(mutation, "killed", tail, seconds)
@@ -182,48 +314,78 @@ def _via_control(outcome: Outcome) -> bool:
     return outcome.status == "killed" and "inconclusive" in outcome.detail
 
 
+def _line(outcome: Outcome, done: int, total: int) -> str:
+    mark = "killed  " if outcome.status == "killed" else outcome.status.upper().ljust(8)
+    # A kill through a failed positive control still counts (the mutation broke the
+    # permitted path too, e.g. an inverted allowlist), but it is named as such.
+    how = " (through an inconclusive control)" if _via_control(outcome) else ""
+    if outcome.status == "killed" and "Timeout" in outcome.detail:
+        how += " (a named test hung until its timeout)"
+    line = f"falsify: [{done}/{total}] {mark} {outcome.mutation.name}{how} ({outcome.seconds:.1f}s)"
+    if outcome.status != "killed":
+        line += "\n" + f"          {outcome.detail}".replace("\n", "\n          ")
+    return line
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="apply each guard mutation; its tests must fail")
-    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--jobs", type=int, default=max(2, os.cpu_count() or 2))
     parser.add_argument("--only", action="append", default=[], help="run only these names")
+    parser.add_argument(
+        "--extra",
+        default="",
+        help="run the mutations whose tests need this optional extra (e.g. ray), in its "
+        "environment; without it, only those that need none",
+    )
     args = parser.parse_args(argv)
-    mutations = load_registry()
+    registry = load_registry()
+    mutations = [m for m in registry if m.extra == args.extra]
+    elsewhere = sorted({m.extra for m in registry if m.extra != args.extra})
     if args.only:
         mutations = [m for m in mutations if m.name in set(args.only)]
     if not mutations:
         print("falsify: no mutations to run; refusing to pass", file=sys.stderr)
         return 1
+    jobs = max(1, args.jobs)
+    outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="panday-falsify-base-") as tmp:
         base = Path(tmp)
         copy_tree(REPO, base)
-        if not _imports_from(base):
+        python = python_for(args.extra)
+        if not _imports_from(base, python):
             print(
                 "falsify: the scratch copy does not shadow the installed packages", file=sys.stderr
             )
             return 1
         union = sorted({t for m in mutations for t in m.tests})
-        code, tail = run_tests(base, union)
+        start = time.monotonic()
+        code, tail, durations = baseline(base, union, jobs, python)
         if code != 0:
             print(
                 f"falsify: the named tests do not pass unmutated (exit {code}):\n{tail}",
                 file=sys.stderr,
             )
             return 1
-        print(f"falsify: baseline: {len(union)} named tests pass on the unmutated tree")
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            outcomes = list(pool.map(run_one, mutations, [base] * len(mutations)))
-    killed = 0
-    for outcome in outcomes:
-        mark = "killed  " if outcome.status == "killed" else outcome.status.upper().ljust(8)
-        # A kill through a failed positive control still counts (the mutation broke the
-        # permitted path too, e.g. an inverted allowlist), but it is named as such.
-        how = " (through an inconclusive control)" if _via_control(outcome) else ""
-        print(f"falsify: {mark} {outcome.mutation.name}{how} ({outcome.seconds:.1f}s)")
-        if outcome.status == "killed":
-            killed += 1
-        else:
-            print(f"          {outcome.detail}".replace("\n", "\n          "))
+        print(
+            f"falsify: baseline: {len(union)} named tests pass on the unmutated tree "
+            f"({time.monotonic() - start:.0f}s); {len(mutations)} mutations follow, {jobs} at "
+            f"a time, each test timed out at {TIMEOUT_FACTOR:.0f}x its unmutated duration "
+            f"(at least {TIMEOUT_FLOOR_S:.0f}s)",
+            flush=True,
+        )
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = [
+                pool.submit(run_one, m, base, timeout_for(m, durations), python) for m in mutations
+            ]
+            for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+                outcome = future.result()
+                outcomes.append(outcome)
+                print(_line(outcome, done, len(mutations)), flush=True)
+    killed = sum(1 for o in outcomes if o.status == "killed")
     print(f"falsify: {killed}/{len(outcomes)} mutations killed")
+    if elsewhere and not args.only:
+        others = " and ".join(f"--extra {e}" if e else "without --extra" for e in elsewhere)
+        print(f"falsify: the other mutations run {others}")
     import results  # noqa: PLC0415 - tools/ is on sys.path when this script runs
 
     status = "ok" if killed == len(outcomes) else "failed"

@@ -6,7 +6,11 @@ and each policy field this proves, by static analysis of the source (AST), one o
 * the tier's enforcement code reads the field (``policy.limits.mem_bytes``,
   ``limits.mem_bytes``, ``net.allow``, ``policy.env``, or ``getattr(x, "mem_bytes")``), or
 * the tier's capability data refuses it (``NOT_ENFORCED``, with a reason), or
-* the capability data declares it not applicable there, with a reason.
+* the capability data declares it not applicable there, with a reason, and that (tier,
+  field) pair is in `REVIEWED_NOT_APPLICABLE` below. "Not applicable" needs no reader, so
+  it is the easy way out for a field nobody implemented; each pair is reviewed here once,
+  and a new one fails the gate until someone adds it (at run time such a field is refused
+  unless it is left at its default, see `panday_core.capabilities.check_policy`).
 
 A field declared ``STRICT``/``PARTIAL`` whose reader cannot be found fails, and so does a
 field the tier says nothing about. Enforcement code is the tier's package plus the
@@ -25,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from panday_core.capabilities import Support, TierCapabilities, policy_fields
+from panday_core.capabilities import FieldSupport, Support, TierCapabilities, policy_fields
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 CORE = REPO / "packages/core/src/panday_core"
@@ -40,6 +44,16 @@ NOT_ENFORCEMENT = frozenset(
     | {"manifest"}
 )
 SECTIONS = frozenset({"fs", "net", "limits"})
+
+REVIEWED_NOT_APPLICABLE: dict[tuple[str, str], str] = {
+    ("t0", "net.deny"): "narrows net.allow, which T0 refuses whenever it is non-empty",
+    ("t0", "net.ports"): "narrows net.allow, which T0 refuses whenever it is non-empty",
+    ("t0", "limits.pids"): "T0 starts no process or thread; a value is refused at run time",
+    ("t0", "env"): "T0 runs no process, so there is no environment; a value is refused",
+    ("t0", "allow_env_hooks"): "qualifies env, which T0 has none of; a value is refused",
+}
+"""Every (tier, field) pair allowed to be declared not applicable, with why it was accepted
+(``version``, the document's format, is checked by the loader and skipped here)."""
 MANIFEST_READERS = frozenset({"to_policy", "consent_summary"})
 
 
@@ -136,7 +150,11 @@ def fields_read(tree: ast.AST) -> set[str]:
     return found
 
 
-def check_tier(source: TierSource, fields: Sequence[str]) -> Verdict:
+def check_tier(
+    source: TierSource,
+    fields: Sequence[str],
+    reviewed: Mapping[tuple[str, str], str] = REVIEWED_NOT_APPLICABLE,
+) -> Verdict:
     verdict = Verdict(source.tier)
     readers: dict[str, list[str]] = {}
     for path in enforcement_files(source.roots):
@@ -156,15 +174,44 @@ def check_tier(source: TierSource, fields: Sequence[str]) -> Verdict:
             else:
                 what = f"declared {entry.support} but no enforcement code reads it"
                 verdict.problems.append(f"{source.tier}: {name}: {what}")
-        elif not entry.note.strip():
-            verdict.problems.append(
-                f"{source.tier}: {name}: declared {entry.support} without a reason"
-            )
-        elif entry.support is Support.NOT_ENFORCED:
-            verdict.refused.append(name)
         else:
-            verdict.not_applicable.append(name)
+            _without_reader(verdict, entry, reviewed)
     return verdict
+
+
+def _without_reader(
+    verdict: Verdict, entry: FieldSupport, reviewed: Mapping[tuple[str, str], str]
+) -> None:
+    """A refused or not-applicable field: it needs a reason, and n/a a reviewed pair."""
+    tier, name = verdict.tier, entry.field
+    if not entry.note.strip():
+        verdict.problems.append(f"{tier}: {name}: declared {entry.support} without a reason")
+    elif entry.support is Support.NOT_ENFORCED:
+        verdict.refused.append(name)
+    elif (tier, name) not in reviewed:
+        verdict.problems.append(
+            f"{tier}: {name}: declared not applicable, but ({tier!r}, {name!r}) is not in "
+            "the reviewed list (REVIEWED_NOT_APPLICABLE in tools/fields_lint.py); enforce "
+            "it, refuse it, or get the pair reviewed"
+        )
+    else:
+        verdict.not_applicable.append(name)
+
+
+def stale_reviews(
+    sources: Sequence[TierSource],
+    reviewed: Mapping[tuple[str, str], str] = REVIEWED_NOT_APPLICABLE,
+) -> list[str]:
+    """Reviewed pairs no tier declares not applicable any more (the list stays exact)."""
+    declared = {
+        (s.tier, f.field) for s in sources for f in s.caps.fields
+        if f.support is Support.NOT_APPLICABLE
+    }  # fmt: skip
+    return [
+        f"{tier}: {name}: in the reviewed not-applicable list, but the tier no longer "
+        "declares it so; remove the pair"
+        for tier, name in sorted(set(reviewed) - declared)
+    ]
 
 
 def check_manifest(manifest_file: Path, fields: Sequence[str]) -> tuple[int, list[str]]:
@@ -231,7 +278,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     fields = policy_fields()
     problems: list[str] = []
     checked = 0
-    for source in real_tiers():
+    sources = real_tiers()
+    problems.extend(stale_reviews(sources))
+    for source in sources:
         verdict = check_tier(source, fields)
         problems.extend(verdict.problems)
         total = len(verdict.read) + len(verdict.refused) + len(verdict.not_applicable)

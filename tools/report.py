@@ -1,10 +1,18 @@
-"""Write RUN-REPORT.md from the gates' own results (`nox -s report`, the last default gate).
+"""Write RUN-REPORT.md from the gates' own results (`uv run --locked nox -s report`).
 
-The report says what this run verified (a verification line in the style of the seed's run
-report), what this host could not verify and which CI job is its authority, the guarantee
-table of each tier as it holds on this host, and the benchmark ratios. Its only inputs are
-the result records the gates wrote (tools/results.py), the tiers' capability data and
-benchmarks/results.json, so regenerating it changes only counts and dates.
+The report says which commit the gates ran on (and whether the tree had uncommitted
+changes), what that run verified (a verification line in the style of the seed's run
+report, with any missed benchmark budget counted as a failure), what this host could not
+verify and which CI job is its authority (and whether a CI run's results exist for it),
+the guarantee table of each tier as it holds on this host, and the benchmark ratios. Its
+only inputs are the result records the gates wrote (tools/results.py), the tiers'
+capability data, benchmarks/results.json and, optionally, a CI run's results
+(``PANDAY_CI_RUN``, the JSON of ``gh run view RUN --json headSha,url,jobs``).
+
+A plain `nox` does not rewrite it (it is a committed file): `nox -s report` does, from the
+newest run's records. `--check` (the `report_fresh` gate) fails when the committed report is
+stale: it names no commit, was written from a dirty tree, or files other than itself
+changed since the commit it names.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import datetime as dt
 import json
 import os
 import platform
+import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -33,8 +42,11 @@ BENCH = REPO / "benchmarks" / "results.json"
 # The order of the verification line: every default gate, as the seed's report listed them.
 GATES = (
     "fmt", "lint", "typecheck", "tests", "escape", "schemas", "lock", "docs", "fields",
-    "falsify", "sbom", "audit", "licenses", "actions", "build",
+    "falsify", "sbom", "audit", "licenses", "actions", "build", "ray",
 )  # fmt: skip
+CI_RUN_ENV = "PANDAY_CI_RUN"
+"""A CI run's results: the JSON of `gh run view RUN --json headSha,url,jobs`."""
+COMMIT_PREFIX = "- Commit: "
 HEADINGS = (
     "# Run report",
     "## Verification",
@@ -44,8 +56,14 @@ HEADINGS = (
 )
 
 
-def verification(records: dict[str, dict[str, object]]) -> tuple[str, list[str], list[str]]:
-    """The verification line, the gates that failed and the gates this run did not run."""
+def verification(
+    records: dict[str, dict[str, object]], budgets: tuple[int, list[str]] | None = None
+) -> tuple[str, list[str], list[str]]:
+    """The verification line, the gates that failed and the gates this run did not run.
+
+    `budgets` is (budgets checked, names of the missed ones) from benchmarks/results.json:
+    a missed budget is a failure of the `benchmarks` entry, shown as such.
+    """
     parts: list[str] = []
     failed: list[str] = []
     missing: list[str] = []
@@ -57,6 +75,16 @@ def verification(records: dict[str, dict[str, object]]) -> tuple[str, list[str],
         if record.get("status") != "ok":
             failed.append(gate)
         parts.append(str(record.get("label", gate)))
+    if budgets is not None:
+        total, missed = budgets
+        if missed:
+            failed.append("benchmarks")
+            parts.append(
+                f"benchmarks FAILED ({total - len(missed)}/{total} budgets met; missed: "
+                f"{', '.join(missed)})"
+            )
+        else:
+            parts.append(f"benchmarks ({total}/{total} budgets met)")
     return " · ".join(parts), failed, missing
 
 
@@ -85,50 +113,86 @@ def _cgroup_v2_controllers() -> bool:
     return False
 
 
-def not_verified() -> list[str]:
+def ci_run() -> dict[str, object] | None:
+    """The CI run named by PANDAY_CI_RUN (`gh run view --json headSha,url,jobs`), if any."""
+    path = os.environ.get(CI_RUN_ENV)
+    if not path:
+        return None
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"report: {CI_RUN_ENV}={path}: unreadable: {exc}") from None
+    if not isinstance(doc, dict) or "jobs" not in doc:
+        raise SystemExit(f"report: {CI_RUN_ENV}={path}: not the JSON of `gh run view --json jobs`")
+    return cast("dict[str, object]", doc)
+
+
+def ci_verdict(run: dict[str, object] | None, job_prefix: str) -> str:
+    """What CI says about the jobs whose names start with `job_prefix`."""
+    if run is None:
+        return f"not yet run: no CI run's results are recorded here (set {CI_RUN_ENV})"
+    jobs = [
+        cast("dict[str, object]", j)
+        for j in cast("list[object]", run.get("jobs", []))
+        if isinstance(j, dict)
+    ]
+    mine = [j for j in jobs if str(j.get("name", "")).startswith(job_prefix)]
+    where = f"CI run {run.get('url', '?')} (commit {str(run.get('headSha', '?'))[:12]})"
+    if not mine:
+        return f"not yet run: {where} has no job named {job_prefix}…"
+    bad = [str(j.get("name")) for j in mine if j.get("conclusion") != "success"]
+    if bad:
+        return f"FAILED in {where}: {', '.join(bad)}"
+    return f"passed in {where}: {len(mine)} jobs"
+
+
+def not_verified(run: dict[str, object] | None = None) -> list[str]:
     """Each platform-gated module or suite this host could not run, with its authority."""
     rows: list[str] = []
+    macos_job = "tests (macos-latest"
     macos_ci = "`ci.yml` job `tests (macos-latest, 3.11/3.12/3.13)` (`nox --tags matrix`)"
     linux_ci = "`ci.yml` job `tests (ubuntu-latest, 3.11/3.12/3.13)` (`nox --tags matrix`)"
+    macos = f"{macos_ci}: {ci_verdict(run, macos_job)}"
     if sys.platform.startswith("linux"):
         probes = _macos_probes()
         suite = f"{probes} probes" if probes else "its probes"
         rows += [
             (
                 "- The T2 macOS runner (`packages/tier_macos`: `sandbox-exec`, profile "
-                "application, rlimits, process-group kill) → verified only on macOS CI: "
-                f"{macos_ci}."
+                f"application, rlimits, process-group kill) → macOS CI only, {macos}."
             ),
             (
                 f"- The macOS escape suite (`packages/tier_macos/tests/escape`, {suite}, skipped "
-                f"here with the reason) → verified only on macOS CI: {macos_ci}."
+                f"here with the reason) → macOS CI only, {macos}."
             ),
             (
                 "- The macOS path of the shared exec machinery (`panday_core/execution.py`: "
-                f"exit watch through kqueue) → verified only on macOS CI: {macos_ci}."
+                f"exit watch through kqueue) → macOS CI only, {macos}."
             ),
             (
                 "- The macOS walk of the T0 path resolver (no openat2 there; the walk itself is "
-                f"tested here by forcing it) → {macos_ci}."
+                f"tested here by forcing it) → {macos}."
             ),
         ]
         if not _cgroup_v2_controllers():
             rows.append(
                 "- cgroup v2 ceilings (this host's cgroup v2 holds no memory, pids or cpu "
                 f"controller; its limits ran on cgroup v1) → {linux_ci}, whose runners use "
-                "cgroup v2."
+                f"cgroup v2: {ci_verdict(run, 'tests (ubuntu-latest')}."
             )
     elif sys.platform == "darwin":
         rows += [
             (
                 "- The T2 Linux tier and its escape suite (bubblewrap, seccomp, cgroups), as root "
-                f"and as an unprivileged user → {linux_ci} and `.ci/run` on Debian."
+                f"and as an unprivileged user → {linux_ci} and `.ci/run` on Debian: "
+                f"{ci_verdict(run, 'tests (ubuntu-latest')}."
             ),
         ]
     version = ".".join(str(v) for v in sys.version_info[:2])
     others = [v for v in ("3.11", "3.12", "3.13") if v != version]
     rows.append(
-        f"- Python {' and '.join(others)} (this run used {version}) → the `ci.yml` test matrix."
+        f"- Python {' and '.join(others)} (this run used {version}) → the `ci.yml` test matrix: "
+        f"{ci_verdict(run, 'tests (')}."
     )
     rows.append(
         "- Publishing (PyPI trusted publishing, provenance attestations) → `release.yml` on "
@@ -195,13 +259,31 @@ def _ratios(name: str, node: object, out: list[tuple[str, str, str, str]]) -> No
         _ratios(f"{name}.{key}" if name else key, value, out)
 
 
-def benchmarks() -> list[str]:
+def _bench_rows() -> list[tuple[str, str, str, str]] | None:
     if not BENCH.is_file():
-        return ["No `benchmarks/results.json` yet: run `uv run nox -s bench`."]
+        return None
     rows: list[tuple[str, str, str, str]] = []
     _ratios("", json.loads(BENCH.read_text(encoding="utf-8")), rows)
+    return rows
+
+
+def budgets() -> tuple[int, list[str]] | None:
+    """(budgets checked, the missed ones) in benchmarks/results.json; None without it."""
+    rows = _bench_rows()
+    if rows is None:
+        return None
+    return len(rows), [name for name, _, _, met in rows if met != "yes"]
+
+
+def benchmarks() -> list[str]:
+    rows = _bench_rows()
+    if rows is None:
+        return ["No `benchmarks/results.json` yet: run `uv run --locked nox -s bench`."]
     lines = [
-        "From `benchmarks/results.json` (`uv run nox -s bench`; details in docs/benchmarks.md).",
+        (
+            "From `benchmarks/results.json` (`uv run --locked nox -s bench`; details in "
+            "docs/benchmarks.md). A missed budget counts as a failure in the verification line."
+        ),
         "",
         "| benchmark | ratio | budget | within budget |",
         "|---|---|---|---|",
@@ -214,15 +296,54 @@ def _names(items: list[str]) -> str:
     return ", ".join(items) or "none"
 
 
-def render(records: dict[str, dict[str, object]], today: dt.date) -> str:
-    line, failed, missing = verification(records)
+def git_state(repo: Path = REPO) -> tuple[str, bool] | None:
+    """(HEAD's commit, whether the tree has uncommitted changes), None outside a checkout.
+
+    The report itself and what the gates write under .nox/ and dist/ are not changes.
+    """
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--", ".", f":(exclude){OUT.name}"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head, bool(status.strip())
+
+
+def _stamp(records: dict[str, dict[str, object]]) -> str:
+    """The commit line: where the gates ran (their records say), clean or dirty."""
+    commits = {str(r.get("commit")) for r in records.values() if r.get("commit")}
+    dirty = any(r.get("dirty") for r in records.values())
+    if len(commits) != 1:
+        return f"{COMMIT_PREFIX}unknown (the gate records name {len(commits)} commits)"
+    state = "dirty (uncommitted changes when the gates ran)" if dirty else "clean"
+    return f"{COMMIT_PREFIX}{commits.pop()} ({state})"
+
+
+def render(
+    records: dict[str, dict[str, object]],
+    today: dt.date,
+    *,
+    bench: tuple[int, list[str]] | None = None,
+    run: dict[str, object] | None = None,
+) -> str:
+    line, failed, missing = verification(records, bench)
     who = "root" if hasattr(os, "geteuid") and os.geteuid() == 0 else "an ordinary user"
     lines = [
         HEADINGS[0],
         "",
-        "Written by the `report` gate (`uv run nox`) from the other gates' own results;",
-        "regenerating it changes only counts and dates.",
+        "Written by `uv run --locked nox -s report` from the results the gates of the last",
+        "`uv run --locked nox` recorded; regenerating it changes only counts, dates and the",
+        "commit. `nox -s report_fresh` fails when it is stale.",
         "",
+        _stamp(records),
         f"- Date: {today.isoformat()}",
         (
             f"- Host: {platform.system()} {platform.machine()}, "
@@ -231,13 +352,13 @@ def render(records: dict[str, dict[str, object]], today: dt.date) -> str:
         "",
         HEADINGS[1],
         "",
-        line or "(no gate results recorded: run `uv run nox`)",
+        line or "(no gate results recorded: run `uv run --locked nox`)",
         "",
         f"Failed: {_names(failed)}. Not run in this run: {_names(missing)}.",
         "",
         HEADINGS[2],
         "",
-        *not_verified(),
+        *not_verified(run),
         "",
         HEADINGS[3],
         "",
@@ -263,6 +384,8 @@ def check_structure(text: str) -> list[str]:
     found = [p for p in positions if p >= 0]
     if found != sorted(found):
         problems.append("headings are out of order")
+    if stamped_commit(text) is None:
+        problems.append(f"no commit line ({COMMIT_PREFIX}<sha> (clean|dirty ...))")
     section = text.split(f"{HEADINGS[1]}\n", 1)[-1].strip().split("\n", 1)[0]
     problems.extend(
         f"the verification line does not mention {gate}"
@@ -272,22 +395,74 @@ def check_structure(text: str) -> list[str]:
     return problems
 
 
+def stamped_commit(text: str) -> tuple[str, bool] | None:
+    """(commit, dirty) from a report's commit line, None when it has none."""
+    for line in text.splitlines():
+        if line.startswith(COMMIT_PREFIX):
+            sha, _, state = line.removeprefix(COMMIT_PREFIX).partition(" ")
+            if len(sha) == 40 and all(c in "0123456789abcdef" for c in sha):  # noqa: PLR2004 - a SHA-1
+                return sha, state.startswith("(dirty")
+    return None
+
+
+def staleness(text: str, repo: Path = REPO) -> list[str]:
+    """Why a committed RUN-REPORT.md no longer describes HEAD (empty when it does)."""
+    stamp = stamped_commit(text)
+    if stamp is None:
+        return ["RUN-REPORT.md names no commit: it cannot say what it verified"]
+    sha, dirty = stamp
+    problems: list[str] = []
+    if dirty:
+        problems.append(
+            f"RUN-REPORT.md was written from {sha[:12]} with uncommitted changes: it describes "
+            "no commit"
+        )
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=False)
+
+    if git("merge-base", "--is-ancestor", sha, "HEAD").returncode != 0:
+        return [*problems, f"RUN-REPORT.md names {sha[:12]}, which is not an ancestor of HEAD"]
+    changed = git("diff", "--name-only", sha, "HEAD", "--", ".", f":(exclude){OUT.name}")
+    files = changed.stdout.split()
+    if files:
+        commits = git("rev-list", "--count", f"{sha}..HEAD").stdout.strip()
+        shown = ", ".join(files[:5]) + (", …" if len(files) > 5 else "")  # noqa: PLR2004 - a few names
+        problems.append(
+            f"RUN-REPORT.md is stale: written at {sha[:12]}, {commits} commits behind HEAD, and "
+            f"{len(files)} files changed since ({shown}); run `uv run --locked nox`, then "
+            "`uv run --locked nox -s report`, and commit it"
+        )
+    return problems
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="write RUN-REPORT.md from the gates' results")
-    parser.add_argument("--check", action="store_true", help="only check RUN-REPORT.md's structure")
+    parser.add_argument(
+        "--check", action="store_true", help="only check RUN-REPORT.md's structure and freshness"
+    )
     args = parser.parse_args(argv)
     if args.check:
-        problems = check_structure(OUT.read_text(encoding="utf-8"))
+        text = OUT.read_text(encoding="utf-8")
+        problems = check_structure(text) + staleness(text)
         for problem in problems:
             print(f"report: {problem}", file=sys.stderr)
+        if not problems:
+            sha, _ = stamped_commit(text) or ("?", False)
+            print(f"report: RUN-REPORT.md describes {sha[:12]}; nothing but itself changed since")
         return 1 if problems else 0
     records = results.load()
     if not records:
-        print("report: no gate results found; run `uv run nox` first", file=sys.stderr)
+        print("report: no gate results found; run `uv run --locked nox` first", file=sys.stderr)
         return 1
-    OUT.write_text(render(records, dt.datetime.now(tz=dt.UTC).date()), encoding="utf-8")
-    line, failed, missing = verification(records)
+    bench = budgets()
+    run = ci_run()
+    OUT.write_text(
+        render(records, dt.datetime.now(tz=dt.UTC).date(), bench=bench, run=run), encoding="utf-8"
+    )
+    line, failed, missing = verification(records, bench)
     print(f"report: wrote {OUT.name}: {line}")
+    print(f"report: {_stamp(records).removeprefix('- ')}")
     if failed or missing:
         print(f"report: failed: {_names(failed)}; not run: {_names(missing)}")
     return 0

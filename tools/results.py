@@ -18,6 +18,9 @@ from typing import cast
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / ".nox" / "results"
 RUN_ENV = "PANDAY_GATE_RUN"
+COMMIT_ENV = "PANDAY_GATE_COMMIT"
+"""The commit the gates run on, and ``+dirty`` when the tree had uncommitted changes (set by
+noxfile.py once per run, so every record of the run names the same state)."""
 
 
 def run_id() -> str:
@@ -34,6 +37,7 @@ def record(gate: str, label: str | None = None, *, status: str = "ok", **figures
     if not run_id():
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
+    commit = os.environ.get(COMMIT_ENV, "")
     doc = {
         "gate": gate,
         "status": status,
@@ -41,6 +45,8 @@ def record(gate: str, label: str | None = None, *, status: str = "ok", **figures
         "figures": figures,
         "run": run_id(),
         "written": time.time(),
+        "commit": commit.removesuffix("+dirty"),
+        "dirty": commit.endswith("+dirty"),
     }
     tmp = RESULTS / f".{gate}.json.tmp"
     tmp.write_text(json.dumps(doc, sort_keys=True, indent=1) + "\n", encoding="utf-8")

@@ -5,7 +5,8 @@ panday ships for (linux, macos), a runtime-only environment is synced from uv.lo
 (`uv sync --locked --no-default-groups --no-editable --python-platform ...`: no dev tools,
 exactly the locked versions) and `cyclonedx-py environment` describes it. The platform is
 part of the SBOM because the closure differs: the sdk pulls in the Linux tier (and its
-bubblewrap wheel) only on Linux.
+bubblewrap wheel) only on Linux. Each optional extra of a package (``panday[ray]``) gets
+SBOMs of its own, so the licence gate also covers what the extra pulls in.
 
 cyclonedx-py sees our own packages as local directories: no purl, and an absolute
 `file://` path that differs per checkout. They are published on PyPI under their
@@ -53,18 +54,34 @@ class Target:
     pyproject: Path
     sync_args: tuple[str, ...]  # selects what `uv sync` installs
     kind: str  # CycloneDX type of the root component
+    extra: str = ""  # an optional extra (e.g. `ray` for panday[ray]): its closure, separately
+
+    @property
+    def key(self) -> str:
+        """The name, with the extra when there is one (``panday+ray``)."""
+        return f"{self.name}+{self.extra}" if self.extra else self.name
 
     def file_name(self, platform: str) -> str:
-        return f"{self.name}-{self.version}.{platform}.cdx.json"
+        return f"{self.key}-{self.version}.{platform}.cdx.json"
 
 
 def targets(members: list[Member]) -> list[Target]:
+
     found = [
         Target(m.name, m.version, m.directory / "pyproject.toml", ("--package", m.name), "library")
         for m in members
     ]
+    # Each optional extra gets SBOMs of its own (the package with that extra): what a user
+    # of `panday[ray]` installs is described, and the licence and audit gates cover it.
+    for m in members:
+        pyproject = m.directory / "pyproject.toml"
+        extras = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"].get(
+            "optional-dependencies", {}
+        )
+        for extra in sorted(extras):
+            sync = ("--package", m.name, "--extra", extra)
+            found.append(Target(m.name, m.version, pyproject, sync, "library", extra))
     root = REPO / "pyproject.toml"
-    import tomllib  # noqa: PLC0415 - only needed here
 
     project = tomllib.loads(root.read_text(encoding="utf-8"))["project"]
     found.append(
@@ -74,7 +91,7 @@ def targets(members: list[Member]) -> list[Target]:
 
 
 def _runtime_env(target: Target, platform: str, where: Path) -> Path:
-    env_dir = where / f"{target.name}-{platform}"
+    env_dir = where / f"{target.key}-{platform}"
     run(["uv", "venv", "--quiet", "--python", sys.executable, str(env_dir)], cwd=REPO)
     sync_env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(env_dir)}
     sync_env.pop("VIRTUAL_ENV", None)
@@ -101,6 +118,30 @@ def _raw_sbom(target: Target, env_dir: Path, out: Path) -> dict[str, object]:
     )  # fmt: skip
     doc: dict[str, object] = json.loads(out.read_text(encoding="utf-8"))
     return doc
+
+
+def declared_licence_names(doc: dict[str, object], env_dir: Path) -> None:
+    """A component cyclonedx-py gave no licence keeps the one its metadata declares.
+
+    cyclonedx-py drops a `License:` metadata field that is not an SPDX id (``Apache 2.0``,
+    ``3-Clause BSD License``: Ray and protobuf write those). Such a declaration is recorded
+    as a licence *name*, as declared, so the licence gate sees what the package says and
+    must accept that exact text by an exception, rather than the SBOM saying nothing.
+    """
+    from importlib.metadata import distributions  # noqa: PLC0415 - only needed here
+
+    declared: dict[str, str] = {}
+    for site in env_dir.glob("lib/python*/site-packages"):
+        for dist in distributions(path=[str(site)]):
+            texts = [t.strip() for t in dist.metadata.get_all("License") or []]
+            if len(texts) == 1 and texts[0] and "\n" not in texts[0]:
+                declared[canonical(dist.metadata["Name"])] = texts[0]
+    components: list[dict[str, object]] = doc.get("components", [])  # pyright: ignore[reportAssignmentType] - CycloneDX JSON
+    for component in components:
+        name = canonical(str(component.get("name", "")))
+        if not component.get("licenses") and name in declared:
+            licence = {"name": declared[name], "acknowledgement": "declared"}
+            component["licenses"] = [{"license": licence}]
 
 
 @functools.cache
@@ -154,7 +195,24 @@ def installed_artifact(name: str, version: str, tags: frozenset[str]) -> dict[st
     for wheel in wheels:
         if tags and _wheel_tags(wheel["url"]) == tags:
             return wheel
-    return sdist
+    if sdist is not None:
+        return sdist  # no wheel with these tags: built here from the locked sdist
+    # No sdist, so uv could only install a locked wheel (it checks their hashes), yet some
+    # wheels' own WHEEL file names a plain `linux_<arch>` platform while the file is
+    # published as `manylinux..._<arch>` (Ray's do): when exactly one locked wheel fits the
+    # same interpreter, ABI and architecture, that is it. Two or more: no guess, no hash.
+    loose = {_loose(t) for t in tags}
+    fits = [w for w in wheels if loose and {_loose(t) for t in _wheel_tags(w["url"])} == loose]
+    return fits[0] if len(fits) == 1 else None
+
+
+def _loose(tag: str) -> str:
+    """A wheel tag with a glibc Linux platform reduced to its architecture."""
+    import re  # noqa: PLC0415 - only here
+
+    interpreter, abi, platform = tag.split("-", 2)
+    arch = re.fullmatch(r"(?:manylinux\d+|manylinux_\d+_\d+|linux)_(\w+)", platform)
+    return f"{interpreter}-{abi}-linux:{arch.group(1)}" if arch else tag
 
 
 def _hash_entry(artifact: dict[str, str]) -> dict[str, str]:
@@ -211,6 +269,8 @@ def finish(
     root["purl"] = _purl(target.name, target.version, on_pypi=canonical(target.name) in ours)
     properties: list[dict[str, str]] = metadata.setdefault("properties", [])  # pyright: ignore[reportAssignmentType] - CycloneDX JSON
     properties.append({"name": "panday:platform", "value": platform})
+    if target.extra:
+        properties.append({"name": "panday:extra", "value": target.extra})
     properties.sort(key=lambda p: (p["name"], p["value"]))
     components: list[dict[str, object]] = doc.setdefault("components", [])  # pyright: ignore[reportAssignmentType] - CycloneDX JSON
     for component in components:
@@ -277,7 +337,8 @@ def generate(where: Path, *, check: bool = True) -> dict[str, tuple[str, int]]:
     for target in targets(members):
         for platform in PLATFORMS:
             env_dir = _runtime_env(target, platform, where)
-            raw = _raw_sbom(target, env_dir, where / f"{target.name}-{platform}.raw.json")
+            raw = _raw_sbom(target, env_dir, where / f"{target.key}-{platform}.raw.json")
+            declared_licence_names(raw, env_dir)
             text = finish(raw, target, platform, ours, installed_tags(env_dir))
             names = component_names(text)
             if target.kind == "application":  # the workspace: all our packages must be in it

@@ -6,7 +6,9 @@ positive control showing the same run passes when only that one thing is fixed.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
+import shutil
 import socket
 import threading
 from contextlib import contextmanager
@@ -27,6 +29,10 @@ if TYPE_CHECKING:
 FIXTURE_DB = Path(__file__).parent / "fixtures" / "advisories"
 VULNERABLE = "requests==2.19.0\n"
 FIXED = "requests==2.32.3\n"
+
+# Slow: each case runs pip-audit against a loopback service (about 9 s in all). The
+# `tests` gate leaves them to CI and to PANDAY_SLOW_TESTS=1 (.ci/run sets it).
+pytestmark = pytest.mark.slow
 
 
 def _audit(run_gate: RunGate, tmp_path: Path, requirements: str, *args: str) -> tuple[int, str]:
@@ -112,6 +118,38 @@ def test_service_that_answers_nothing_turns_the_gate_red(
     assert "0 known vulnerabilities" not in out
 
 
+def test_a_snapshot_that_knows_only_some_canaries_turns_the_gate_red(
+    run_gate: RunGate, tmp_path: Path
+) -> None:
+    # A snapshot cut down to one package's advisories would be silent about every other
+    # pin (jinja2==2.10 passed that way): the canaries span eight packages.
+    cut = tmp_path / "cut"
+    shutil.copytree(FIXTURE_DB / "vulns" / "requests", cut / "vulns" / "requests")
+    code, out = _audit(run_gate, tmp_path, "jinja2==2.10\n", "--advisory-db", str(cut))
+    assert code == 1
+    assert "positive control failed" in out
+    assert "jinja2==2.10" in out
+    assert "7 of 8 releases with published advisories" in out
+    # Control: the full fixture snapshot knows every canary, and then the pin is found.
+    code, out = _audit(run_gate, tmp_path, "jinja2==2.10\n", "--advisory-db", str(FIXTURE_DB))
+    assert code == 1
+    assert "jinja2==2.10: PANDAY-TEST-CANARY-" in out
+
+
+def test_no_network_says_how_to_audit_offline(
+    run_gate: RunGate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as sock:  # nothing listens here: as if OSV could not be reached
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setattr(audit, "ONLINE_URL", f"http://127.0.0.1:{port}/v1/query")
+    monkeypatch.delenv("PANDAY_ADVISORY_DB", raising=False)
+    code, out = _audit(run_gate, tmp_path, FIXED)
+    assert code == 1
+    assert "unreachable" in out
+    assert "set PANDAY_ADVISORY_DB to an OSV snapshot" in out
+
+
 def test_unreachable_service_turns_the_gate_red(run_gate: RunGate, tmp_path: Path) -> None:
     with socket.socket() as sock:  # a loopback port that was free a moment ago: nothing listens
         sock.bind(("127.0.0.1", 0))
@@ -129,7 +167,8 @@ def test_service_failing_after_the_positive_control_turns_pip_audit_red(
     canary = b'{"vulns": [{"id": "PYSEC-2018-28"}]}'
 
     def respond(handler: BaseHTTPRequestHandler, body: bytes) -> None:
-        ok = b'"requests"' in body and b'"2.19.0"' in body
+        query = json.loads(body)
+        ok = (query["package"]["name"], query["version"]) in audit.CANARIES
         _answer(200 if ok else 500, canary if ok else b"")(handler, body)
 
     with _stub_service(respond) as url:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 import pytest
@@ -77,3 +78,13 @@ def test_registry_rejects_unknown_keys(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match="unknown keys"):
         falsify.load_registry(path)
+
+
+def test_an_entry_may_name_the_extra_its_tests_need(tmp_path: Path) -> None:
+    path = tmp_path / "r.toml"
+    path.write_text(
+        '[[mutation]]\nname="x"\nfile="f"\nfind="a"\nreplace="b"\ntests=["t"]\nextra="ray"\n'
+    )
+    (entry,) = falsify.load_registry(path)
+    assert entry.extra == "ray"
+    assert falsify.python_for("") == sys.executable

@@ -70,10 +70,47 @@ def test_refused_or_not_applicable_fields_need_no_reader_but_need_a_reason(tmp_p
         caps(net__allow=Support.NOT_ENFORCED, env=Support.NOT_APPLICABLE),
         [tier_dir(tmp_path, LIMITS_ONLY)],
     )
-    verdict = fields_lint.check_tier(source, FIELDS)
+    verdict = fields_lint.check_tier(source, FIELDS, {("t2-linux", "env"): "reviewed"})
     assert verdict.problems == []
     assert verdict.refused == ["net.allow"]
     assert verdict.not_applicable == ["env"]
+
+
+def test_not_applicable_only_from_the_reviewed_list(tmp_path: Path) -> None:
+    # A new field nobody implemented, declared n/a: no reader is needed, so only the
+    # reviewed list stands between it and a green gate.
+    source = fields_lint.TierSource(
+        "t2-linux",
+        caps(
+            env=Support.NOT_APPLICABLE,
+            limits__pids=Support.NOT_APPLICABLE,
+            net__allow=Support.NOT_ENFORCED,
+        ),
+        [tier_dir(tmp_path, LIMITS_ONLY)],
+    )
+    verdict = fields_lint.check_tier(source, FIELDS, {("t2-linux", "env"): "reviewed"})
+    assert verdict.not_applicable == ["env"]
+    assert len(verdict.problems) == 1
+    assert verdict.problems[0].startswith(
+        "t2-linux: limits.pids: declared not applicable, but ('t2-linux', 'limits.pids') is "
+        "not in the reviewed list"
+    )
+
+
+def test_a_reviewed_pair_no_tier_declares_any_more_fails(tmp_path: Path) -> None:
+    source = fields_lint.TierSource("t2-linux", caps(), [tier_dir(tmp_path, READS_ALL)])
+    reviewed = {("t2-linux", "env"): "reviewed once", ("t0", "env"): "another tier"}
+    stale = fields_lint.stale_reviews([source], reviewed)
+    assert [line.split(": in the reviewed")[0] for line in stale] == ["t0: env", "t2-linux: env"]
+    assert all(line.endswith("no longer declares it so; remove the pair") for line in stale)
+
+
+def test_the_real_tables_use_only_reviewed_pairs() -> None:
+    sources = fields_lint.real_tiers()
+    assert fields_lint.stale_reviews(sources) == []
+    for source in sources:
+        verdict = fields_lint.check_tier(source, fields_lint.policy_fields())
+        assert not [p for p in verdict.problems if "reviewed list" in p]
 
 
 def test_an_undeclared_field_fails(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 from gatelib import REPO
 
@@ -38,7 +39,9 @@ def test_quickstart_has_exactly_two_commands() -> None:
     commands = quickstart_commands()
     assert len(commands) == 2, commands
     assert commands[0].startswith("uv run panday ")
-    assert commands[1] == "uv run nox"
+    # --locked: a stale uv.lock stops the run; a plain `uv run` would re-lock it first, and
+    # the lock gate would then check the rewritten file.
+    assert commands[1] == "uv run --locked nox"
 
 
 def test_ci_run_ends_with_the_readme_gate_command() -> None:
@@ -86,3 +89,54 @@ def test_ci_workflow_covers_the_matrix_the_issue_asks_for() -> None:
     assert "kernel.apparmor_restrict_unprivileged_userns=0" in ci
     assert "nox --tags static" in ci
     assert "nox --tags matrix" in ci
+
+
+def _workflow(name: str) -> dict[str, object]:
+    import yaml  # noqa: PLC0415 - only these tests read workflows as data
+
+    doc: dict[str, object] = yaml.safe_load(
+        (REPO / ".github" / "workflows" / name).read_text(encoding="utf-8")
+    )
+    return doc
+
+
+def _runs(workflow: dict[str, object]) -> list[str]:
+    jobs = cast("dict[str, dict[str, object]]", workflow["jobs"])
+    steps = [
+        s for job in jobs.values() for s in cast("list[dict[str, object]]", job.get("steps", []))
+    ]
+    return [str(s["run"]) for s in steps if "run" in s]
+
+
+def test_every_workflow_runs_the_gates_with_a_locked_environment() -> None:
+    for name in ("ci.yml", "release.yml"):
+        for command in _runs(_workflow(name)):
+            for line in command.splitlines():
+                if "uv run" in line:
+                    assert "uv run --locked" in line, f"{name}: {line.strip()}"
+
+
+def test_ci_runs_the_mutation_floors_and_needs_them_for_all_green() -> None:
+    ci = _workflow("ci.yml")
+    jobs = cast("dict[str, dict[str, object]]", ci["jobs"])
+    assert any("nox -s mutmut" in run for run in _runs({"jobs": {"m": jobs["mutation"]}}))
+    assert "mutation" in cast("list[str]", jobs["all-green"]["needs"])
+
+
+def test_release_publishes_only_a_commit_on_main_that_passed_ci() -> None:
+    release = _workflow("release.yml")
+    jobs = cast("dict[str, dict[str, object]]", release["jobs"])
+    verify = "\n".join(_runs({"jobs": {"verify": jobs["verify"]}}))
+    assert 'git merge-base --is-ancestor "$SHA" origin/main' in verify
+    assert 'gh run list --workflow ci.yml --commit "$SHA" --status success' in verify
+    assert "nox -s report_fresh" in verify
+    for name, job in jobs.items():
+        if name == "verify":
+            continue
+        needs = job.get("needs", [])
+        needs = [needs] if isinstance(needs, str) else cast("list[str]", needs)
+        assert "verify" in needs or "build" in needs, name
+    # Every job that publishes something waits for the verification itself.
+    for name in ("build", "attest", "github-release", "pypi"):
+        needs = jobs[name]["needs"]
+        assert needs == "verify" or "verify" in cast("list[str]", needs), name

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+from typing import TYPE_CHECKING
 
 import report
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 REPO_REPORT = report.OUT
 
@@ -13,12 +18,22 @@ def records(**labels: str) -> dict[str, dict[str, object]]:
     return {g: {"gate": g, "status": "ok", "label": label} for g, label in labels.items()}
 
 
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+def stamped(**labels: str) -> dict[str, dict[str, object]]:
+    recs = records(**labels)
+    for rec in recs.values():
+        rec.update(commit=SHA, dirty=False)
+    return recs
+
+
 def test_the_committed_report_has_a_valid_structure() -> None:
     assert report.check_structure(REPO_REPORT.read_text(encoding="utf-8")) == []
 
 
 def test_a_rendered_report_is_valid_and_keeps_the_gate_order() -> None:
-    recs = records(
+    recs = stamped(
         tests="12 tests, 0 failed",
         fmt="fmt",
         lint="lint",
@@ -48,3 +63,98 @@ def test_a_report_missing_a_section_is_invalid() -> None:
     text = report.render(records(fmt="fmt"), dt.date(2026, 1, 2))
     broken = text.replace("## Not verified on this host\n", "")
     assert "missing heading '## Not verified on this host'" in report.check_structure(broken)
+
+
+def test_the_report_names_the_commit_and_whether_the_tree_was_dirty() -> None:
+    text = report.render(stamped(fmt="fmt"), dt.date(2026, 1, 2))
+    assert f"- Commit: {SHA} (clean)" in text
+    assert report.stamped_commit(text) == (SHA, False)
+    dirty = stamped(fmt="fmt")
+    dirty["fmt"]["dirty"] = True
+    text = report.render(dirty, dt.date(2026, 1, 2))
+    assert report.stamped_commit(text) == (SHA, True)
+    assert "dirty (uncommitted changes when the gates ran)" in text
+
+
+def test_a_report_without_a_commit_is_invalid() -> None:
+    text = report.render(records(fmt="fmt"), dt.date(2026, 1, 2))  # records name no commit
+    assert report.stamped_commit(text) is None
+    assert any("no commit line" in p for p in report.check_structure(text))
+
+
+def test_a_missed_benchmark_budget_is_a_failure_in_the_verification_line() -> None:
+    line, failed, _ = report.verification(records(fmt="fmt"), (3, []))
+    assert "benchmarks (3/3 budgets met)" in line
+    assert "benchmarks" not in failed
+    line, failed, _ = report.verification(records(fmt="fmt"), (3, ["cli_startup"]))
+    assert "benchmarks FAILED (2/3 budgets met; missed: cli_startup)" in line
+    assert failed == ["benchmarks"]
+    text = report.render(records(fmt="fmt"), dt.date(2026, 1, 2), bench=(3, ["cli_startup"]))
+    assert "Failed: benchmarks." in text
+
+
+def test_ci_rows_say_not_yet_run_until_a_ci_run_is_given() -> None:
+    text = report.render(stamped(fmt="fmt"), dt.date(2026, 1, 2))
+    section = text.split("## Not verified on this host\n", 1)[1].split("\n## ", 1)[0]
+    ci_rows = [row for row in section.splitlines() if "ci.yml" in row]
+    assert ci_rows
+    assert all("not yet run" in row for row in ci_rows)
+    assert "verified only on" not in section
+    run: dict[str, object] = {
+        "headSha": SHA,
+        "url": "https://github.com/o/r/actions/runs/1",
+        "jobs": [
+            {"name": "tests (macos-latest, 3.11)", "conclusion": "success"},
+            {"name": "tests (macos-latest, 3.12)", "conclusion": "failure"},
+            {"name": "tests (ubuntu-latest, 3.11)", "conclusion": "success"},
+        ],
+    }
+    assert report.ci_verdict(run, "tests (ubuntu-latest").startswith("passed in CI run")
+    assert report.ci_verdict(run, "tests (macos-latest") == (
+        "FAILED in CI run https://github.com/o/r/actions/runs/1 (commit 0123456789ab): "
+        "tests (macos-latest, 3.12)"
+    )
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def test_a_report_is_stale_once_anything_but_itself_changes(tmp_path: Path) -> None:
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "code")
+    code = _git(tmp_path, "rev-parse", "HEAD")
+    text = report.render(stamped(fmt="fmt"), dt.date(2026, 1, 2)).replace(SHA, code)
+    (tmp_path / "RUN-REPORT.md").write_text(text)
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "report")
+    # Control: only the report changed since the commit it names, so it is fresh.
+    assert report.staleness(text, tmp_path) == []
+    (tmp_path / "code.py").write_text("x = 2\n")
+    _git(tmp_path, "commit", "-qam", "more code")
+    (problem,) = report.staleness(text, tmp_path)
+    assert problem.startswith(f"RUN-REPORT.md is stale: written at {code[:12]}, 2 commits behind")
+    assert "1 files changed since (code.py)" in problem
+
+
+def test_a_dirty_or_unstamped_report_is_stale(tmp_path: Path) -> None:
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "code")
+    code = _git(tmp_path, "rev-parse", "HEAD")
+    text = report.render(stamped(fmt="fmt"), dt.date(2026, 1, 2)).replace(SHA, code)
+    dirty = text.replace(f"{code} (clean)", f"{code} (dirty (uncommitted changes))")
+    assert "uncommitted changes: it describes no commit" in report.staleness(dirty, tmp_path)[0]
+    unstamped = report.render(records(fmt="fmt"), dt.date(2026, 1, 2))
+    assert report.staleness(unstamped, tmp_path) == [
+        "RUN-REPORT.md names no commit: it cannot say what it verified"
+    ]

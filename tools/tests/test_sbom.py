@@ -148,3 +148,13 @@ def test_the_serial_number_is_a_uuid_of_the_content() -> None:
     assert first["serialNumber"].startswith("urn:uuid:")
     assert first["serialNumber"] == again["serialNumber"]  # reproducible
     assert first["serialNumber"] != other["serialNumber"]  # and distinct per document
+
+
+def test_a_wheel_whose_own_tag_says_linux_finds_its_locked_manylinux_file() -> None:
+    """Ray's wheels say ``linux_x86_64`` in their WHEEL file, ``manylinux2014_x86_64`` in
+    their file name: the one locked wheel that fits is still found (and only one)."""
+    (version,) = [v for (n, v) in sbom.lock_artifacts() if n == "ray"]
+    found = sbom.installed_artifact("ray", version, frozenset({"cp311-cp311-linux_x86_64"}))
+    assert found is not None
+    assert found["url"].endswith("-cp311-cp311-manylinux2014_x86_64.whl")
+    assert sbom.installed_artifact("ray", version, frozenset({"cp311-cp311-linux_s390x"})) is None

@@ -38,6 +38,10 @@ jobs:
         run: echo hello
 """
 
+# Slow: each case runs zizmor and check-jsonschema (about 3 s in all). The `tests` gate
+# leaves them to CI and to PANDAY_SLOW_TESTS=1 (.ci/run sets it).
+pytestmark = pytest.mark.slow
+
 
 def _lint(directory: Path, run_gate: RunGate) -> tuple[int, str]:
     return run_gate(workflows.main, [str(directory)])

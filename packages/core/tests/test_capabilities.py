@@ -95,10 +95,21 @@ def test_deny_and_ports_ask_for_nothing_without_an_allowlist() -> None:
     assert is_requested(with_allow, "net.deny")
 
 
-def test_partial_support_is_accepted_and_not_applicable_too() -> None:
-    policy = policy_from_dict({"env": {"A": "1"}, "fs": {"staged_ro": ["/x"]}}).with_workspace("/w")
-    caps = table(env=Support.NOT_APPLICABLE, fs__staged_ro=Support.PARTIAL)
-    assert check_policy(policy, caps) == ()
+def test_partial_support_is_accepted() -> None:
+    policy = policy_from_dict({"fs": {"staged_ro": ["/x"]}}).with_workspace("/w")
+    assert check_policy(policy, table(fs__staged_ro=Support.PARTIAL)) == ()
+
+
+def test_a_not_applicable_field_is_accepted_only_at_its_default() -> None:
+    caps = table(env=Support.NOT_APPLICABLE, limits__pids=Support.NOT_APPLICABLE)
+    # Control: left at their defaults, n/a fields ask for nothing and pass.
+    assert check_policy(SandboxPolicy().with_workspace("/w"), caps) == ()
+    # Given a value, each would be a setting that does nothing: refused by name.
+    policy = policy_from_dict({"env": {"A": "1"}, "limits": {"pids": 8}}).with_workspace("/w")
+    refusals = check_policy(policy, caps)
+    assert [r.field for r in refusals] == ["limits.pids", "env"]
+    assert all("not applicable on t2-linux" in r.reason for r in refusals)
+    assert refusals[0].reason.startswith("8: ")
 
 
 def test_env_values_are_never_shown_in_refusals() -> None:

@@ -415,3 +415,74 @@ def test_resolved_display_is_relative_for_the_workspace(tree: Tree, resolver: Pa
     assert isinstance(resolved, Resolved)
     assert resolved.display == "sub/inner.txt"
     assert resolver.resolve(".").display == "."
+
+
+# ------------------------------------------------------------------ link handling details
+
+
+def test_a_write_goes_through_a_directory_link_in_the_middle(
+    tree: Tree, resolver: PathResolver
+) -> None:
+    tree.link("s", "sub")
+    (tree.ws / "sub" / "deeper").mkdir()
+    write(resolver, "s/deeper/new.txt", b"through the link")
+    assert (tree.ws / "sub" / "deeper" / "new.txt").read_bytes() == b"through the link"
+
+
+def test_a_link_target_with_a_trailing_slash_is_followed(
+    tree: Tree, resolver: PathResolver
+) -> None:
+    tree.link("slash", "sub/")
+    tree.link("dotted", "./sub/.")
+    assert read(resolver, "slash/inner.txt") == INSIDE
+    assert read(resolver, "dotted/inner.txt") == INSIDE
+
+
+def test_exactly_forty_links_are_followed_and_one_more_is_a_loop(
+    tree: Tree, resolver: PathResolver
+) -> None:
+    # A chain l0 -> l1 -> ... -> lN -> inside.txt makes N + 1 links to follow.
+    for i in range(40):
+        tree.link(f"l{i}", f"l{i + 1}")
+    tree.link("l40", "inside.txt")
+    assert read(resolver, "l1") == INSIDE  # 40 links: the limit, still read
+    with pytest.raises(PathRefused, match="more than 40 symbolic links"):
+        read(resolver, "l0")  # 41
+
+
+def test_a_final_no_follow_open_still_follows_links_in_the_middle(
+    tree: Tree, resolver: PathResolver
+) -> None:
+    # O_NOFOLLOW concerns the last component only, as open(2) has it.
+    tree.link("s", "sub")
+    fd = resolver.open(resolver.resolve("s/inner.txt"), os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        assert read_bytes(fd, 100) == INSIDE
+    finally:
+        os.close(fd)
+    tree.link("last", "inside.txt")
+    with pytest.raises(PathRefused):  # ELOOP from the kernel or the walk, as a refusal
+        os.close(resolver.open(resolver.resolve("last"), os.O_RDONLY | os.O_NOFOLLOW))
+
+
+def test_read_bytes_reads_exactly_the_size_asked_for(resolver: PathResolver) -> None:
+    fd, _st = open_regular_for_read(resolver, resolver.resolve("inside.txt"))
+    try:
+        assert read_bytes(fd, 1) == INSIDE[:1]
+        assert read_bytes(fd, 3) == INSIDE[1:4]
+    finally:
+        os.close(fd)
+
+
+def test_a_new_file_is_0644_and_its_directory_must_exist_unless_asked(
+    tree: Tree, resolver: PathResolver
+) -> None:
+    old = os.umask(0o077)  # the mode is set explicitly, whatever the umask
+    try:
+        write(resolver, "fresh.txt")
+    finally:
+        os.umask(old)
+    assert (tree.ws / "fresh.txt").stat().st_mode & 0o777 == 0o644
+    with pytest.raises(FileNotFoundError):
+        write(resolver, "no/such/dir/file.txt")
+    assert not (tree.ws / "no").exists()

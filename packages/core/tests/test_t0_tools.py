@@ -93,13 +93,26 @@ def test_create_refuses_a_network_allowlist_naming_the_field(ws: Path) -> None:
 def test_create_refuses_limits_it_cannot_enforce_by_name(ws: Path, field: str) -> None:
     value = {"cpu_ms": 1000, "mem_bytes": 1 << 30, "wall_clock_ms": 1000}[field]
     sandbox = T0Sandbox()
-    ok = SessionSpec(
-        policy=policy(ws, limits=Limits(pids=4, output_bytes=4096, disk_bytes=1 << 20))
-    )
+    ok = SessionSpec(policy=policy(ws, limits=Limits(output_bytes=4096, disk_bytes=1 << 20)))
     asyncio.run(sandbox.destroy(asyncio.run(sandbox.create(ok))))
     with pytest.raises(PolicyViolation) as info:
         asyncio.run(sandbox.create(SessionSpec(policy=policy(ws, limits=Limits(**{field: value})))))
     assert info.value.field == f"limits.{field}"
+
+
+def test_create_refuses_a_value_for_a_field_that_does_nothing_here(ws: Path) -> None:
+    # limits.pids and env are not applicable to T0 (it starts no process): a value for
+    # either would be a setting that silently does nothing, so it is refused by name.
+    sandbox = T0Sandbox()
+    cases = (
+        (policy(ws, limits=Limits(pids=4)), "limits.pids"),
+        (policy(ws, env={"A": "1"}), "env"),
+    )
+    for bad, field in cases:
+        with pytest.raises(PolicyViolation) as info:
+            asyncio.run(sandbox.create(SessionSpec(policy=bad)))
+        assert info.value.field == field
+        assert "not applicable on t0" in info.value.reason
 
 
 def test_session_refuses_before_touching_the_filesystem(tmp_path: Path) -> None:

@@ -337,12 +337,22 @@ def _start_sleeper(
 ) -> tuple[subprocess.Popen[bytes], list[int]]:
     """`panday run` holding a jailed tree (a shell and two sleeps); its processes, once seen."""
     script = f"echo ready; sleep 300 & sleep 300; : {token}"
-    proc = subprocess.Popen(
-        [exe, "run", *extra, "--", "sh", "-c", script],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-    )
+    # A process started with SIGINT ignored keeps ignoring it (POSIX; Python installs its
+    # KeyboardInterrupt handler only over the default disposition), and a test run started
+    # in the background by a non-interactive shell (`nox ... &`, CI wrappers) inherits
+    # exactly that. panday is right to honour it, so the test gives its child the default
+    # disposition: a handler installed here is reset to the default by exec, where an
+    # ignored signal would stay ignored.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            [exe, "run", *extra, "--", "sh", "-c", script],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], 30)
     if not ready or proc.stdout.readline() != b"ready\n":
@@ -358,6 +368,15 @@ def _start_sleeper(
     return proc, tree
 
 
+def _ignored_signals(pid: int) -> set[int]:
+    """The signals `pid` ignores (SigIgn in /proc/PID/status, a bit mask from signal 1)."""
+    status = Path(f"/proc/{pid}/status").read_text(encoding="ascii")
+    mask = int(
+        next(line for line in status.splitlines() if line.startswith("SigIgn:")).split()[1], 16
+    )
+    return {n + 1 for n in range(64) if mask >> n & 1}
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_to_panday_kills_the_jailed_tree_and_leaves_nothing(
     sig: int, procs: Procs, exe: str, finished: Finish
@@ -370,6 +389,8 @@ def test_a_signal_to_panday_kills_the_jailed_tree_and_leaves_nothing(
             pytest.fail(f"inconclusive: control failed: only {tree} under panday")
         if extra and not procs.cgroups_of(proc.pid):
             pytest.fail("inconclusive: control failed: no session cgroup seen")
+        if sig in _ignored_signals(proc.pid):
+            pytest.fail(f"inconclusive: control failed: panday started with signal {sig} ignored")
         proc.send_signal(sig)
         code = proc.wait(timeout=20)
         assert proc.stderr is not None

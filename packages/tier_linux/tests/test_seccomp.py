@@ -137,3 +137,177 @@ def test_inet_sockets_only_with_the_egress_bridge() -> None:
     assert seccomp.socket_families(bridge=True) == frozenset(
         {seccomp.AF_UNIX, seccomp.AF_INET, seccomp.AF_INET6}
     )
+
+
+# One BPF instruction: `ret SECCOMP_RET_ALLOW`, a filter that lets everything through.
+ALLOW_EVERYTHING = (
+    (0x06).to_bytes(2, sys.byteorder) + b"\0\0" + (0x7FFF0000).to_bytes(4, sys.byteorder)
+)
+
+
+@linux
+def test_a_cache_entry_owned_by_another_user_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    spec = seccomp.FilterSpec()
+    compiled = seccomp.program(spec)
+    (entry,) = (tmp_path / "panday" / "seccomp").iterdir()
+    entry.write_bytes(seccomp.CACHE_MAGIC + spec.text.encode() + ALLOW_EVERYTHING)
+    entry.chmod(0o600)
+    # Control: an entry that is ours, private and matches the rules is served as it is (so
+    # the forged program below would reach bwrap if ownership were not checked).
+    if seccomp.program(spec) != ALLOW_EVERYTHING:
+        pytest.fail("inconclusive: control failed, the cache did not serve our own entry")
+    if os.geteuid() == 0:
+        # The same entry, now owned by another user (what a file planted by someone who
+        # could write into the directory would look like).
+        os.chown(entry, 65534, 65534)
+        assert seccomp.program(spec) == compiled
+        assert entry.stat().st_uid == 0  # recompiled and replaced by our own
+    else:
+        # An unprivileged caller cannot give a file away; it checks the same entry as if
+        # the cache belonged to another uid (the directory checks are done by `program`).
+        real = os.geteuid()
+        path = str(entry)
+        read = seccomp._read_cache  # pyright: ignore[reportPrivateUsage] - the unit under test
+        assert read(path, spec.text.encode()) == ALLOW_EVERYTHING
+        monkeypatch.setattr(os, "geteuid", lambda: real + 1)
+        assert read(path, spec.text.encode()) is None
+
+
+@linux
+def test_the_cache_is_private_whatever_the_umask(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    old = os.umask(0)
+    try:
+        compiled = seccomp.program(seccomp.FilterSpec())
+    finally:
+        os.umask(old)
+    for directory in (tmp_path / "panday", tmp_path / "panday" / "seccomp"):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
+    (entry,) = (tmp_path / "panday" / "seccomp").iterdir()  # cached, not refused
+    assert stat.S_IMODE(entry.stat().st_mode) == 0o600
+    assert entry.read_bytes().endswith(compiled)
+
+
+def _forge(directory: Path, spec: seccomp.FilterSpec, program: bytes = ALLOW_EVERYTHING) -> Path:
+    """Replace the one cache entry in `directory` with `program` under the same rules text."""
+    (entry,) = directory.iterdir()
+    entry.write_bytes(seccomp.CACHE_MAGIC + spec.text.encode() + program)
+    entry.chmod(0o600)
+    return entry
+
+
+@linux
+def test_a_forged_entry_in_a_directory_others_can_write_is_never_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    spec = seccomp.FilterSpec()
+    compiled = seccomp.program(spec)
+    directory = tmp_path / "panday" / "seccomp"
+    _forge(directory, spec)
+    if seccomp.program(spec) != ALLOW_EVERYTHING:  # control: a private directory is trusted
+        pytest.fail("inconclusive: control failed, the cache did not serve our own entry")
+    for writable, mode in ((directory, 0o770), (directory, 0o702), (directory.parent, 0o777)):
+        writable.chmod(mode)
+        try:
+            assert seccomp.program(spec) == compiled, (writable, oct(mode))
+        finally:
+            writable.chmod(0o700)
+        _forge(directory, spec)
+    # Traversable by others (o+x) but not writable: still private enough to be trusted.
+    directory.chmod(0o711)
+    assert seccomp.program(spec) == ALLOW_EVERYTHING
+
+
+@linux
+def test_a_symlinked_or_malformed_entry_is_recompiled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    spec = seccomp.FilterSpec()
+    compiled = seccomp.program(spec)
+    directory = tmp_path / "panday" / "seccomp"
+    entry = _forge(directory, spec)
+    # A symlink in place of the entry, to a forged file of ours: never followed.
+    elsewhere = tmp_path / "forged.bpf"
+    entry.rename(elsewhere)
+    entry.symlink_to(elsewhere)
+    assert seccomp.program(spec) == compiled
+    assert not entry.is_symlink()  # replaced by a fresh entry
+    # A program that is not whole 8-byte instructions, or empty, is not served either.
+    for bad in (ALLOW_EVERYTHING + b"\0\0\0\0", b""):
+        _forge(directory, spec, bad)
+        assert seccomp.program(spec) == compiled
+
+
+@linux
+def test_the_cache_lives_under_home_without_xdg_cache_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert seccomp.cache_dir() == str(tmp_path / ".cache" / "panday" / "seccomp")
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # ignored: not absolute
+    assert seccomp.cache_dir() == str(tmp_path / ".cache" / "panday" / "seccomp")
+
+
+@linux
+def test_without_a_known_libseccomp_path_the_program_is_compiled_uncached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(seccomp, "library_identity", lambda: None)
+    spec = seccomp.FilterSpec()
+    assert seccomp.program(spec) == seccomp.compile_program(spec)
+    assert not (tmp_path / "panday").exists()
+
+
+@linux
+def test_a_missing_libseccomp_makes_the_tier_unavailable_with_the_package_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from panday_core.errors import TierUnavailable  # noqa: PLC0415 - this test only
+
+    monkeypatch.setitem(sys.modules, "pyseccomp", None)  # `import pyseccomp` raises ImportError
+    with pytest.raises(TierUnavailable) as info:
+        seccomp.compile_program(seccomp.FilterSpec())
+    assert info.value.tier == "t2-linux"
+    assert "install libseccomp2 (Debian/Ubuntu) or libseccomp (Fedora/Arch)" in str(info.value)
+    assert "will not run without its syscall filter" in str(info.value)
+
+
+def test_socket_families_must_be_valid_address_families() -> None:
+    assert seccomp.FilterSpec(socket_families=frozenset({0, 1})).text  # AF_UNSPEC is a family
+    assert seccomp.FilterSpec(socket_families=frozenset({seccomp.AF_MAX - 1})).text
+    bad_sets: list[set[int]] = [{seccomp.AF_MAX}, {-1}, set()]
+    for bad in bad_sets:
+        with pytest.raises(ValueError, match=r"must be within 0\.\.45"):
+            seccomp.FilterSpec(socket_families=frozenset(bad))
+
+
+@linux
+def test_a_cache_directory_owned_by_another_user_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    spec = seccomp.FilterSpec()
+    compiled = seccomp.program(spec)
+    directory = tmp_path / "panday" / "seccomp"
+    entry = _forge(directory, spec)
+    entry.chmod(0o601)  # executable by others, writable by nobody else: still trusted
+    if seccomp.program(spec) != ALLOW_EVERYTHING:  # control
+        pytest.fail("inconclusive: control failed, the cache did not serve our own entry")
+    if os.geteuid() == 0:
+        os.chown(directory, 65534, 65534)
+        assert seccomp.program(spec) == compiled
+    else:
+        real = os.geteuid()
+        safe = seccomp._safe_dir  # pyright: ignore[reportPrivateUsage] - the unit under test
+        assert safe(str(directory))
+        monkeypatch.setattr(os, "geteuid", lambda: real + 1)
+        assert not safe(str(directory))

@@ -4,7 +4,9 @@ A tier declares, for every policy field, whether it enforces it (`STRICT`), enfo
 with a stated gap (`PARTIAL`), cannot enforce it (`NOT_ENFORCED`: asking for it is refused),
 or that it has no meaning there (`NOT_APPLICABLE`, with a reason). `check_policy` compares a
 policy with those declarations; every tier's `create` calls `require_enforceable` before it
-spawns anything. A field a tier says nothing about is refused: silence is not permission.
+spawns anything. A field a tier says nothing about is refused: silence is not permission;
+so is a not-applicable field given a value other than its default, which would be a
+setting that does nothing.
 """
 
 from __future__ import annotations
@@ -188,6 +190,16 @@ def check_policy(policy: SandboxPolicy, caps: TierCapabilities) -> tuple[Refusal
         elif entry.support is Support.NOT_ENFORCED:
             refusals.append(
                 Refusal(field=field, reason=f"{value}: {entry.note or entry.mechanism}")
+            )
+        elif entry.support is Support.NOT_APPLICABLE:
+            # Nothing on this tier acts on the field, so a value other than the default
+            # would be a setting that silently does nothing: refused like one it cannot do.
+            why = entry.note or entry.mechanism
+            refusals.append(
+                Refusal(
+                    field=field,
+                    reason=f"{value}: not applicable on {caps.tier} ({why}); leave it unset",
+                )
             )
     return tuple(refusals)
 

@@ -219,10 +219,16 @@ class PluginManifest(_Model, frozen=True, kw_only=True):
     ) -> SandboxPolicy:
         """The policy the plugin is run under on `tier`, as `consent_summary(tier)` states it:
         `to_policy`, except that an allowlist the tier cannot enforce is replaced by no
-        network at all. Use it only after the person approved that summary."""
+        network at all, and secrets are left out where ``env`` does not apply (T0 runs no
+        process: the summary says they are not passed, and a tier refuses a value for a
+        field that does nothing there). Use it only after the person approved that
+        summary."""
         policy = self.to_policy(workspace, host_env, scratch=scratch)
         if policy.net.allow and not _enforced(tier.for_field("net.allow")):
             policy = msgspec.structs.replace(policy, net=NetPolicy())
+        env = tier.for_field("env")
+        if policy.env and env is not None and env.support is Support.NOT_APPLICABLE:
+            policy = msgspec.structs.replace(policy, env={})
         return policy
 
     # ------------------------------------------------------------------ consent

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Generator, Iterator, Mapping, Sequence
 
     from panday.aio import AsyncSession
+    from panday_core.egress.thread import ProxySettings
     from panday_core.policy import SandboxPolicy
     from panday_core.types import ExecEvent, ExecResult, ExecSpec, Snapshot
     from panday_tier_linux.enforcement import Enforcement
@@ -256,6 +257,7 @@ def open(  # noqa: A001 - the public API's name: panday.open
     policy: SandboxPolicy | Mapping[str, object] | str | os.PathLike[str] | None = None,
     *,
     tier: str = "auto",
+    egress: ProxySettings | None = None,
 ) -> Session:
     """Open a session that enforces `policy`, or refuse before anything is spawned.
 
@@ -267,6 +269,10 @@ def open(  # noqa: A001 - the public API's name: panday.open
     enforce the whole policy; a named tier (``"t2-linux"``, ``"t2-macos"``, ``"t0"``) is
     used as named and never replaced by another.
 
+    `egress`: how the session's egress proxy is made beyond the policy (an audit sink, a
+    resolver); passed through on T2 Linux only, and refused (`Unsupported`) on another tier
+    rather than dropped.
+
     Raises `PolicyError` (malformed policy), `PolicyViolation` (a field the tier cannot
     enforce here: every such field is named, with the reason), `TierUnavailable` (the
     tier cannot run on this host, and why).
@@ -276,7 +282,11 @@ def open(  # noqa: A001 - the public API's name: panday.open
     if name == "t2-linux":
         from panday_tier_linux.session import open_session  # noqa: PLC0415 - lazy tier import
 
-        return Session(_Linux(open_session(resolved)), tier=name, policy=resolved)
+        return Session(_Linux(open_session(resolved, egress=egress)), tier=name, policy=resolved)
+    if egress is not None:
+        from panday_core.errors import Unsupported  # noqa: PLC0415 - error path
+
+        raise Unsupported(f"egress: proxy settings are passed through on t2-linux only, not {name}")
     import asyncio  # noqa: PLC0415 - only tiers without a synchronous session need a loop
 
     from panday.aio import open_session as aopen  # noqa: PLC0415

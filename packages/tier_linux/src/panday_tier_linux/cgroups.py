@@ -420,10 +420,16 @@ def _try_v1(mounts: Mounts, roles: dict[str, str], name: str) -> SessionCgroup |
     dirs: dict[str, str] = {}
     for role, ctrl in roles.items():
         own = mounts.v1.get(ctrl)
-        if own is None:
-            return f"cgroup v1: the {ctrl} controller is not mounted"
-        base = next((p for p in [own, *_ancestors(own, "/sys/fs/cgroup/")] if _writable(p)), None)
-        if base is None:
+        base = None
+        if own is not None:
+            base = next(
+                (p for p in [own, *_ancestors(own, "/sys/fs/cgroup/")] if _writable(p)), None
+            )
+        if own is None or base is None:
+            # The directories made for the controllers before this one go too.
+            SessionCgroup(1, dirs, "").remove()
+            if own is None:
+                return f"cgroup v1: the {ctrl} controller is not mounted"
             return f"cgroup v1: {own} ({ctrl}) is not writable by uid {os.geteuid()}"
         path = os.path.join(base, name)
         try:

@@ -122,6 +122,9 @@ def etc_view() -> str | None:
         return None
     parent = os.path.join(os.path.dirname(base), "etc")
     try:
+        # Both levels with an explicit mode: makedirs gives the ones it adds on the way the
+        # umask's default, which under umask 0 would be writable by everyone.
+        os.makedirs(os.path.dirname(parent), mode=0o700, exist_ok=True)
         os.makedirs(parent, mode=0o700, exist_ok=True)
     except OSError:
         return None

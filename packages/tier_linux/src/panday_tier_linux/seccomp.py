@@ -185,14 +185,13 @@ def _socket_family_rules(allowed: frozenset[int]) -> list[tuple[str, int, str, i
 class FilterSpec:
     """The rules, as canonical text (the cache key) and as rule tuples (for compiling)."""
 
-    __slots__ = ("conditional", "denied", "families", "text", "unsupported")
+    __slots__ = ("conditional", "denied", "text", "unsupported")
 
     def __init__(self, *, socket_families: frozenset[int] = NO_NETWORK_FAMILIES) -> None:
         if not socket_families or any(not 0 <= f < AF_MAX for f in socket_families):
             raise ValueError(
                 f"socket_families: {sorted(socket_families)} must be within 0..{AF_MAX - 1}"
             )
-        self.families = socket_families
         self.denied = tuple(name for name, _why in DENIED)
         # (syscall, argument index, comparison, value, mask-or-second-value) -> EPERM
         conditional: list[tuple[str, int, str, int, int]] = []
@@ -287,6 +286,8 @@ def cache_dir() -> str | None:
 def _safe_dir(path: str) -> bool:
     """Create `path` (0700) if needed; True when it is ours and nobody else can write it."""
     try:
+        # Both levels with an explicit mode (makedirs gives intermediate ones the umask's).
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         os.makedirs(path, mode=0o700, exist_ok=True)
         for p in (os.path.dirname(path), path):
             st = os.lstat(p)

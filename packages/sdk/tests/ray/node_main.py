@@ -1,0 +1,42 @@
+"""One Ray worker node in this process's (mount) namespace, joined to a running cluster.
+
+The tests start it as ``unshare --mount ... python node_main.py GCS OBJECT_STORE_BYTES``
+after hiding host facts in that namespace (see conftest.start_constrained_node): a node
+that really lacks something, rather than one told to pretend. It is built exactly as
+`ray.cluster_utils.Cluster.add_node` builds a worker node, prints its node id, and runs
+until its standard input closes (the test ends it, or the test process died), then stops
+every Ray process it started.
+"""
+# pyright: reportMissingModuleSource=false
+
+from __future__ import annotations
+
+import sys
+
+from ray._private.node import Node
+from ray._private.parameter import RayParams
+
+
+def main(gcs_address: str, object_store_bytes: int) -> None:
+    params = RayParams(
+        gcs_address=gcs_address,
+        node_ip_address="127.0.0.1",
+        num_cpus=1,
+        num_gpus=0,
+        object_store_memory=object_store_bytes,
+        min_worker_port=0,
+        max_worker_port=0,
+        include_log_monitor=False,
+        node_manager_port=0,
+    )
+    node = Node(params, head=False, shutdown_at_exit=False, spawn_reaper=False)
+    try:
+        sys.stdout.write(f"{node.node_id}\n")
+        sys.stdout.flush()
+        sys.stdin.read()  # until the test closes it (or dies)
+    finally:
+        node.kill_all_processes(check_alive=False, allow_graceful=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))

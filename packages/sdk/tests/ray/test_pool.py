@@ -1,0 +1,224 @@
+"""panday.ray on a real local Ray cluster: commands on every node, the same results and
+errors as a local session, files through the object store, refusals on the driver, and a
+close that leaves nothing behind on the host."""
+# pyright: reportMissingModuleSource=false
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+import panday
+from panday.ray import ClusterRefused, Done, Job, Pool, PoolClosed
+from panday_core.egress.thread import ProxySettings
+from panday_core.errors import (
+    CommandNotFound,
+    LimitExceeded,
+    PolicyError,
+    SandboxError,
+    Unsupported,
+)
+from panday_core.types import ExecResult
+
+if TYPE_CHECKING:
+    from conftest import Host, LocalCluster
+
+    from panday_core.egress.audit import AuditEvent
+
+LIMITED = {"limits": {"mem_bytes": 128 << 20, "pids": 64, "output_bytes": 1 << 20}}
+"""Needs cgroups (memory, pids) on every node: the host facts the refusal tests take away."""
+
+
+def _by_node(outcomes: list[Done | SandboxError]) -> dict[str, list[Done]]:
+    nodes: dict[str, list[Done]] = {}
+    for outcome in outcomes:
+        assert isinstance(outcome, Done), outcome
+        nodes.setdefault(outcome.node_id, []).append(outcome)
+    return nodes
+
+
+def test_commands_run_on_every_node(cluster: LocalCluster) -> None:
+    with Pool(LIMITED, nodes=cluster.base) as pool:
+        assert sorted(pool.nodes) == cluster.base
+        assert {r.tier for r in pool.nodes.values()} == {"t2-linux"}
+        assert not pool.refused
+        jobs = [Job(argv=["sh", "-c", 'echo "$0"', str(i)]) for i in range(12)]
+        outcomes = pool.map_jobs(jobs)
+        assert [o.result.stdout for o in outcomes if isinstance(o, Done)] == [
+            f"{i}\n".encode() for i in range(12)
+        ]
+        assert sorted(_by_node(outcomes)) == cluster.base
+        # The audit records carry the node each command ran on.
+        assert sorted({r.node_id for r in pool.records}) == cluster.base
+        assert all(r.outcome == "completed" and r.session_id for r in pool.records)
+
+
+def test_results_and_errors_match_a_local_session(cluster: LocalCluster, tmp_path: Path) -> None:
+    cmds = [
+        ["sh", "-c", "echo out; echo err >&2; exit 3"],
+        ["sh", "-c", "head -c 2000000 /dev/zero"],  # over output_bytes: truncated
+        ["python3", "-c", "a = bytearray(400 << 20)"],  # over mem_bytes: the memory breach
+    ]
+    local_policy = {**LIMITED, "fs": {"workspace": str(tmp_path)}}
+    with panday.open(local_policy) as session:
+        local = [session.run(c) for c in cmds]
+        with pytest.raises(CommandNotFound) as local_missing:
+            session.run(["no-such-program-here"])
+    with Pool(LIMITED, nodes=cluster.base) as pool:
+        remote = pool.map(cmds)
+        with pytest.raises(CommandNotFound) as remote_missing:
+            pool.run(["no-such-program-here"])
+        with pytest.raises(TypeError):
+            pool.run("echo not a list")  # a string is refused, as locally
+    for mine, theirs in zip(remote, local, strict=True):
+        assert not isinstance(mine, SandboxError)
+        assert (mine.stdout, mine.stderr, mine.exit_code) == (
+            theirs.stdout,
+            theirs.stderr,
+            theirs.exit_code,
+        )
+        assert (mine.truncated_stdout, mine.breach and mine.breach.kind) == (
+            theirs.truncated_stdout,
+            theirs.breach and theirs.breach.kind,
+        )
+    truncated, breached = remote[1], remote[2]
+    assert isinstance(truncated, ExecResult)
+    assert truncated.truncated_stdout
+    assert isinstance(breached, ExecResult)
+    assert breached.breach is not None
+    assert remote_missing.value.exit_code == local_missing.value.exit_code == 127
+
+
+def test_the_jail_holds_on_every_node(cluster: LocalCluster) -> None:
+    shadow = "/etc/shadow"
+    with Path(shadow).open("rb") as fh:  # positive control: readable here, outside the jail
+        assert fh.read(1)
+    with Pool(LIMITED, nodes=cluster.base) as pool:
+        jobs = [Job(argv=["cat", shadow]) for _ in range(6)]
+        by_node = _by_node(pool.map_jobs(jobs))
+    assert sorted(by_node) == cluster.base
+    for done in (d for ds in by_node.values() for d in ds):
+        assert done.result.exit_code != 0
+        assert done.result.stdout == b""
+
+
+def test_files_travel_through_the_object_store(cluster: LocalCluster) -> None:
+    data = os.urandom(1 << 20)  # over Ray's inline limit: it goes through the object store
+    policy = {"limits": {"output_bytes": 1 << 20}}
+    with Pool(policy, nodes=cluster.base) as pool:
+        done = pool.run_job(
+            Job(argv=["cp", "in.bin", "out.bin"], files={"in.bin": data}, fetch=["out.bin"])
+        )
+        assert done.result.exit_code == 0
+        assert done.files == {"out.bin": data}
+        # Files out are bounded by the policy's output_bytes, as a local get would be.
+        job = Job(argv=["sh", "-c", "head -c 1048577 /dev/zero > big"], fetch=["big"])
+        with pytest.raises(LimitExceeded):
+            pool.run_job(job)
+        # Files in are bounded before anything is sent.
+        sent = len(pool.records)
+        with pytest.raises(LimitExceeded):
+            pool.run_job(Job(argv=["true"], files={"huge": b"\0" * ((16 << 20) + 1)}))
+        assert len(pool.records) == sent
+
+
+def test_bad_policy_and_tier_are_refused_on_the_driver(cluster: LocalCluster) -> None:
+    with pytest.raises(PolicyError, match=r"limits\.mem_bytes"):
+        Pool({"limits": {"mem_bytes": "lots"}}, nodes=cluster.base)
+    with pytest.raises(ValueError, match="runs no commands"):
+        Pool(None, tier="t0", nodes=cluster.base)
+
+
+def test_a_named_tier_is_never_replaced(cluster: LocalCluster) -> None:
+    # Positive control: the tier this host has is accepted on every node.
+    with Pool(None, tier="t2-linux", nodes=cluster.base) as pool:
+        assert {r.tier for r in pool.nodes.values()} == {"t2-linux"}
+    with pytest.raises(ClusterRefused) as refused:
+        Pool(None, tier="t2-macos", nodes=cluster.base)
+    reports = refused.value.refused
+    assert sorted(r.node_id for r in reports) == cluster.base
+    assert {r.error for r in reports} == {"TierUnavailable"}
+    assert all("t2-macos" in reason for r in reports for _, reason in r.refusals)
+
+
+def _dirs(pattern: str) -> set[str]:
+    """Matches in every directory where the tier or the pool makes its directories."""
+    bases = {tempfile.gettempdir(), "/tmp", os.environ.get("XDG_RUNTIME_DIR") or "/tmp"}
+    return {str(p) for base in bases for p in Path(base).glob(pattern)}
+
+
+def test_close_leaves_no_jail_cgroup_proxy_or_workspace(cluster: LocalCluster, host: Host) -> None:
+    policy = {**LIMITED, "net": {"allow": ["allowed.invalid"]}}
+    pool = Pool(policy, nodes=cluster.base)
+    actors = {pid for report in pool.nodes.values() for pid in report.pids}
+    outcomes: list[object] = []
+    runner = threading.Thread(
+        target=lambda: outcomes.extend(
+            pool.map([["sleep", "60"]] * len(actors), return_exceptions=True)
+        )
+    )
+    runner.start()
+    try:
+        # Positive control: while commands run, every actor has a jail, cgroups, a
+        # workspace and an egress proxy (a socket in its runtime directory) on the host.
+        def jails() -> set[int]:
+            return {p for p in host.descendants(actors) if host.comm(p) == "bwrap"}
+
+        host.wait_for(lambda: len(jails()) >= len(actors), 30, "a jail under every actor")
+        running = jails() | host.descendants(jails())
+        cgroups = host.cgroup_dirs(actors)
+        workspaces = {d for a in actors for d in _dirs(f"panday-ray-{a}-*")}
+        proxies = {str(Path(p).parent) for p in host.unix_socket_paths(actors)}
+        proxies = {d for d in proxies if Path(d).name.startswith("panday-egress-")}
+        assert len(cgroups) >= len(actors)
+        assert len(workspaces) == len(actors)
+        assert len(proxies) == len(actors)
+    finally:
+        pool.close()
+        runner.join(timeout=60)
+    assert not runner.is_alive()
+    assert len(outcomes) == len(actors)
+    assert all(isinstance(o, PoolClosed) for o in outcomes), outcomes  # never a result
+    assert not host.wait_gone(actors | running), "actor or jail processes left after close"
+    assert not {d for d in cgroups if Path(d).exists()}, "cgroups left after close"
+    assert not {d for d in workspaces | proxies if Path(d).exists()}, "workspace or proxy dir"
+
+
+def test_each_nodes_egress_proxy_enforces_the_allowlist(cluster: LocalCluster) -> None:
+    """Each node's sessions have their own egress proxy with the policy's allowlist; its
+    audit events come back with the node id. The allowed host gets past the policy (and
+    fails only for want of a network: 502, verdict "failed"), the other one is refused
+    (403, verdict "refused"): the difference is the allowlist, on every node."""
+    policy = {"net": {"allow": ["allowed.invalid"]}}
+    probe = (
+        "for host in denied allowed; do "
+        'curl -s -o /dev/null -w "%{http_code} " "http://$host.invalid/"; done'
+    )
+    with Pool(policy, nodes=cluster.base) as pool:
+        by_node = _by_node(pool.map_jobs([Job(argv=["sh", "-c", probe])] * 6))
+    assert sorted(by_node) == cluster.base
+    for done in (d for ds in by_node.values() for d in ds):
+        assert done.result.stdout == b"403 502 "
+    seen = {(r.node_id, r.event.host, r.event.verdict) for r in pool.egress}
+    for node in cluster.base:
+        assert (node, "denied.invalid", "refused") in seen
+        assert (node, "allowed.invalid", "failed") in seen
+
+
+def test_open_passes_egress_settings_on_t2_linux_and_refuses_them_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """The SDK hook the pool's actors use: `panday.open(..., egress=ProxySettings(...))`."""
+    events: list[AuditEvent] = []
+    policy = {"fs": {"workspace": str(tmp_path)}, "net": {"allow": ["allowed.invalid"]}}
+    with panday.open(policy, egress=ProxySettings(audit=events.append)) as session:
+        assert session.run(["curl", "-s", "http://denied.invalid/"]).exit_code == 0
+    assert any(e.host == "denied.invalid" and e.verdict == "refused" for e in events)
+    # Not silently dropped where the tier cannot take it.
+    with pytest.raises(Unsupported, match="egress"):
+        panday.open({"fs": {"workspace": str(tmp_path)}}, tier="t0", egress=ProxySettings())
