@@ -69,10 +69,10 @@ def _type_of(prop: dict[str, object]) -> str:
     if "enum" in prop:
         return " or ".join(repr(v) for v in cast("list[object]", prop["enum"]))
     if "anyOf" in prop:
-        parts = [
-            p for p in cast("list[dict[str, object]]", prop["anyOf"]) if p.get("type") != "null"
-        ]
-        return _type_of(parts[0]) + " (optional)" if parts else "null"
+        options = cast("list[dict[str, object]]", prop["anyOf"])
+        parts = [p for p in options if p.get("type") != "null"]
+        text = " or ".join(_type_of(p) for p in parts) if parts else "null"
+        return f"{text} (optional)" if parts and len(parts) < len(options) else text
     kind = prop.get("type")
     if kind == "array":
         items = cast("dict[str, object]", prop.get("items", {}))

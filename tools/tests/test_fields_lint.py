@@ -3,10 +3,15 @@ read, refused with a reason, or not applicable with a reason."""
 
 from __future__ import annotations
 
+import ast
+import inspect
 from typing import TYPE_CHECKING
+
+import msgspec
 
 import fields_lint
 from panday_core.capabilities import FieldSupport, Support, TierCapabilities
+from panday_core.policy import Limits
 from panday_core.types import SandboxTier
 
 if TYPE_CHECKING:
@@ -134,3 +139,25 @@ def test_a_manifest_field_nobody_displays_fails(tmp_path: Path) -> None:
     )
     assert count == 3
     assert problems == ["manifest: description: neither to_policy nor consent_summary reads it"]
+
+
+def test_an_accessor_property_counts_as_a_read_of_its_field() -> None:
+    tree = ast.parse("def f(limits):\n    return limits.output_cap, limits.wall_clock_cap\n")
+    assert fields_lint.fields_read(tree) == {"limits.output_bytes", "limits.wall_clock_ms"}
+
+
+def test_each_accessor_is_a_model_property_that_reads_its_field() -> None:
+    # An accessor that stopped reading its field would let the lint count a read that is
+    # not there: check the property's own source names the field it stands for.
+    for accessor, field in fields_lint.ACCESSORS.items():
+        section, prop = accessor.split(".")
+        assert section == "limits"
+        member = inspect.getattr_static(Limits, prop)
+        assert isinstance(member, property), accessor
+        assert member.fget is not None
+        source = inspect.getsource(member.fget)
+        assert f"self.{field.split('.')[1]}" in source, (accessor, field)
+        default = Limits()
+        assert getattr(default, prop) == getattr(default, field.split(".")[1])
+        unbounded = msgspec.structs.replace(default, **{field.split(".")[1]: "unbounded"})
+        assert getattr(unbounded, prop) is None

@@ -118,3 +118,20 @@ def test_env_values_are_never_shown_in_refusals() -> None:
     assert refusals
     assert "TOKEN" in refusals[0].reason
     assert "s3cret" not in refusals[0].reason
+
+
+def test_the_model_defaults_ask_nothing_and_unbounded_asks_nothing_either() -> None:
+    # The finite wall clock and output defaults are in every policy, and every command
+    # tier enforces them; they are not a request a tier could refuse. "unbounded" asks a
+    # tier for less, never more: it is shown (Limits.unbounded), not refused.
+    caps = table(
+        limits__wall_clock_ms=Support.NOT_ENFORCED, limits__output_bytes=Support.NOT_ENFORCED
+    )
+    assert check_policy(SandboxPolicy().with_workspace("/w"), caps) == ()
+    unbounded = policy_from_dict(
+        {"limits": {"wall_clock_ms": "unbounded", "output_bytes": "unbounded"}}
+    ).with_workspace("/w")
+    assert check_policy(unbounded, caps) == ()
+    # Control: a finite value other than the default is a request, and is refused here.
+    asked = policy_from_dict({"limits": {"wall_clock_ms": 1000}}).with_workspace("/w")
+    assert [r.field for r in check_policy(asked, caps)] == ["limits.wall_clock_ms"]

@@ -13,7 +13,10 @@ from hypothesis import strategies as st
 
 from panday_core.errors import PolicyError
 from panday_core.policy import (
+    DEFAULT_OUTPUT_BYTES,
+    DEFAULT_WALL_CLOCK_MS,
     LIMIT_RANGES,
+    UNBOUNDED,
     FieldError,
     FsPolicy,
     Limits,
@@ -43,7 +46,41 @@ def test_empty_document_is_the_default_policy() -> None:
     assert policy == SandboxPolicy()
     assert policy.net.allow == ()
     assert policy.fs.access == "rw"
-    assert all(getattr(policy.limits, name) is None for name in LIMIT_RANGES)
+    bounded = {"wall_clock_ms": DEFAULT_WALL_CLOCK_MS, "output_bytes": DEFAULT_OUTPUT_BYTES}
+    for name in LIMIT_RANGES:
+        assert getattr(policy.limits, name) == bounded.get(name), name
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [Limits(), policy_from_dict({"limits": {"pids": 8}}).limits, policy_from_toml("").limits],
+    ids=["built in Python", "a document naming other limits", "an empty TOML file"],
+)
+def test_the_wall_clock_and_the_output_are_bounded_however_a_policy_is_made(
+    limits: Limits,
+) -> None:
+    # Leaving them out never means "none": every path that makes a policy (a file, a
+    # dict, Python) gets the model's finite defaults, which every tier enforces.
+    assert limits.wall_clock_cap == DEFAULT_WALL_CLOCK_MS == 600_000
+    assert limits.output_cap == DEFAULT_OUTPUT_BYTES == 16 * 1024 * 1024
+    assert limits.unbounded() == ()
+
+
+def test_unbounded_is_an_explicit_visible_choice() -> None:
+    doc = policy_from_toml('[limits]\nwall_clock_ms = "unbounded"\noutput_bytes = "unbounded"\n')
+    assert doc.limits.wall_clock_cap is None
+    assert doc.limits.output_cap is None
+    assert doc.limits.unbounded() == ("limits.wall_clock_ms", "limits.output_bytes")
+    assert policy_from_dict(policy_to_dict(doc)) == doc
+    # Python says it the same way; None is refused with the way to say it.
+    assert Limits(output_bytes=UNBOUNDED).output_cap is None
+    with pytest.raises(FieldError, match="'unbounded' for no ceiling") as info:
+        Limits(wall_clock_ms=None)  # pyright: ignore[reportArgumentType] - the bad value is the point
+    assert info.value.field == "limits.wall_clock_ms"
+    for doc_value, fragment in ((None, "or 'unbounded', got nothing"), ("none", "or 'unbounded'")):
+        error = refused({"limits": {"output_bytes": doc_value}})
+        assert error.field == "limits.output_bytes"
+        assert fragment in error.reason, error
 
 
 def test_a_full_valid_document_is_accepted_and_round_trips() -> None:
@@ -282,6 +319,9 @@ def test_arbitrary_limit_tables_either_validate_or_raise_policy_error(
         return
     for name, value in table.items():
         assert getattr(limits, name) == value
+    for name in ("wall_clock_ms", "output_bytes"):
+        if name not in table:  # never None: the model's finite default
+            assert isinstance(getattr(limits, name), int)
 
 
 @given(

@@ -170,15 +170,16 @@ class Procs:
 
     @staticmethod
     def cgroups_of(pid: int, root: str = "/sys/fs/cgroup", depth: int = 6) -> list[str]:
-        """Session cgroup directories a panday process `pid` made (``panday-<pid>-...``)."""
-        prefix = f"panday-{pid}-"
+        """Session cgroup directories a panday process `pid` made (``panday-<pid>.<start>-...``,
+        or ``panday-<pid>-...`` as earlier versions named them)."""
+        prefixes = (f"panday-{pid}-", f"panday-{pid}.")
         found: list[str] = []
         base = root.rstrip("/").count("/")
         for where, dirs, _files in os.walk(root):
             if where.count("/") - base >= depth:
                 dirs[:] = []
                 continue
-            found.extend(os.path.join(where, d) for d in dirs if d.startswith(prefix))  # noqa: PTH118
+            found.extend(os.path.join(where, d) for d in dirs if d.startswith(prefixes))  # noqa: PTH118
         return found
 
 

@@ -166,6 +166,7 @@ def test_the_per_user_default_policy_applies_unless_policy_is_given(
         "present": True,
         "valid": True,
         "error": None,
+        "unbounded": [],
     }
     assert f"Per-user default policy: {user}\n  valid: " in cli("doctor", env=env).stdout
     user.write_text("[limits]\npids = -1\n")

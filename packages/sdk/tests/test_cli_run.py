@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 import pytest
 
 from panday import exitcodes, tiers
+from panday.defaults import ENV_PASSTHROUGH
 from panday_core.capabilities import Support
 
 if TYPE_CHECKING:
@@ -257,18 +258,25 @@ def test_a_memory_ceiling_is_enforced_or_refused_by_name(cli: Cli, clean_line: L
 
 
 def test_the_default_environment_is_scrubbed(cli: Cli) -> None:
-    env = {**os.environ, "PANDAY_CANARY": "leak", "LC_TIME": "C.UTF-8", "TERM": "xterm-test"}
+    env = {
+        **os.environ,
+        "PANDAY_CANARY": "leak",
+        "LC_SECRET": "leak",  # named like a locale category, but not one
+        "LC_TIME": "C.UTF-8",
+        "LANGUAGE": "de",
+        "TERM": "xterm-test",
+    }
     control = subprocess.run(["env"], env=env, capture_output=True, text=True, check=False)
-    if "PANDAY_CANARY=leak" not in control.stdout:
-        pytest.fail("inconclusive: control failed: the canary is not in the caller's env")
+    if "PANDAY_CANARY=leak" not in control.stdout or "LC_SECRET=leak" not in control.stdout:
+        pytest.fail("inconclusive: control failed: the canaries are not in the caller's env")
     result = cli("run", "--", "env", env=env)
     names = {line.split("=", 1)[0] for line in result.stdout.splitlines()}
     assert "PANDAY_CANARY" not in names
-    assert names <= {"PATH", "HOME", "LANG", "TERM", "PWD"} | {
-        n for n in names if n.startswith("LC_")
-    }
+    assert "LC_SECRET" not in names
+    assert names <= {"PATH", "HOME", "PWD", *ENV_PASSTHROUGH}
     assert "TERM=xterm-test" in result.stdout.splitlines()
-    assert "LC_TIME=C.UTF-8" in result.stdout.splitlines()
+    assert "LC_TIME=C.UTF-8" in result.stdout.splitlines()  # a real category passes
+    assert "LANGUAGE=de" in result.stdout.splitlines()
 
 
 def test_env_options_set_and_copy_variables(cli: Cli) -> None:
@@ -396,6 +404,43 @@ def test_a_signal_to_panday_kills_the_jailed_tree_and_leaves_nothing(
         time.sleep(0.05)
     assert procs.alive(tree) == [], "jailed processes outlived panday"
     assert procs.cgroups_of(proc.pid) == [], "a session cgroup outlived panday"
+
+
+def test_a_sigkilled_pandays_cgroups_are_swept_by_the_next_session_in_every_hierarchy(
+    cli: Cli, procs: Procs, exe: str, finished: Finish
+) -> None:
+    # The first panday uses the memory, pids and cpuacct hierarchies (--cpu adds the last);
+    # the next one uses only memory and pids (the host's own bounds): it must still sweep
+    # all three. Without a writable cgroup nothing is created, so nothing can be left.
+    if not _cgroups_here():
+        proc, _tree = _start_sleeper(exe, ["--cpu", "1h"], "no-cgroup", procs, finished)
+        proc.kill()
+        finished(proc)
+        assert procs.cgroups_of(proc.pid) == []
+        return
+    proc, tree = _start_sleeper(exe, ["--cpu", "1h"], f"sweep-{os.getpid()}", procs, finished)
+    try:
+        made = procs.cgroups_of(proc.pid)
+        hierarchies = {Path(p).relative_to("/sys/fs/cgroup").parts[0] for p in made}
+        if len(hierarchies) < 3:  # memory, pids, cpuacct (v1), or one v2 tree
+            on_v2 = any(p.startswith("/sys/fs/cgroup/unified") for p in made) or len(made) == 1
+            if not on_v2:
+                pytest.fail(f"inconclusive: control failed: session cgroups seen: {made}")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=20)
+    finally:
+        finished(proc)
+    deadline = time.monotonic() + 10
+    while procs.alive(tree) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert procs.alive(tree) == [], "jailed processes outlived a SIGKILLed panday"
+    # Control: a SIGKILLed panday cannot remove them itself.
+    left = procs.cgroups_of(proc.pid)
+    if sorted(left) != sorted(made):
+        pytest.fail(f"inconclusive: control failed: {made} became {left} before the sweep")
+    result = cli("run", "--", "true")
+    assert result.returncode == 0, result.stderr
+    assert procs.cgroups_of(proc.pid) == [], "a SIGKILLed panday's cgroups were not swept"
 
 
 def test_a_closed_pipe_stops_the_command(tmp_path: Path, exe: str, finished: Finish) -> None:

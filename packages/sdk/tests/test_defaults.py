@@ -32,7 +32,7 @@ def test_the_default_grants_only_the_workspace_and_ceilings() -> None:
     assert dict(policy.env) == {}
 
 
-def test_only_locale_and_terminal_pass_through() -> None:
+def test_only_the_variables_that_select_a_locale_and_the_terminal_pass_through() -> None:
     caller = {
         "LANG": "de_DE.UTF-8",
         "LC_ALL": "C",
@@ -45,9 +45,12 @@ def test_only_locale_and_terminal_pass_through() -> None:
         "LD_PRELOAD": "/tmp/evil.so",
         "LANGUAGE": "de",
         "XLC_X": "no",
+        "LC_SECRET": "a token someone named LC_*",
+        "LC_TERMINAL": "iTerm2",
     }
     assert passthrough_env(caller) == {
         "LANG": "de_DE.UTF-8",
+        "LANGUAGE": "de",
         "LC_ALL": "C",
         "LC_TIME": "en_GB.UTF-8",
         "TERM": "xterm",

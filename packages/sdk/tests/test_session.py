@@ -22,7 +22,7 @@ from panday_core.errors import (
     Unsupported,
 )
 from panday_core.policy import FsPolicy, Limits, SandboxPolicy
-from panday_core.types import ExecExit, OutputChunk, SandboxTier
+from panday_core.types import ExecExit, LimitKind, OutputChunk, SandboxTier
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -466,33 +466,38 @@ def test_aio_cancellation_kills_the_command(ws: Path) -> None:
     assert _gone(token)
 
 
-def test_the_start_guard_holds_only_what_may_be_one_bwrap_line() -> None:
+def test_the_start_guard_only_adds_what_the_host_knows(tmp_path: Path) -> None:
+    """The tier decides that a command never ran (from its status, not from output) and
+    raises `CommandNotFound`; the SDK only adds where the program is on the host."""
     from panday._shared import StartGuard  # noqa: PLC0415
 
-    def out(stream: str, data: bytes) -> OutputChunk:
-        return OutputChunk(stream=stream, data=data)  # pyright: ignore[reportArgumentType] - test data
-
-    end = ExecExit(exit_code=0, wall_ms=1.0)
-    # bwrap's line in pieces is held; the start failure then drops it.
-    guard = StartGuard()
-    assert guard.feed(out("stderr", b"bw")) == []
-    assert guard.feed(out("stderr", b"rap: execvp x: No such")) == []
-    assert guard.feed(out("stderr", b" file or directory\n")) == []
-    failure = guard.failure(
-        TierUnavailable("t2-linux", "bwrap: execvp x: No such file or directory")
-    )
-    assert isinstance(failure, CommandNotFound)
-    assert failure.exit_code == 127
-    # A command's own output is released unchanged and in order by whatever comes next.
-    for follow in (out("stdout", b"o"), out("stderr", b"more\n"), end):
-        guard = StartGuard()
-        assert guard.feed(out("stderr", b"bwrap: looks like it\n")) == []
-        assert guard.feed(follow) == [out("stderr", b"bwrap: looks like it\n"), follow]
-    guard = StartGuard()
-    assert guard.feed(out("stderr", b"bwrap: a\nb")) == [out("stderr", b"bwrap: a\nb")]
-    assert guard.feed(out("stderr", b"x")) == [out("stderr", b"x")]
-    guard = StartGuard()
-    assert guard.feed(out("stderr", b"warning\n")) == [out("stderr", b"warning\n")]
-    # Anything but bwrap's exec failure is passed on as it is.
+    event = OutputChunk(stream="stderr", data=b"bwrap: execvp x: No such file or directory\n")
+    assert StartGuard().feed(event) == [event]  # output is never held or read here
+    bare = CommandNotFound("x", "not found inside the sandbox", exit_code=127)
+    assert StartGuard().failure(bare) is bare
+    denied = CommandNotFound("/etc", "cannot be executed inside the sandbox", exit_code=126)
+    policy = panday.SandboxPolicy().with_workspace(str(tmp_path))
+    assert StartGuard(policy).failure(denied) is denied
     other = TierUnavailable("t2-linux", "bwrap: setting up uid map: Permission denied")
-    assert StartGuard().failure(other) is other
+    assert StartGuard(policy).failure(other) is other
+
+
+@linux
+def test_a_policy_from_a_dict_or_a_file_bounds_the_output_too(ws: Path) -> None:
+    """Not only the embedded default: a policy that says nothing about limits, given as a
+    mapping or as a file (examples/allowlist.toml's shape), keeps 16 MiB per stream."""
+    flood = ["head", "-c", str(24 << 20), "/dev/zero"]
+    policy_file = ws.parent / "limitless.toml"
+    policy_file.write_text("version = 1\n[fs]\naccess = 'rw'\n")
+    explicit = {"limits": {"output_bytes": "unbounded"}}
+    with panday.open(explicit) as session:  # control: with "unbounded" all of it is kept
+        control = session.run(flood)
+    if len(control.stdout) != 24 << 20 or control.breach is not None:
+        pytest.fail(f"inconclusive: control failed: {len(control.stdout)} bytes")
+    for given in ({}, {"fs": {"access": "rw"}}, str(policy_file)):
+        with panday.open(given) as session:
+            result = session.run(flood)
+        assert len(result.stdout) < (16 << 20) + 200, given
+        assert result.truncated_stdout
+        assert result.breach is not None
+        assert result.breach.kind is LimitKind.OUTPUT

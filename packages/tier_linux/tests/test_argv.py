@@ -203,3 +203,24 @@ def test_the_proxy_variables_win_over_the_policys() -> None:
     assert env["KEEP"] == "1"
     options = build_options(s, cwd="/work/ws", seccomp_fd=4, env={"HTTP_PROXY": "x"})
     assert "x" in pairs(options, "HTTP_PROXY")
+
+
+def test_proc_files_describing_the_host_kernel_are_covered_after_proc_is_mounted() -> None:
+    layout = HostLayout(top=LAYOUT.top, etc=LAYOUT.etc, proc=("keys", "cmdline"))
+    s = JailSpec(layout=layout, workspace="/work/ws", workspace_rw=True)
+    args = build_options(s, cwd="/work/ws", seccomp_fd=4)
+    masks = [
+        args[i + 2] for i in range(len(args) - 2) if args[i : i + 2] == ["--ro-bind", "/dev/null"]
+    ]
+    assert masks == ["/proc/keys", "/proc/cmdline"]
+    assert args.index("--proc") < args.index("/proc/keys")  # on the jail's own procfs
+    plain = build_options(spec(), cwd="/work/ws", seccomp_fd=4)  # control: no names, no binds
+    assert "/dev/null" not in [plain[i + 1] for i, a in enumerate(plain) if a == "--ro-bind"]
+
+
+def test_the_relay_is_told_its_report_descriptor() -> None:
+    command = jail_command(spec(relay=RELAY), ["/bin/true"], report_fd=7)
+    sep = command.index("--")
+    assert command[sep - 1] == "7"
+    assert command[sep - 2] == SOCKET_IN_JAIL
+    assert command[sep + 1 :] == ["/bin/true"]

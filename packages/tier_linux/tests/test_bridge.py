@@ -24,14 +24,13 @@ import pytest
 from panday_core.capabilities import Support, check_policy
 from panday_core.egress import AuditEvent, ProxySettings, StaticResolver
 from panday_core.egress.testing import HttpUpstream, LoopbackOnly
-from panday_core.errors import Internal, PolicyViolation, TierUnavailable
+from panday_core.errors import CommandNotFound, Internal, PolicyViolation
 from panday_core.execution import acollect, collect
 from panday_core.policy import FsPolicy, NetPolicy, SandboxPolicy
-from panday_core.types import ExecExit, ExecSpec, SessionSpec
+from panday_core.types import ExecSpec, SessionSpec
 from panday_tier_linux import bridge, declared_capabilities, host_capabilities
 from panday_tier_linux.sandbox import T2LinuxSandbox
 from panday_tier_linux.session import open_session
-from panday_tier_linux.supervisor import raise_relay_failure as _raise_relay_failure
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -147,26 +146,60 @@ def host_report_line() -> str:
     return host_report()["net.allow"]
 
 
-def test_a_relay_that_could_not_set_up_is_an_error_not_a_result() -> None:
-    failed = ExecExit(exit_code=125, wall_ms=1.0)
-    with pytest.raises(Internal, match="egress relay inside the jail failed: panday-relay: x"):
-        _raise_relay_failure(failed, b"noise\npanday-relay: x\n")
-    _raise_relay_failure(failed, b"a command that exits 125 by itself\n")
-    _raise_relay_failure(ExecExit(exit_code=1, wall_ms=1.0), b"panday-relay: y\n")
+@linux
+def test_a_relay_that_could_not_set_up_is_an_error_not_a_result(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The relay says so on its report pipe; its stderr line is not what is read."""
+    with world.open() as session:
+        control = session.run(["/bin/true"])
+        if control.exit_code != 0:
+            pytest.fail(f"inconclusive: control failed: {control}")
+        # The relay is told to listen on a port no jail may bind (below 1024, no
+        # capabilities): its own setup fails, before any command could run.
+        monkeypatch.setattr("panday_tier_linux.argv.HTTP_PORT", 80)
+        with pytest.raises(Internal, match="egress relay inside the jail failed: cannot listen"):
+            session.run(["/bin/true"])
 
 
 @linux
 def test_a_missing_program_is_reported_as_without_the_relay(world: World) -> None:
-    """The SDK tells "no such program" from a broken sandbox by bwrap's words: the relay
-    reports an exec failure in exactly those, and the session raises the same error."""
+    """The tier raises `CommandNotFound` itself, with and without the relay: bwrap's status
+    says its exec failed, the relay's report pipe says its exec failed."""
     plain = SandboxPolicy(fs=FsPolicy(workspace=str(world.workspace)))
-    reasons: list[str] = []
+    found: list[tuple[str, int, str]] = []
     for session in (open_session(plain), world.open()):
-        with session, pytest.raises(TierUnavailable) as failed:
-            session.run(["no-such-program-here", "arg"])
-        reasons.append(failed.value.reason)
-    assert reasons[0] == reasons[1]
-    assert reasons[1] == "bwrap: execvp no-such-program-here: No such file or directory"
+        with session:
+            control = session.run(["/bin/true"])
+            if control.exit_code != 0:
+                pytest.fail(f"inconclusive: control failed: {control}")
+            with pytest.raises(CommandNotFound) as failed:
+                session.run(["no-such-program-here", "arg"])
+            found.append((failed.value.program, failed.value.exit_code, failed.value.reason))
+            with pytest.raises(CommandNotFound) as denied:
+                session.run(["/etc"])  # exists, cannot be executed
+            found.append((denied.value.program, denied.value.exit_code, denied.value.reason))
+    assert found[0] == found[2] == ("no-such-program-here", 127, "not found inside the sandbox")
+    assert found[1] == found[3]
+    assert found[1][:2] == ("/etc", 126)
+
+
+@linux
+@pytest.mark.parametrize("code", [125, 1, 127])
+def test_a_command_that_prints_setup_words_keeps_its_own_exit(world: World, code: int) -> None:
+    """A command that writes exactly what bwrap or the relay write when they fail, and
+    exits with their code, is still a command that ran: its output cannot change how its
+    exit is classified, with or without the relay."""
+    line = "bwrap: execvp no-such-program-here: No such file or directory"
+    for setup in (line, "panday-relay: the relay loop did not start"):
+        mimic = ["/bin/sh", "-c", f"echo '{setup}' >&2; exit {code}"]
+        plain = SandboxPolicy(fs=FsPolicy(workspace=str(world.workspace)))
+        for session in (open_session(plain), world.open()):
+            with session:
+                result = session.run(mimic)
+            assert result.exit_code == code, result
+            assert result.stderr == f"{setup}\n".encode()
+            assert result.breach is None
 
 
 # ---------------------------------------------------------------------- opening and closing

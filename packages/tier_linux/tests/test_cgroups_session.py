@@ -40,6 +40,14 @@ def v1_tree(root: Path, controllers: tuple[str, ...] = ("memory", "pids", "cpuac
     return Mounts({c: str(p) for c, p in own.items()}, None)
 
 
+def own(session_id: str) -> str:
+    """Our session directory's name: pid and start time (field 22 of /proc/self/stat, read
+    here on its own), so a recycled pid never passes for the caller that made it."""
+    stat = Path(f"/proc/{os.getpid()}/stat").read_text()
+    start = stat.rsplit(")", 1)[1].split()[19]
+    return f"panday-{os.getpid()}.{start}-{session_id}"
+
+
 def dead_pid() -> int:
     """The pid of a process that has exited (and been reaped)."""
     proc = subprocess.Popen(["true"])
@@ -53,7 +61,7 @@ def dead_pid() -> int:
 def test_v2_session_directory_name_roles_and_mechanism(tmp_path: Path) -> None:
     mounts = v2_tree(tmp_path)
     session = open_session(LIMITS, "s1", mounts)
-    path = tmp_path / "app" / f"panday-{os.getpid()}-s1"
+    path = tmp_path / "app" / own("s1")
     assert session.version == 2
     assert session.dirs == dict.fromkeys(("memory", "pids", "cpu", "kill"), str(path))
     assert session.mechanism == f"cgroup v2 at {tmp_path / 'app'}"
@@ -87,7 +95,7 @@ def test_v2_without_a_delegating_ancestor_names_the_controllers(tmp_path: Path) 
 
 def test_v2_a_session_directory_that_cannot_be_made_is_a_reason(tmp_path: Path) -> None:
     mounts = v2_tree(tmp_path)
-    blocker = tmp_path / "app" / f"panday-{os.getpid()}-s"
+    blocker = tmp_path / "app" / own("s")
     blocker.write_text("in the way")  # a file where the directory would go
     with pytest.raises(CgroupUnavailable) as info:
         open_session(LIMITS, "s", mounts)
@@ -99,7 +107,7 @@ def test_only_a_dead_callers_leftovers_are_reaped(tmp_path: Path) -> None:
     parent = tmp_path / "app"
     stale = parent / f"panday-{dead_pid()}-old"
     (stale / "exec-1").mkdir(parents=True)  # with a command cgroup inside, as left behind
-    ours = parent / f"panday-{os.getpid()}-other"
+    ours = parent / own("other")
     alive = parent / "panday-1-init"  # pid 1 is always alive
     foreign = parent / "someone-else"
     not_a_dir = parent / f"panday-{dead_pid()}-file"
@@ -136,7 +144,7 @@ def test_remove_takes_the_session_and_its_commands(tmp_path: Path) -> None:
 def test_v1_session_has_one_directory_per_controller(tmp_path: Path) -> None:
     mounts = v1_tree(tmp_path)
     session = open_session({**LIMITS, "cpu_ms": 500}, "s", mounts)
-    name = f"panday-{os.getpid()}-s"
+    name = own("s")
     assert session.version == 1
     assert session.dirs == {
         "memory": str(tmp_path / "memory" / "user" / name),
@@ -313,7 +321,7 @@ def test_v1_a_session_directory_that_cannot_be_made_removes_the_ones_made(
     tmp_path: Path,
 ) -> None:
     mounts = v1_tree(tmp_path)
-    (tmp_path / "pids" / "user" / f"panday-{os.getpid()}-s").write_text("in the way")
+    (tmp_path / "pids" / "user" / own("s")).write_text("in the way")
     with pytest.raises(CgroupUnavailable) as info:
         open_session(LIMITS, "s", mounts)
     assert "cgroup v1: cannot create " in info.value.reason

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         SessionClosed,
         TierUnavailable,
         Unsupported,
+        WorkspaceUnusable,
     )
     from panday_core.policy import (
         FieldError,
@@ -95,6 +96,7 @@ _LAZY = {
     "TierCapabilities": "panday_core.capabilities",
     "TierUnavailable": "panday_core.errors",
     "Unsupported": "panday_core.errors",
+    "WorkspaceUnusable": "panday_core.errors",
     "check_policy": "panday_core.capabilities",
     "load_policy": "panday_core.policy",
     "policy_fields": "panday_core.capabilities",
@@ -137,6 +139,7 @@ __all__ = [
     "TierCapabilities",
     "TierUnavailable",
     "Unsupported",
+    "WorkspaceUnusable",
     "check_policy",
     "load_policy",
     "policy_fields",

@@ -18,7 +18,7 @@ from typing import cast
 import msgspec
 
 from panday_core.errors import PolicyViolation
-from panday_core.policy import FsPolicy, Limits, NetPolicy, SandboxPolicy
+from panday_core.policy import UNBOUNDED, FsPolicy, Limits, NetPolicy, SandboxPolicy
 from panday_core.types import SandboxTier
 
 
@@ -143,9 +143,11 @@ _DEFAULT = SandboxPolicy()
 def is_requested(policy: SandboxPolicy, field: str) -> bool:
     """Whether `policy` asks the tier to do something for `field`.
 
-    A field at its default asks for nothing (no ceiling, no extra paths), except the
-    workspace, which every session has. `net.deny` and `net.ports` only narrow an allowlist,
-    so with no allowlist they are satisfied by "no network" and ask for nothing.
+    A field at its default asks for nothing new (no ceiling beyond the model's own, no
+    extra paths), except the workspace, which every session has. `net.deny` and
+    `net.ports` only narrow an allowlist, so with no allowlist they are satisfied by "no
+    network" and ask for nothing. ``"unbounded"`` asks a tier for nothing either (it is
+    shown, not refused: `Limits.unbounded`).
     """
     if field == "version":
         return False
@@ -153,7 +155,10 @@ def is_requested(policy: SandboxPolicy, field: str) -> bool:
         return True
     if field in {"net.deny", "net.ports"} and not policy.net.allow:
         return False
-    return field_value(policy, field) != field_value(_DEFAULT, field)
+    value = field_value(policy, field)
+    if value == UNBOUNDED:
+        return False
+    return value != field_value(_DEFAULT, field)
 
 
 def _shown(value: object) -> str:

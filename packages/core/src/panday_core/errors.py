@@ -112,6 +112,23 @@ class SessionClosed(SandboxError):  # noqa: N818 - the name is the project's voc
         super().__init__(f"session {session_id} is closed")
 
 
+class WorkspaceUnusable(SandboxError):  # noqa: N818 - the name is the project's vocabulary
+    """The workspace, or the directory a command would start in, cannot be used: the current
+    directory a session would take as its workspace was deleted, or the jail (which runs as
+    the caller's uid without capabilities, so a root caller's jail cannot pass permission
+    bits either) cannot enter it. A fault of the path, not of the tier or the policy.
+
+    `field` is the policy field (``fs.workspace``) or ``cwd``; `path` the directory;
+    `reason` what is wrong with it and what to do.
+    """
+
+    def __init__(self, field: str, path: str, reason: str) -> None:
+        self.field = field
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{field}: {path!r} {reason}")
+
+
 class Internal(SandboxError):  # noqa: N818 - the name is the project's vocabulary
     """panday itself failed (a bug or an unexpected host state); the session is unusable."""
 

@@ -22,6 +22,7 @@ Design points, each a reason rather than a preference:
 from __future__ import annotations
 
 import _signal  # pyright: ignore[reportMissingModuleSource] - signal without its enum (panday_core.startup)
+import io
 import os
 import select
 import time
@@ -375,16 +376,20 @@ async def astream(
 
 
 class _Collector:
+    """Gathers each stream into one growing buffer whose bytes become the result without a
+    second copy (`io.BytesIO.getvalue` hands over its buffer): the caller holds each stream's
+    kept output once, not once in chunks and again joined."""
+
     def __init__(self) -> None:
-        self.out: list[bytes] = []
-        self.err: list[bytes] = []
+        self.out = io.BytesIO()
+        self.err = io.BytesIO()
         self.exit: ExecExit | None = None
 
     def add(self, event: ExecEvent) -> None:
         from panday_core.types import OutputChunk  # noqa: PLC0415 - see the imports
 
         if isinstance(event, OutputChunk):
-            (self.out if event.stream == "stdout" else self.err).append(event.data)
+            (self.out if event.stream == "stdout" else self.err).write(event.data)
         else:
             self.exit = event
 
@@ -394,9 +399,11 @@ class _Collector:
         if self.exit is None:
             raise RuntimeError("the command's event stream ended without an ExecExit")
         e = self.exit
+        stdout, stderr = self.out.getvalue(), self.err.getvalue()
+        self.out = self.err = io.BytesIO()
         return ExecResult(
-            stdout=b"".join(self.out),
-            stderr=b"".join(self.err),
+            stdout=stdout,
+            stderr=stderr,
             exit_code=e.exit_code,
             signal=e.signal,
             wall_ms=e.wall_ms,

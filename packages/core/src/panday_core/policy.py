@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, cast  # noqa: TID251 - Any types the raw TOML/JSON boundary
+from typing import Annotated, Any, Final, Literal, cast  # noqa: TID251 - Any types the raw TOML/JSON boundary
 
 import msgspec
 
@@ -33,6 +33,22 @@ _DAY_MS = 24 * 60 * 60 * 1000
 
 _MAX_PATH = 4096
 _MAX_ENV_VALUE = 128 * KIB
+
+UNBOUNDED: Final = "unbounded"
+"""What a policy writes for `limits.wall_clock_ms` or `limits.output_bytes` to have no
+ceiling at all. Those two always have a value (a number, or this word): leaving one out
+takes the model's default below, never "none", so a hand-written policy is bounded unless
+it says otherwise, in words a reader sees (``panday policy check`` and ``panday doctor``
+name every unbounded field)."""
+
+DEFAULT_WALL_CLOCK_MS: Final = 600_000
+"""The model's default `limits.wall_clock_ms`: 10 minutes per command."""
+DEFAULT_OUTPUT_BYTES: Final = 16 * MIB
+"""The model's default `limits.output_bytes`: 16 MiB of stdout and of stderr kept per
+command; the rest is read and discarded after a marker."""
+
+ALWAYS_BOUNDED: Final = ("wall_clock_ms", "output_bytes")
+"""The limits that always have a finite default (`UNBOUNDED` only when written)."""
 
 # Ranges: below the minimum a ceiling is meaningless (nothing can start); above the maximum
 # it is almost certainly a unit mistake (bytes vs MiB, ms vs s), so it is refused, not clamped.
@@ -234,20 +250,37 @@ WallClockMs = Annotated[int, _limit_meta("wall_clock_ms")]
 OutputBytes = Annotated[int, _limit_meta("output_bytes")]
 
 
+Unbounded = Annotated[
+    Literal["unbounded"],
+    msgspec.Meta(description="No ceiling at all: an explicit, visible choice."),
+]
+
+
 class Limits(_Model, frozen=True, kw_only=True):
-    """Resource ceilings. Absent (None) means no ceiling was requested for that resource."""
+    """Resource ceilings. cpu_ms, mem_bytes, pids and disk_bytes: absent means no ceiling
+    was requested. wall_clock_ms and output_bytes always have one: absent takes the default
+    (600000 ms; 16 MiB per stream), and only the word "unbounded" removes it."""
 
     cpu_ms: CpuMs | None = None
     mem_bytes: MemBytes | None = None
     pids: Pids | None = None
     disk_bytes: DiskBytes | None = None
-    wall_clock_ms: WallClockMs | None = None
-    output_bytes: OutputBytes | None = None
+    wall_clock_ms: WallClockMs | Unbounded = DEFAULT_WALL_CLOCK_MS
+    output_bytes: OutputBytes | Unbounded = DEFAULT_OUTPUT_BYTES
 
     def __post_init__(self) -> None:
         for name, (low, high, unit) in LIMIT_RANGES.items():
             value: object = getattr(self, name)
-            if value is None:
+            if name in ALWAYS_BOUNDED:
+                if value == UNBOUNDED:
+                    continue
+                if value is None:
+                    raise FieldError(
+                        f"limits.{name}",
+                        f"None is not a ceiling: give a number ({unit}), or {UNBOUNDED!r} "
+                        "for no ceiling at all (leave the key out for the default)",
+                    )
+            elif value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int):
                 raise FieldError(f"limits.{name}", f"{value!r} is not an integer ({unit})")
@@ -255,6 +288,22 @@ class Limits(_Model, frozen=True, kw_only=True):
                 raise FieldError(
                     f"limits.{name}", f"{value} is out of range {low}..{high} ({unit})"
                 )
+
+    @property
+    def wall_clock_cap(self) -> int | None:
+        """The wall clock in milliseconds, or None when the policy says ``"unbounded"``."""
+        value = self.wall_clock_ms
+        return None if value == UNBOUNDED else value
+
+    @property
+    def output_cap(self) -> int | None:
+        """The output ceiling in bytes per stream, or None when ``"unbounded"``."""
+        value = self.output_bytes
+        return None if value == UNBOUNDED else value
+
+    def unbounded(self) -> tuple[str, ...]:
+        """The dotted fields this policy explicitly leaves without a ceiling."""
+        return tuple(f"limits.{n}" for n in ALWAYS_BOUNDED if getattr(self, n) == UNBOUNDED)
 
 
 def _checked_env(given: Mapping[str, str], hooks: tuple[str, ...]) -> dict[str, str]:
@@ -383,7 +432,12 @@ def _value_at(doc: object, keys: list[str | int]) -> tuple[bool, object]:
     return True, node
 
 
-_CHOICES = {"fs.access": "'rw' or 'ro'", "version": "1"}
+_CHOICES = {
+    "fs.access": "'rw' or 'ro'",
+    "version": "1",
+    "limits.wall_clock_ms": f"a number of milliseconds or {UNBOUNDED!r}",
+    "limits.output_bytes": f"a number of bytes or {UNBOUNDED!r}",
+}
 
 
 def _friendly(message: str, dotted: str) -> str:
@@ -393,6 +447,8 @@ def _friendly(message: str, dotted: str) -> str:
         got = got.rstrip("`")
         wanted = [w.strip() for w in want.split("|") if w.strip() != "null"]
         words = " or ".join(_TYPE_WORDS.get(w, w) for w in wanted)
+        if dotted in _CHOICES and dotted.startswith("limits."):
+            words = _CHOICES[dotted]  # int | "unbounded": say which string
         return f"expected {words}, got {_TYPE_WORDS.get(got, got)}"
     if message.startswith("Expected `int` >= "):
         return f"must be at least {message.rsplit(' ', 1)[-1]}"

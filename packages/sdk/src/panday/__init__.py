@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         SessionClosed,
         TierUnavailable,
         Unsupported,
+        WorkspaceUnusable,
     )
     from panday_core.policy import (
         FieldError,
@@ -68,6 +69,7 @@ _LAZY = {
     "TierCapabilities": "panday_core.capabilities",
     "TierUnavailable": "panday_core.errors",
     "Unsupported": "panday_core.errors",
+    "WorkspaceUnusable": "panday_core.errors",
     "default_policy": "panday.defaults",
     "load_policy": "panday_core.policy",
     "open": "panday.session",
@@ -96,6 +98,7 @@ __all__ = [
     "TierCapabilities",
     "TierUnavailable",
     "Unsupported",
+    "WorkspaceUnusable",
     "__version__",
     "aio",
     "default_policy",

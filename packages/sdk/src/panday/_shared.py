@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from panday_core.errors import CommandNotFound, TierUnavailable
-from panday_core.types import ExecSpec, OutputChunk
+from panday_core.errors import CommandNotFound
+from panday_core.types import ExecSpec
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -19,9 +19,6 @@ if TYPE_CHECKING:
 
 DEFAULT_GET_BYTES = 16 * 1024 * 1024
 """`get` reads at most this much unless told otherwise."""
-
-_EXECVP = "bwrap: execvp "
-_ENOENT = "No such file or directory"
 
 
 class SessionInfo:
@@ -51,6 +48,32 @@ class SessionInfo:
         return self.capabilities().guarantees
 
 
+def current_directory() -> str:
+    """The current directory, which a session takes as its workspace when none is given, or
+    `WorkspaceUnusable` saying it no longer exists (a deleted directory has no path)."""
+    try:
+        return os.getcwd()
+    except OSError as exc:
+        try:
+            was = os.readlink("/proc/self/cwd").removesuffix(" (deleted)")
+        except OSError:
+            was = "."
+        from panday_core.errors import WorkspaceUnusable  # noqa: PLC0415 - error path
+
+        why = (
+            "no longer exists (it was deleted)"
+            if isinstance(exc, FileNotFoundError)
+            else (f"cannot be named ({exc.strerror})")
+        )
+        raise WorkspaceUnusable(
+            "fs.workspace",
+            was,
+            f"is the current directory, which a session without fs.workspace works in, and "
+            f"it {why}; change to an existing directory or give the workspace (--workspace, "
+            "or fs.workspace in the policy)",
+        ) from None
+
+
 def resolve_policy(
     policy: SandboxPolicy | Mapping[str, object] | str | os.PathLike[str] | None,
 ) -> SandboxPolicy:
@@ -74,7 +97,7 @@ def resolve_policy(
 
         resolved = policy_from_dict(policy)
     if resolved.fs.workspace is None:
-        resolved = resolved.with_workspace(os.getcwd())
+        resolved = resolved.with_workspace(current_directory())
     return resolved
 
 
@@ -105,66 +128,39 @@ def exec_spec(
 
 
 class StartGuard:
-    """Reports a command that never started as `CommandNotFound`, not as a broken tier.
+    """Adds to the tier's `CommandNotFound` what the host knows about the program.
 
-    When bubblewrap cannot exec the command (no such program, not executable), the T2 Linux
-    tier sees bwrap exit without the command's status and raises `TierUnavailable` with
-    bwrap's message, after passing that message on as the command's stderr. The sandbox
-    works; the command is what is missing. So while the start of stderr still reads like
-    one bwrap line (``bwrap: ...``, possibly in several chunks), it is held back: anything
-    else (stdout, more stderr after that line, the exit) releases it unchanged, in order;
-    the tier's start failure drops it, and `failure` turns that into `CommandNotFound`
-    (exit code 127, or 126 when the program exists but cannot be executed).
+    The tier decides whether a command ever ran from status only its own side writes (on T2
+    Linux: bwrap's status descriptor, the relay's report pipe), never from the command's
+    output, and raises `CommandNotFound` itself. This only looks the program up on the host
+    when it was not found (exit 127), to name what the sandbox cannot see and what to stage
+    (`panday.toolchains`): a ``.venv`` whose python links into ``~/.pyenv``, a program
+    found only on the caller's own PATH.
     """
 
-    __slots__ = ("deciding", "held", "policy", "spec")
-
-    _MARK = b"bwrap: "
+    __slots__ = ("policy", "spec")
 
     def __init__(self, policy: SandboxPolicy | None = None, spec: ExecSpec | None = None) -> None:
-        self.deciding = True
-        self.held: list[OutputChunk] = []
         self.policy = policy
-        """The session's policy and the command: with them, a program that was not found
-        is looked up on the host, to name what the sandbox cannot see (`panday.toolchains`)."""
         self.spec = spec
 
-    def _could_be_bwrap(self, data: bytes) -> bool:
-        if not data.startswith(self._MARK):
-            return self._MARK.startswith(data)
-        end = data.find(b"\n")
-        return end < 0 or end == len(data) - 1  # one line so far, and nothing after it
-
     def feed(self, event: ExecEvent) -> list[ExecEvent]:
-        if not self.deciding:
-            return [event]
-        if isinstance(event, OutputChunk) and event.stream == "stderr":
-            so_far = b"".join(c.data for c in self.held) + event.data
-            if self._could_be_bwrap(so_far):
-                self.held.append(event)
-                return []
-        self.deciding = False
-        held, self.held = self.held, []
-        return [*held, event]
+        """Events pass unchanged (the tier held back its own setup lines already)."""
+        return [event]
 
     def failure(self, exc: BaseException) -> BaseException:
-        """The error to raise instead of `exc` (itself unless the command never started)."""
-        if not isinstance(exc, TierUnavailable) or not exc.reason.startswith(_EXECVP):
+        """The error to raise instead of `exc` (itself unless there is more to say)."""
+        if not isinstance(exc, CommandNotFound) or exc.exit_code != 127 or exc.host_path:  # noqa: PLR2004 - not found
             return exc
-        program, _, why = exc.reason.removeprefix(_EXECVP).rpartition(": ")
-        if not program:
+        hint, unseen = self._unseen(exc.program)
+        if not hint:
             return exc
-        if why == _ENOENT:
-            hint, unseen = self._unseen(program)
-            return CommandNotFound(
-                program,
-                f"not found inside the sandbox{hint}",
-                exit_code=127,
-                host_path=unseen.path if unseen is not None else None,
-                stage=unseen.stage if unseen is not None else (),
-            )
         return CommandNotFound(
-            program, f"cannot be executed inside the sandbox ({why})", exit_code=126
+            exc.program,
+            f"{exc.reason}{hint}",
+            exit_code=exc.exit_code,
+            host_path=unseen.path if unseen is not None else None,
+            stage=unseen.stage if unseen is not None else (),
         )
 
     def _unseen(self, program: str) -> tuple[str, Unseen | None]:

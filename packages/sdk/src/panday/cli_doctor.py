@@ -75,10 +75,12 @@ def _user_policy() -> UserPolicyStatus:
     if not os.path.lexists(path):
         return UserPolicyStatus(path=path, present=False, valid=False, error=None)
     try:
-        cli_input.load_policy(path, what="per-user default policy file")
+        policy = cli_input.load_policy(path, what="per-user default policy file")
     except (InvalidInputError, NoInputError) as exc:
         return UserPolicyStatus(path=path, present=True, valid=False, error=str(exc))
-    return UserPolicyStatus(path=path, present=True, valid=True, error=None)
+    return UserPolicyStatus(
+        path=path, present=True, valid=True, error=None, unbounded=policy.limits.unbounded()
+    )
 
 
 def collect(*, probe: bool) -> DoctorReport:
@@ -167,7 +169,9 @@ def _render_user_policy(report: DoctorReport) -> list[str]:
         state = "valid: `panday run` starts from it unless --policy is given"
     else:
         state = f"INVALID, so `panday run` without --policy fails: {user.error}"
-    return [f"Per-user default policy: {user.path}", f"  {state}"]
+    lines = [f"Per-user default policy: {user.path}", f"  {state}"]
+    lines.extend(f"  unbounded: {field}: no ceiling at all" for field in user.unbounded)
+    return lines
 
 
 def doctor(*, as_json: bool, probe: bool) -> int:

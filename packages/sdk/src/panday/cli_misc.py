@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from panday.reports import PolicyCheckReport, TierCheck
-    from panday_core.capabilities import TierCapabilities
+    from panday_core.capabilities import Refusal, TierCapabilities
     from panday_core.policy import SandboxPolicy
 
 
@@ -78,9 +78,19 @@ def _check_one(file: str, *, debug: bool) -> PolicyCheckReport:
             file=file, valid=False, enforceable_here=False, tiers=(), error=str(exc),
             exit_code=code,
         )  # fmt: skip
+    unusable: tuple[Refusal, ...] = ()
     if policy.fs.workspace is None:
-        policy = policy.with_workspace(os.getcwd())
-    missing = missing_paths(policy)
+        from panday._shared import current_directory  # noqa: PLC0415 - lazy: only this path needs it
+        from panday_core.errors import WorkspaceUnusable  # noqa: PLC0415 - lazy: only this path needs it
+
+        try:
+            policy = policy.with_workspace(current_directory())
+        except WorkspaceUnusable as exc:
+            from panday_core.capabilities import Refusal  # noqa: PLC0415 - error path
+
+            unusable = (Refusal(field=exc.field, reason=f"{exc.path!r} {exc.reason}"),)
+            policy = policy.with_workspace("/")  # judged for the tiers; reported missing
+    missing = unusable or missing_paths(policy)
     rows = _tier_rows(policy)
     verdict = not missing and any(row.enforceable for row in rows if row.host_tier)
     code = exitcodes.OK if verdict else exitcodes.FAILED
@@ -88,7 +98,7 @@ def _check_one(file: str, *, debug: bool) -> PolicyCheckReport:
         code = exitcodes.NO_INPUT
     return PolicyCheckReport(
         file=file, valid=True, enforceable_here=verdict, tiers=tuple(rows), missing=missing,
-        exit_code=code,
+        exit_code=code, unbounded=policy.limits.unbounded(),
     )  # fmt: skip
 
 
@@ -102,6 +112,11 @@ def _render_check(report: PolicyCheckReport) -> list[str]:
     lines = [f"{name}: valid policy, {state} ({where})"]
     lines.extend(
         f"  missing here: {m.field}: {m.reason} (a session would not open)" for m in report.missing
+    )
+    lines.extend(
+        f"  unbounded: {field}: no ceiling at all (written 'unbounded'; leave it out for the "
+        "default)"
+        for field in report.unbounded
     )
     for row in report.tiers:
         if row.host_tier and row.available:

@@ -13,10 +13,11 @@ import sys
 from typing import TYPE_CHECKING
 
 from panday import exitcodes
-from panday.cli import NoInputError, Terminated, UsageError
+from panday.cli import NoInputError, OutputError, Terminated, UsageError
 
 if TYPE_CHECKING:
     from panday.session import Session
+    from panday.terminal import Filter
     from panday_core.policy import SandboxPolicy
     from panday_core.types import ExecExit, ExecResult, ExecSpec
 
@@ -27,8 +28,10 @@ Run CMD in a fresh sandbox session; its output streams live and panday exits wit
 exit code (128+N when signal N ended it). Without --policy, the per-user default policy
 applies when it exists ($XDG_CONFIG_HOME/panday/policy.toml; `panday doctor` shows where),
 else the embedded default: the current directory as the read-write workspace, no network,
-an environment of PATH, HOME (the workspace), LANG, LC_* and TERM only, 10 minutes and
-16 MiB of output per stream.
+an environment of PATH, HOME (the workspace), the caller's locale variables (LANG,
+LANGUAGE, LC_ALL, the LC_* categories) and TERM only, 10 minutes and 16 MiB of output per
+stream (every policy gets those two unless it writes "unbounded"). Control sequences in
+output to a terminal are shown as text (^[), not obeyed.
 
 A program the sandbox cannot see (a .venv whose python links into ~/.pyenv, a toolchain
 under ~/.cargo or ~/.nvm) exits 127 naming the host path to stage with --ro.
@@ -49,6 +52,9 @@ options:
   --stdin             pass this process's standard input to the command (default: empty)
   --tier TIER         auto (default), t2-linux, t2-macos or t0; a named tier is never replaced
   --json              print one JSON result object (output not streamed)
+  --sanitize          show terminal control sequences in the output as text (^[) instead
+                      of passing them to the terminal; the default for a stream that is one
+  --no-sanitize       pass the output byte for byte, also to a terminal
   --debug             show a traceback with an error
 """
 
@@ -57,7 +63,7 @@ _VALUED = frozenset(
     | {"--env", "--tier"}
 )
 _REPEATABLE = frozenset({"--ro", "--allow", "--env"})
-_FLAGS = frozenset({"--json", "--stdin", "--debug", "--help", "-h"})
+_FLAGS = frozenset({"--json", "--stdin", "--debug", "--help", "-h", "--sanitize", "--no-sanitize"})
 
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "": 1000}
@@ -161,7 +167,22 @@ def _count(option: str, text: str) -> int:
 
 
 def _directory(option: str, text: str) -> str:
-    path = os.path.abspath(text)
+    """`text` as an absolute path, as a policy file would have to write it: ``..`` is
+    refused as it is there (``link/..`` is not the directory it reads as, so lexical
+    normalisation would mount another place than the kernel would resolve)."""
+    if "\x00" in text:
+        raise UsageError(f"{option} {text!r}: contains a NUL byte")
+    if ".." in text.split("/"):
+        raise UsageError(
+            f"{option} {text!r}: contains '..'; give the path without it (after a link, "
+            "'..' leads elsewhere than it reads, so panday never resolves it for you)"
+        )
+    path = text
+    if not os.path.isabs(path):
+        from panday._shared import current_directory  # noqa: PLC0415 - a relative path only
+
+        path = os.path.join(current_directory(), path)
+    path = os.path.normpath(path)
     if not os.path.exists(path):
         raise NoInputError(f"{option} {text!r}: no such file or directory")
     return path
@@ -258,8 +279,14 @@ def _hosts(opts: RunOptions) -> list[str]:
 
 
 def build_policy(opts: RunOptions) -> SandboxPolicy:
-    """The policy file (or the embedded default) with the command line's options applied."""
-    from panday_core.policy import FsPolicy, Limits, NetPolicy, SandboxPolicy  # noqa: PLC0415
+    """The policy file (or the embedded default) with the command line's options applied.
+
+    Every field the options do not touch is kept as the policy has it (``fs.protect``,
+    ``fs.unprotect``, ``fs.allow_home``, ``allow_env_hooks`` included): the options only
+    override or extend, and the result is validated like a policy file."""
+    import msgspec  # noqa: PLC0415 - loaded with the policy model
+
+    from panday_core.policy import Limits, SandboxPolicy  # noqa: PLC0415
 
     hosts, limits, env = _hosts(opts), _limits(opts), _env(opts)
     workspace_opt = opts.one("--workspace")
@@ -268,12 +295,16 @@ def build_policy(opts: RunOptions) -> SandboxPolicy:
         raise NoInputError(f"--workspace {workspace_opt!r}: not a directory")
     staged = [_directory("--ro", p) for p in opts.many("--ro")]
     base, source = _base_policy(opts, workspace)
-    fs = FsPolicy(
-        workspace=workspace or base.fs.workspace or os.getcwd(),
-        access=base.fs.access,
+    if workspace is None and base.fs.workspace is None:
+        from panday._shared import current_directory  # noqa: PLC0415 - loaded by the run path anyway
+
+        workspace = current_directory()
+    fs = msgspec.structs.replace(
+        base.fs,
+        workspace=workspace or base.fs.workspace,
         staged_ro=(*base.fs.staged_ro, *staged),
     )
-    net = NetPolicy(allow=(*base.net.allow, *hosts), deny=base.net.deny, ports=base.net.ports)
+    net = msgspec.structs.replace(base.net, allow=(*base.net.allow, *hosts))
     limit_values = {name: getattr(base.limits, name) for name in Limits.__struct_fields__}
     limit_values.update(limits)
     policy = SandboxPolicy(
@@ -281,6 +312,7 @@ def build_policy(opts: RunOptions) -> SandboxPolicy:
         net=net,
         limits=Limits(**limit_values),
         env={**base.env, **env},
+        allow_env_hooks=base.allow_env_hooks,
     )
     _check_inputs(policy, source)
     return policy
@@ -311,10 +343,30 @@ def exit_code_of(end: ExecExit | ExecResult) -> int:
     return exitcodes.SIGNAL_BASE + (end.signal or 0)
 
 
-def _write(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """Write all of `data` to `fd`, whatever its size: a write returns early at 2 GiB on
+    Linux (and earlier on a pipe or a full disk), and a descriptor the caller left
+    non-blocking answers EAGAIN rather than waiting. Nothing is dropped silently: a write
+    that fails for good raises (`OutputError`, or BrokenPipeError when the reader left)."""
+    import select  # noqa: PLC0415 - loaded by the exec machinery anyway
+
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view) :]
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            select.select([], [fd], [])
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise OutputError(fd, len(view), exc) from exc
+
+
+def _sanitizing(opts: RunOptions, fd: int) -> bool:
+    """Whether control sequences in what goes to `fd` are made inert (panday.terminal)."""
+    if "--no-sanitize" in opts.flags:
+        return False
+    return "--sanitize" in opts.flags or os.isatty(fd)
 
 
 def _breach_line(end: ExecExit) -> str:
@@ -327,15 +379,25 @@ def _breach_line(end: ExecExit) -> str:
     return f"limit exceeded: {end.breach.kind.value}: {end.breach.detail} (the command: {ended})"
 
 
-def _stream(session: Session, spec: ExecSpec) -> int:
+def _stream(session: Session, spec: ExecSpec, opts: RunOptions) -> int:
     from panday_core.types import OutputChunk  # noqa: PLC0415 - loaded with the tier
 
+    filters: dict[int, Filter] = {}
+    for fd in (1, 2):
+        if _sanitizing(opts, fd):
+            from panday.terminal import Filter  # noqa: PLC0415 - only for a terminal
+
+            filters[fd] = Filter()
     events = session.stream(spec.argv, stdin=spec.stdin)
     try:
         for event in events:
             if isinstance(event, OutputChunk):
-                _write(1 if event.stream == "stdout" else 2, event.data)
+                fd = 1 if event.stream == "stdout" else 2
+                found = filters.get(fd)
+                write_all(fd, event.data if found is None else found.feed(event.data))
                 continue
+            for fd, found in filters.items():
+                write_all(fd, found.flush())
             if event.breach is not None:
                 sys.stderr.write(f"panday: {_breach_line(event)}\n")
             return exit_code_of(event)
@@ -349,11 +411,16 @@ def _stream(session: Session, spec: ExecSpec) -> int:
     raise RuntimeError("the command's events ended without an exit")
 
 
-def _json(session: Session, spec: ExecSpec) -> int:
-    from panday.reports import RunReport, encode  # noqa: PLC0415
-    from panday_core.execution import collect  # noqa: PLC0415
+def _document(session: Session, spec: ExecSpec, result: ExecResult) -> tuple[list[bytes], int]:
+    """The ``--json`` document, in pieces to write in order (no trailing newline), and the
+    exit code. The document is the report with empty output, formatted, with each stream's
+    encoded text put where its empty string was: so the kept output is never held twice
+    over (its bytes, its text, the compact document, the formatted one), only its bytes
+    and then its encoded text. The caller must hold no other reference to `result`."""
+    import msgspec  # noqa: PLC0415 - loaded with the policy model
 
-    result = collect(session.stream(spec.argv, stdin=spec.stdin))
+    from panday.reports import RunReport  # noqa: PLC0415
+
     code = exit_code_of(result)
     report = RunReport(
         tier=session.tier,
@@ -364,13 +431,48 @@ def _json(session: Session, spec: ExecSpec) -> int:
         signal=result.signal,
         wall_ms=round(result.wall_ms, 3),
         breach=result.breach,
-        stdout=result.stdout.decode("utf-8", "replace"),
-        stderr=result.stderr.decode("utf-8", "replace"),
+        stdout="",
+        stderr="",
         truncated_stdout=result.truncated_stdout,
         truncated_stderr=result.truncated_stderr,
         panday_exit_code=code,
     )
-    sys.stdout.write(encode(report))
+    frame = msgspec.json.format(msgspec.json.encode(report), indent=2)
+    # The keys, unescaped, occur once each: a quote inside a JSON string is escaped.
+    before, _, rest = frame.partition(b'\n  "stdout": ""')
+    between, _, after = rest.partition(b'\n  "stderr": ""')
+    out, err = result.stdout, result.stderr
+    del result
+    text = out.decode("utf-8", "replace")
+    del out
+    out_json = msgspec.json.encode(text)
+    text = err.decode("utf-8", "replace")
+    del err
+    err_json = msgspec.json.encode(text)
+    del text
+    return [
+        before + b'\n  "stdout": ',
+        out_json,
+        between + b'\n  "stderr": ',
+        err_json,
+        after,
+    ], code
+
+
+def _json(session: Session, spec: ExecSpec) -> int:
+    """One JSON document, written whole (`write_all`) once the command has finished; a
+    document that cannot be built is refused (exit 74), never cut short."""
+    from panday_core.execution import collect  # noqa: PLC0415
+
+    events = session.stream(spec.argv, stdin=spec.stdin)
+    try:
+        pieces, code = _document(session, spec, collect(events))
+    except MemoryError:
+        raise OutputError(1, 0, OSError(12, "the JSON document does not fit in memory")) from None
+    sys.stdout.flush()
+    while pieces:
+        write_all(1, pieces.pop(0))
+    write_all(1, b"\n")
     return code
 
 
@@ -414,4 +516,4 @@ def run(args: list[str]) -> int:
     with open_session(policy, tier=tier) as session:
         if "--json" in opts.flags:
             return _json(session, spec)
-        return _stream(session, spec)
+        return _stream(session, spec, opts)

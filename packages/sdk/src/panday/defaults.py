@@ -1,12 +1,16 @@
 """The policy a session gets when nobody wrote one (docs/policy.md, "The embedded default").
 
 Workspace: the current directory, read-write. Network: none. Environment: only the caller's
-locale and terminal type (LANG, LC_*, TERM) are copied in; the tier adds PATH and sets HOME
-to the workspace; nothing else of the caller's environment is inherited. Limits: a wall
-clock per command and a cap on the output kept, the two ceilings every command tier
-enforces on every host. Memory and process ceilings are not in the default: T2 macOS
-cannot enforce either and T2 Linux needs a writable cgroup, so a default asking for them
-would be refused on those hosts (fail closed), i.e. nothing would run. Ask for them
+locale selection (LANG, LANGUAGE, LC_ALL and the standard LC_* categories) and terminal
+type (TERM) are copied in; the tier adds PATH and sets HOME to the workspace; nothing else
+of the caller's environment is inherited (an ``LC_SECRET`` is not a locale category, so it
+stays out). Limits: the model's own defaults, a wall clock per command and a cap on the
+output kept (`panday_core.policy.DEFAULT_WALL_CLOCK_MS`, `DEFAULT_OUTPUT_BYTES`), which
+every policy has unless it writes ``"unbounded"``. Memory and process ceilings are not
+policy fields of the default: T2 macOS cannot enforce either and T2 Linux needs a writable
+cgroup, so a default asking for them would be refused on those hosts (fail closed), i.e.
+nothing would run. T2 Linux protects the host from a fork or memory bomb by itself instead,
+as strongly as the host allows (docs/tiers/linux.md, "Host protection"). Ask for ceilings
 explicitly (`panday run --mem 2G --pids 512`, or ``[limits]`` in a policy file).
 
 `examples/default.toml` is this policy written out (a test keeps the two equal).
@@ -18,26 +22,51 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 
+from panday_core.policy import DEFAULT_OUTPUT_BYTES, DEFAULT_WALL_CLOCK_MS
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from panday_core.policy import SandboxPolicy
 
-DEFAULT_WALL_CLOCK_MS = 600_000
-"""10 minutes per command."""
-DEFAULT_OUTPUT_BYTES = 16 * 1024 * 1024
-"""16 MiB of stdout and of stderr kept per command; the rest is discarded with a marker."""
+__all__ = [
+    "DEFAULT_OUTPUT_BYTES",
+    "DEFAULT_WALL_CLOCK_MS",
+    "ENV_PASSTHROUGH",
+    "default_policy",
+    "passthrough_env",
+    "user_policy_path",
+]
 
-ENV_PASSTHROUGH = ("LANG", "TERM")
-"""Caller variables copied into the default policy's environment (with every ``LC_*``)."""
+ENV_PASSTHROUGH = (
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_ADDRESS",
+    "LC_COLLATE",
+    "LC_CTYPE",
+    "LC_IDENTIFICATION",
+    "LC_MEASUREMENT",
+    "LC_MESSAGES",
+    "LC_MONETARY",
+    "LC_NAME",
+    "LC_NUMERIC",
+    "LC_PAPER",
+    "LC_TELEPHONE",
+    "LC_TIME",
+    "TERM",
+)
+"""Caller variables copied into the default policy's environment: the ones that select a
+locale (POSIX and glibc's categories, by name: a prefix match would pass ``LC_SECRET``)
+and the terminal type."""
 
 
 def passthrough_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The caller's LANG, LC_* and TERM (only those; values as they are)."""
+    """The caller's locale selection and TERM (only `ENV_PASSTHROUGH`; values as they are)."""
     return {
         name: value
         for name, value in sorted(environ.items())
-        if (name in ENV_PASSTHROUGH or name.startswith("LC_")) and "\x00" not in value
+        if name in ENV_PASSTHROUGH and "\x00" not in value
     }
 
 
@@ -48,13 +77,13 @@ def default_policy(
     locale and terminal type of `environ` (this process's environment when None)."""
     import os  # noqa: PLC0415 - loaded at interpreter start anyway
 
-    from panday_core.policy import FsPolicy, Limits, SandboxPolicy  # noqa: PLC0415 - lazy
+    from panday._shared import current_directory  # noqa: PLC0415 - lazy
+    from panday_core.policy import FsPolicy, SandboxPolicy  # noqa: PLC0415 - lazy
 
     if environ is None:
         environ = os.environ
     return SandboxPolicy(
-        fs=FsPolicy(workspace=workspace or os.getcwd(), access="rw"),
-        limits=Limits(wall_clock_ms=DEFAULT_WALL_CLOCK_MS, output_bytes=DEFAULT_OUTPUT_BYTES),
+        fs=FsPolicy(workspace=workspace or current_directory(), access="rw"),
         env=passthrough_env(environ),
     )
 

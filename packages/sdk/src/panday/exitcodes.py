@@ -21,6 +21,9 @@ INTERNAL = 70
 """panday itself failed (a bug or an unexpected host state); `--debug` shows a traceback."""
 OS_ERROR = 71
 """An operating-system resource failed: the egress proxy could not listen or open its log."""
+OUTPUT_ERROR = 74
+"""panday could not write its own output (a full disk, an I/O error), or could not build a
+`--json` document: what was written is incomplete, and the exit code says so."""
 POLICY_REFUSED = 77
 """A valid policy asks for something the tier cannot enforce here (refused before spawning)."""
 

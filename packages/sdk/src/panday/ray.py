@@ -729,7 +729,7 @@ class Pool:
         call = _Call(
             spec.argv, spec.stdin, spec.cwd, job.timeout, files, tuple(job.fetch), fetch_max
         )
-        budget = [v / 1000 for v in (spec.timeout_ms, limits.wall_clock_ms) if v is not None]
+        budget = [v / 1000 for v in (spec.timeout_ms, limits.wall_clock_cap) if v is not None]
         deadline = min(budget) + self.grace if budget else None
         return _Task(index, job, _call_enc.encode(call), deadline)
 

@@ -55,6 +55,9 @@ class PolicyCheckReport(_Report, frozen=True, kw_only=True):
     """Paths the policy names that do not exist on this host (a session would not open)."""
     exit_code: int = 0
     """This file's own exit code; `panday policy check` exits with the highest of them."""
+    unbounded: tuple[str, ...] = ()
+    """Limits the policy explicitly leaves without a ceiling (written ``"unbounded"``;
+    absent, they take the model's finite default)."""
 
 
 class RunReport(_Report, frozen=True, kw_only=True):
@@ -111,6 +114,8 @@ class UserPolicyStatus(_Report, frozen=True, kw_only=True):
     valid: bool
     error: str | None
     """Why it cannot be used (it is present but unreadable or not a valid policy)."""
+    unbounded: tuple[str, ...] = ()
+    """Limits it explicitly leaves without a ceiling (written ``"unbounded"``)."""
 
 
 class DoctorReport(_Report, frozen=True, kw_only=True):
@@ -155,7 +160,12 @@ def rendered_schemas() -> dict[str, str]:
 
 def encode(report: msgspec.Struct) -> str:
     """Stable JSON text: fields in model order, two-space indent, one trailing newline."""
-    return msgspec.json.format(msgspec.json.encode(report), indent=2).decode() + "\n"
+    return encode_bytes(report).decode()
+
+
+def encode_bytes(report: msgspec.Struct) -> bytes:
+    """`encode` as UTF-8 bytes (what a large document is written as: no text copy)."""
+    return msgspec.json.format(msgspec.json.encode(report), indent=2) + b"\n"
 
 
 def encode_many(reports: Sequence[msgspec.Struct]) -> str:

@@ -136,13 +136,21 @@ def jail_env(spec: JailSpec, extra: Mapping[str, str] | None = None) -> dict[str
     return env
 
 
-def jail_command(spec: JailSpec, command: Sequence[str]) -> list[str]:
-    """What bwrap runs: `command`, behind the relay when the session has the bridge."""
+def jail_command(
+    spec: JailSpec, command: Sequence[str], *, report_fd: int | None = None
+) -> list[str]:
+    """What bwrap runs: `command`, behind the relay when the session has the bridge.
+
+    `report_fd` (the number the jail sees) is the pipe on which the relay says whether it
+    exec'd the command (relay.py): how the session tells a command that never ran from one
+    that printed the same words and exited 125 itself."""
     if spec.relay is None:
         return list(command)
     ports = (str(HTTP_PORT), str(SOCKS_PORT))
-    relay = [spec.relay.python, "-I", "-S", "-B", RELAY_IN_JAIL, *ports, SOCKET_IN_JAIL, "--"]
-    return [*relay, *command]
+    relay = [spec.relay.python, "-I", "-S", "-B", RELAY_IN_JAIL, *ports, SOCKET_IN_JAIL]
+    if report_fd is not None:
+        relay.append(str(report_fd))
+    return [*relay, "--", *command]
 
 
 def filesystem_args(spec: JailSpec, binds: Sequence[str] = ()) -> list[str]:
@@ -165,7 +173,12 @@ def filesystem_args(spec: JailSpec, binds: Sequence[str] = ()) -> list[str]:
     # /proc read-only: a root caller's jail runs as the host's uid 0 (without capabilities),
     # and procfs checks sysctl writes against that uid alone, so a writable /proc would let
     # it rewrite host-wide settings such as kernel.core_pattern.
-    args += ["--proc", "/proc", "--remount-ro", "/proc", *DEVICES]
+    args += ["--proc", "/proc", "--remount-ro", "/proc"]
+    # Files that describe the host's kernel, not the jail (host.PROC_MASKED): empty and
+    # read-only inside, also for a root caller's jail, whose uid 0 passes their 0400.
+    for name in spec.layout.proc:
+        args += ["--ro-bind", "/dev/null", f"/proc/{name}"]
+    args += DEVICES
     if spec.tmp_bytes is not None:
         args += ["--size", str(spec.tmp_bytes)]
     args += ["--tmpfs", "/tmp"]  # noqa: S108 - the jail's own private /tmp

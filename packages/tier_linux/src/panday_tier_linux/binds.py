@@ -427,6 +427,38 @@ class Roots:
             staged.close()
 
 
+def entry_problem(held: Held) -> str | None:
+    """Why a jail could not enter the directory `held`, or None when it can.
+
+    The jail runs as the caller's uid without capabilities: for a root caller, uid 0 that
+    cannot pass permission bits, so a directory owned by another user with mode 0700 is
+    closed to it although root itself may enter it. For other callers the kernel is asked
+    (access with the effective ids, ACLs included); for root the mode bits decide, as they
+    will inside the jail.
+    """
+    st = os.fstat(held.fd)
+    uid = os.geteuid()
+    if uid != 0:
+        if os.access(f"/proc/self/fd/{held.fd}", os.X_OK, effective_ids=True):
+            return None
+    else:
+        groups = {os.getegid(), *os.getgroups()}
+        if st.st_uid == 0:
+            bit = stat.S_IXUSR
+        elif st.st_gid in groups:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if st.st_mode & bit:
+            return None
+    who = "root without capabilities" if uid == 0 else f"uid {uid}"
+    return (
+        f"cannot be entered from inside the sandbox, which runs as {who} (it is "
+        f"{stat.filemode(st.st_mode)}, owner uid {st.st_uid}, group {st.st_gid}); make it "
+        "searchable for that user (chmod, chown), or choose another workspace"
+    )
+
+
 def _open_root(field: str, path: str, *, writable: bool, allow_home: bool) -> Held | Refusal:
     path = os.path.normpath(path) if path else path
     try:

@@ -55,7 +55,9 @@ def host_capabilities(
         cgroup_reasons = probe_cgroups()
     if bridge_reason == PROBE:
         bridge_reason = probe_bridge()
-    return capabilities(cgroup_reasons, bridge_reason)
+    import os  # noqa: PLC0415 - loaded at interpreter start anyway
+
+    return capabilities(cgroup_reasons, bridge_reason, root=os.geteuid() == 0)
 
 
 def probe_bridge() -> str | None:

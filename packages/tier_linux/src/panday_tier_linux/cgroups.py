@@ -8,8 +8,11 @@ before it runs (bwrap waits on its block descriptor until we have done so). Ever
 command starts is then counted together: that is what makes memory and pid ceilings
 totals rather than per-process rlimits.
 
-Directories are named ``panday-<our pid>-<session>``; one whose pid is gone is left over
-from a crashed caller and is removed the next time a session is created beside it.
+Directories are named ``panday-<our pid>.<its start time>-<session>``. A caller that was
+SIGKILLed cannot remove its own: the next session of the same user that uses cgroups sweeps
+every hierarchy panday could have written (each v1 controller it uses, and the v2 tree),
+removing each ``panday-*`` directory it owns whose process is gone, or whose pid now
+belongs to a process that started at another time (`sweep_stale`).
 """
 
 from __future__ import annotations
@@ -142,6 +145,27 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _start_time(pid: int) -> str | None:
+    """Field 22 of /proc/PID/stat (clock ticks since boot): with the pid, who a name means."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def _owner_gone(name: str) -> bool:
+    """Whether the panday process a ``panday-<pid>[.<start>]-...`` name stands for is gone."""
+    who = name[len(PREFIX) :].split("-", 1)[0]
+    pid, _, start = who.partition(".")
+    if not pid.isdigit():
+        return False
+    if not _alive(int(pid)):
+        return True
+    # Alive: the same process only if it started when the name says (pids are reused).
+    return bool(start) and _start_time(int(pid)) not in {start, None}
+
+
 def _remove_tree(path: str, deadline: float) -> bool:
     """rmdir a cgroup and its children (cgroup directories hold no files to unlink)."""
     try:
@@ -149,17 +173,20 @@ def _remove_tree(path: str, deadline: float) -> bool:
     except OSError:
         return not os.path.exists(path)
     ok = all(_remove_tree(child, deadline) for child in children)
+    pause = 0.0002
     while ok:
         try:
             os.rmdir(path)
         except FileNotFoundError:
             return True
         except OSError:
-            # Busy: processes are still leaving (a killed tree takes a moment to die).
+            # Busy: processes are still leaving (a killed tree takes a moment to die; the
+            # last ones usually within a millisecond, so the wait starts short).
             _kill_members(path)
             if time.monotonic() >= deadline:
                 return False
-            time.sleep(0.01)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
             continue
         return True
     return False
@@ -173,17 +200,57 @@ def _kill_members(path: str) -> None:
 
 
 def _reap_stale(parent: str) -> None:
+    """Remove the stale session directories of this user below `parent`."""
     try:
         entries = list(os.scandir(parent))
     except OSError:
         return
+    uid = os.geteuid()
     for entry in entries:
         name = entry.name
         if not name.startswith(PREFIX) or not entry.is_dir(follow_symlinks=False):
             continue
-        pid = name[len(PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        try:
+            mine = entry.stat(follow_symlinks=False).st_uid == uid
+        except OSError:
+            continue
+        if mine and _owner_gone(name):
             _remove_tree(entry.path, time.monotonic() + 0.5)
+
+
+_SWEPT: set[tuple[int, str]] = set()
+"""(pid, directory) swept already: once per process and place (its own sessions are never
+stale, so a long-lived caller does not scan again at every session)."""
+
+
+def sweep_stale(mounts: Mounts | None = None) -> None:
+    """Remove what SIGKILLed panday processes of this user left, in every hierarchy.
+
+    Each v1 controller panday uses (memory, pids, cpuacct) is swept where a session of
+    this process would create its directory there, and the v2 tree at each writable
+    candidate parent, whichever controllers this session itself needs: a crashed session
+    that used only ``pids`` is found by the next one that uses only ``memory``. Once per
+    process and place; a few directory scans.
+    """
+    mounts = mounts or discover()
+    parents: list[str] = []
+    for ctrl in dict.fromkeys(v1 for v1, _ in NEEDS.values()):
+        own = mounts.v1.get(ctrl)
+        if own is not None:
+            base = next(
+                (p for p in [own, *_ancestors(own, "/sys/fs/cgroup/")] if _writable(p)), None
+            )
+            if base is not None:
+                parents.append(base)
+    if mounts.v2 is not None:
+        root = (mounts.v2_mount or mounts.v2).rstrip("/") or "/"
+        candidates = _ancestors(mounts.v2, root) if mounts.v2 != root else [mounts.v2]
+        parents += [p for p in candidates if _writable(p)]
+    pid = os.getpid()
+    for parent in dict.fromkeys(parents):
+        if (pid, parent) not in _SWEPT:
+            _SWEPT.add((pid, parent))
+            _reap_stale(parent)
 
 
 class ExecCgroup:
@@ -311,7 +378,8 @@ def _apply(version: int, dirs: Mapping[str, str], limits: Mapping[str, int]) -> 
 
 
 def _session_name(session_id: str) -> str:
-    return f"{PREFIX}{os.getpid()}-{session_id}"
+    pid = os.getpid()
+    return f"{PREFIX}{pid}.{_start_time(pid) or 0}-{session_id}"
 
 
 def _try_v2(own: str, mount_root: str, needs: set[str], name: str) -> SessionCgroup | str:
@@ -332,7 +400,6 @@ def _try_v2(own: str, mount_root: str, needs: set[str], name: str) -> SessionCgr
             controllers = set((_read(os.path.join(parent, "cgroup.subtree_control")) or "").split())
         if not needs <= controllers:
             continue
-        _reap_stale(parent)
         path = os.path.join(parent, name)
         try:
             os.mkdir(path, 0o755)
@@ -364,7 +431,6 @@ def _try_v1(mounts: Mounts, roles: dict[str, str], name: str) -> SessionCgroup |
             if own is None:
                 return f"cgroup v1: the {ctrl} controller is not mounted"
             return f"cgroup v1: {own} ({ctrl}) is not writable by uid {os.geteuid()}"
-        _reap_stale(base)
         path = os.path.join(base, name)
         try:
             os.mkdir(path, 0o755)
@@ -381,6 +447,7 @@ def open_session(
 ) -> SessionCgroup:
     """Create the session's cgroups for `limits` (keys of `NEEDS`), or raise why not."""
     mounts = mounts or discover()
+    sweep_stale(mounts)
     name = _session_name(session_id)
     reasons: list[str] = []
     if mounts.v2 is not None:

@@ -36,6 +36,36 @@ jail runs as uid 0 (without capabilities, but owner permission bits still apply)
 and group hold no secrets and make `id` and `whoami` work. The entries reach the jail as
 one directory (see `etcview`), or, failing that, one mount each."""
 
+PROC_MASKED = (
+    "bootconfig",
+    "cmdline",
+    "config.gz",
+    "iomem",
+    "ioports",
+    "kallsyms",
+    "kcore",
+    "key-users",
+    "keys",
+    "kpagecgroup",
+    "kpagecount",
+    "kpageflags",
+    "latency_stats",
+    "modules",
+    "pagetypeinfo",
+    "sched_debug",
+    "slabinfo",
+    "timer_list",
+    "timer_stats",
+    "vmallocinfo",
+)
+"""Files of /proc that describe the host's kernel rather than the jail's own processes:
+its boot command line and build configuration, symbol and memory layout, slab and vmalloc
+state (exploit grooming), timers of every process on the host, keyrings. A root caller's
+jail runs as uid 0 (without capabilities), which passes the 0400 on most of them. Each one
+the host has is covered in every jail by a read-only bind of /dev/null, which bwrap mounts
+nodev, so opening it fails with EACCES: the bind costs a few microseconds, less than telling
+which of them this caller could read."""
+
 _USERNS_SYSCTLS = (
     ("/proc/sys/kernel/unprivileged_userns_clone", "0", "kernel.unprivileged_userns_clone=0"),
     ("/proc/sys/user/max_user_namespaces", "0", "user.max_user_namespaces=0"),
@@ -141,22 +171,30 @@ class HostLayout:
     """How the host's root looks, for the argv builder (which must stay a pure function).
 
     `top` maps a top-level name to ``("link", target)`` or ``("dir", "")``; `etc` maps an
-    allowlisted /etc entry to ``("link", target)`` or ``("bind", "")``.
+    allowlisted /etc entry to ``("link", target)`` or ``("bind", "")``; `proc` names the
+    files of `PROC_MASKED` this host's /proc has.
     """
 
-    __slots__ = ("etc", "top")
+    __slots__ = ("etc", "proc", "top")
 
     def __init__(
-        self, top: tuple[tuple[str, str, str], ...], etc: tuple[tuple[str, str, str], ...]
+        self,
+        top: tuple[tuple[str, str, str], ...],
+        etc: tuple[tuple[str, str, str], ...],
+        proc: tuple[str, ...] = (),
     ) -> None:
         self.top = top
         self.etc = etc
+        self.proc = proc
+
+    def _key(self) -> tuple[object, ...]:
+        return (self.top, self.etc, self.proc)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, HostLayout) and (self.top, self.etc) == (other.top, other.etc)
+        return isinstance(other, HostLayout) and self._key() == other._key()
 
     def __hash__(self) -> int:
-        return hash((self.top, self.etc))
+        return hash(self._key())
 
 
 def _entry(path: str, name: str) -> tuple[str, str, str] | None:
@@ -178,7 +216,9 @@ def host_layout() -> HostLayout:
         # link; its target is visible only when it is allowlisted itself.
         top = [e for n in TOP_LEVEL if (e := _entry(f"/{n}", n))]
         etc = [e for n in ETC_ALLOWLIST if (e := _entry(f"/etc/{n}", n))]
-        _LAYOUT.append(HostLayout(tuple(top), tuple(etc)))
+        # A new procfs of the same kernel has the same global files as the host's.
+        proc = tuple(n for n in PROC_MASKED if os.path.lexists(f"/proc/{n}"))
+        _LAYOUT.append(HostLayout(tuple(top), tuple(etc), proc))
     return _LAYOUT[0]
 
 

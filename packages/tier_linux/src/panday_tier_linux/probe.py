@@ -62,6 +62,28 @@ def available(bwrap: host.Bwrap | None = None) -> bool:
     return unavailable_reason(bwrap) is None
 
 
+def _host_bounds(cgroup_reasons: dict[str, str]) -> str:
+    """How a command is bounded when the policy sets no pid or memory ceiling (hostguard)."""
+    import os  # noqa: PLC0415 - loaded at interpreter start anyway
+
+    from panday_tier_linux import hostguard  # noqa: PLC0415 - reports only
+
+    bounds = hostguard.ceilings()
+    pids, gib = bounds["pids"], bounds["mem_bytes"] / (1 << 30)
+    parts = [
+        f"{pids} tasks (cgroup)"
+        if "limits.pids" not in cgroup_reasons
+        else "no pid bound (root ignores RLIMIT_NPROC)"
+        if os.geteuid() == 0
+        else f"this uid's tasks up to the host's count at the start + {pids} "
+        "(RLIMIT_NPROC, partial)",
+        f"{gib:.1f} GiB of memory (cgroup)"
+        if "limits.mem_bytes" not in cgroup_reasons
+        else f"{gib:.1f} GiB of address space per process (RLIMIT_AS, partial)",
+    ]
+    return "; ".join(parts) + " when the policy sets none"
+
+
 def host_report() -> dict[str, str]:
     """What `panday doctor` shows for T2 Linux: which bwrap and version, user namespaces,
     libseccomp, the cgroup ceilings this caller can hold, and whether a jail runs."""
@@ -81,6 +103,7 @@ def host_report() -> dict[str, str]:
     }
     for field in ("limits.mem_bytes", "limits.pids", "limits.cpu_ms"):
         report[field] = f"refused: {cgroups[field]}" if field in cgroups else "enforced (cgroup)"
+    report["host bounds"] = _host_bounds(cgroups)
     bridge = probe_bridge()
     report["net.allow"] = (
         f"refused: {bridge}" if bridge else "enforced (egress proxy; relay run by /usr/bin/python3)"

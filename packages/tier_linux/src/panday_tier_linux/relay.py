@@ -1,6 +1,6 @@
 """The jail's end of the egress bridge. It runs *inside* the jail, before the command.
 
-    python3 -I -S -B relay.py HTTP_PORT SOCKS_PORT SOCKET -- COMMAND [ARG...]
+    python3 -I -S -B relay.py HTTP_PORT SOCKS_PORT SOCKET [REPORT_FD] -- COMMAND [ARG...]
 
 The jail keeps ``--unshare-net``: its network namespace holds only its own loopback. This
 program, run by the host's ``/usr/bin/python3`` (standard library only, Python 3.8 or
@@ -22,11 +22,13 @@ proxy checks every request as it checks any client's. When the proxy cannot be r
 carrying ``X-Panday-Refused`` or a SOCKS5 "no acceptable method", and closes: the command
 loses the network and learns why, and there is no other route to fall back to.
 
-Setup failures print one ``panday-relay:`` line on stderr and exit 125 (the session turns
-that into an error). A command that cannot be executed is reported exactly as bwrap
-reports it without a relay, ``bwrap: execvp PROGRAM: REASON`` (exit 125 here), so the
-session raises the same error either way and callers tell "no such program" apart from a
-broken sandbox the same way.
+Setup failures print one ``panday-relay:`` line on stderr and exit 125; a command that
+cannot be executed prints ``bwrap: execvp PROGRAM: REASON``, as bwrap does without a relay
+(exit 125 here). Those lines are for a person: the session never reads them, because a
+command can print the same words and exit 125 itself. It reads ``REPORT_FD`` instead, a
+pipe only this program holds (close-on-exec, so the command never has it, and closed in the
+loop at once): ``E<errno>`` when the exec failed, ``S<message>`` when setup did, nothing
+when the command was exec'd.
 
 Every command of such a session pays this program's start-up, so it imports only C modules
 (``_socket``, ``_signal``, ``select``): the ``socket`` module alone (enum, selectors,
@@ -51,7 +53,20 @@ REFUSERS = 64
 REFUSE_TIMEOUT_S = 2.0
 
 
+_REPORT = [-1]
+"""The session's report descriptor (`REPORT_FD`), -1 when run without one."""
+
+
+def _report(data: bytes) -> None:
+    if _REPORT[0] >= 0:
+        try:  # noqa: SIM105 - contextlib would cost the relay's start-up (C modules only)
+            os.write(_REPORT[0], data)
+        except OSError:
+            pass
+
+
 def _fail(message: str) -> None:
+    _report(b"S" + message.encode(errors="replace") + b"\n")
     os.write(2, f"panday-relay: {message}\n".encode(errors="replace"))
     os._exit(SETUP_FAILED)
 
@@ -216,9 +231,23 @@ def _wait_ready(fd: int) -> bool:
     return bool(readable) and os.read(fd, 1) == READY
 
 
+def _take_report_fd(argv: list[str]) -> list[str]:
+    """`argv` without REPORT_FD, which is kept (close-on-exec) in `_REPORT`."""
+    if len(argv) > 4 and argv[3] != "--" and argv[3].isdigit():  # noqa: PLR2004 - the slot
+        fd = int(argv[3])
+        try:
+            os.set_inheritable(fd, False)  # noqa: FBT003 - the command must never hold it
+        except OSError:
+            return argv[:3] + argv[4:]
+        _REPORT[0] = fd
+        return argv[:3] + argv[4:]
+    return argv
+
+
 def main(argv: list[str]) -> None:
+    argv = _take_report_fd(argv)
     if len(argv) < 5 or argv[3] != "--":  # noqa: PLR2004 - HTTP SOCKS SOCKET -- COMMAND
-        _fail("usage: relay.py HTTP_PORT SOCKS_PORT SOCKET -- COMMAND [ARG...]")
+        _fail("usage: relay.py HTTP_PORT SOCKS_PORT SOCKET [REPORT_FD] -- COMMAND [ARG...]")
     try:
         ports = [int(argv[0]), int(argv[1])]
         listeners = [_listen(port) for port in ports]
@@ -230,6 +259,9 @@ def main(argv: list[str]) -> None:
     child = os.fork()
     if child == 0:
         os.close(read_fd)
+        if _REPORT[0] >= 0:  # the loop outlives the exec: it must not hold the report pipe
+            os.close(_REPORT[0])
+            _REPORT[0] = -1
         _detach(listeners, path, write_fd)
     os.close(write_fd)
     os.waitpid(child, 0)
@@ -243,9 +275,13 @@ def main(argv: list[str]) -> None:
     try:
         os.execvp(command[0], command)  # noqa: S606 - the user's command, as bwrap would run it
     except OSError as exc:
+        _report(b"E" + str(exc.errno or 0).encode() + b"\n")
         os.write(2, f"bwrap: execvp {command[0]}: {exc.strerror}\n".encode(errors="replace"))
         os._exit(SETUP_FAILED)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except Exception as exc:  # noqa: BLE001 - a bug here must read as setup, not the command
+        _fail(f"{type(exc).__name__}: {exc}")

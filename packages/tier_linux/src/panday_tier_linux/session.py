@@ -27,21 +27,19 @@ from typing import TYPE_CHECKING, Self, TypedDict
 import msgspec
 
 from panday_core.capabilities import Refusal, check_policy, no_egress_proxy
-from panday_core.errors import Internal, PolicyViolation, TierUnavailable
+from panday_core.errors import Internal, PolicyViolation, TierUnavailable, WorkspaceUnusable
 from panday_core.execution import ChildProcess, astream, collect, spawn, stream
 from panday_core.protect import is_env_hook
-from panday_core.types import ExecExit, ExecSpec, OutputChunk, SandboxTier
+from panday_core.types import ExecSpec, SandboxTier
 from panday_tier_linux import host
 from panday_tier_linux.argv import JailSpec, build_options, jail_command
 from panday_tier_linux.capabilities import DISK_NEEDS_RO, host_capabilities
 from panday_tier_linux.supervisor import (
-    STDERR_TAIL,
     JailSupervisor,
+    StartCheck,
     Status,
     await_tmpfs,
     bwrap_error,
-    raise_relay_failure,
-    raise_setup_failure,
 )
 
 if TYPE_CHECKING:
@@ -106,24 +104,22 @@ class _Command:
         proc: ChildProcess,
         sup: JailSupervisor,
         options: _StreamOptions,
+        *,
+        program: str,
         command_id: str | None = None,
     ) -> None:
         self.session = session
         self.proc = proc
         self.sup = sup
         self.options = options
+        self.start = StartCheck(program, sup, relay=session.bridge is not None)
+        """Whether the command ever ran, from status only panday's side writes."""
         self.command_id = command_id
-        self.tail = bytearray()
 
-    def seen(self, event: ExecEvent) -> ExecEvent:
-        """Pass `event` on, keeping the end of stderr for a failed jail's message."""
-        if isinstance(event, OutputChunk) and event.stream == "stderr":
-            self.tail = (self.tail + event.data)[-STDERR_TAIL:]
-        if isinstance(event, ExecExit):
-            raise_setup_failure(event, self.sup, bytes(self.tail))
-            if self.session.bridge is not None:
-                raise_relay_failure(event, bytes(self.tail))
-        return event
+    def seen(self, event: ExecEvent) -> list[ExecEvent]:
+        """The events to pass on for `event`; a command that never ran raises
+        `CommandNotFound` (or `TierUnavailable` for another setup failure) at its exit."""
+        return self.start.feed(event)
 
     def close(self) -> None:
         self.session.forget(self.proc)
@@ -146,6 +142,7 @@ class LinuxSession:
         program: bytes,
         cgroup: SessionCgroup | None,
         bridge: Bridge | None = None,
+        guard: _Guard | None = None,
     ) -> None:
         self.id = session_id
         self.policy = policy
@@ -157,6 +154,8 @@ class LinuxSession:
         self.cgroup = cgroup
         self.bridge = bridge
         """The egress bridge (proxy and relay) when the policy has ``net.allow``."""
+        self.guard = guard or _Guard(_cgroup_limits(policy), {})
+        """The pid and memory bounds: the policy's, else the host's protection (hostguard)."""
         self.closed = False
         self._commands = itertools.count(1)
         self._running: dict[int, tuple[ChildProcess, JailSupervisor]] = {}
@@ -185,14 +184,14 @@ class LinuxSession:
         return joined
 
     def _timeout(self, spec: ExecSpec) -> int | None:
-        values = [v for v in (spec.timeout_ms, self.policy.limits.wall_clock_ms) if v is not None]
+        values = [v for v in (spec.timeout_ms, self.policy.limits.wall_clock_cap) if v is not None]
         return min(values) if values else None
 
     def _exec_cgroup(self) -> ExecCgroup | None:
         if self.cgroup is None:
             return None
         try:
-            return self.cgroup.new_exec(_cgroup_limits(self.policy))
+            return self.cgroup.new_exec(self.guard.held)
         except OSError as exc:
             raise Internal(f"cannot create the command's cgroup: {exc}") from exc
 
@@ -207,6 +206,38 @@ class LinuxSession:
         except ValueError as exc:
             raise ValueError(f"command_id: {exc}") from None
 
+    def _descriptors(
+        self, options: list[str], given: list[int], *, block: bool, relay: bool
+    ) -> tuple[int, int, int]:
+        """Make what bwrap is given, in the order it numbers them (appended to `given`, which
+        the caller closes once bwrap has its copies): its options, the seccomp program,
+        [the block pipe,] the status pipe, [the relay's report pipe]. Returns our ends
+        (block write, status read, report read), -1 where there is none."""
+        ours: list[int] = []
+        try:
+            given.append(
+                _data_fd(b"".join(o.encode("utf-8", "surrogateescape") + b"\0" for o in options))
+            )
+            given.append(_data_fd(self.program))
+            block_w = status_r = report_r = -1
+            if block:
+                block_r, block_w = os.pipe()
+                ours.append(block_w)
+                given.append(block_r)
+            status_r, status_w = os.pipe()
+            ours.append(status_r)
+            given.append(status_w)
+            if relay:
+                report_r, report_w = os.pipe()
+                ours.append(report_r)
+                os.set_blocking(report_r, False)
+                given.append(report_w)
+        except BaseException:
+            for fd in ours:
+                os.close(fd)
+            raise
+        return block_w, status_r, report_r
+
     def launch(self, spec: ExecSpec) -> tuple[ChildProcess, JailSupervisor]:
         """Spawn the jail for `spec` with its ceilings in place (used by `exec`)."""
         if self.closed:
@@ -215,13 +246,16 @@ class LinuxSession:
         proxy_env = self._proxy_env(spec)
         binds = self.roots.command_binds()
         exec_cgroup: ExecCgroup | None = None
-        block = self.cgroup is not None or self.spec.tmp_bytes is not None
-        fds: list[int] = []
-        block_w = status_r = -1
+        block = (
+            self.cgroup is not None or self.spec.tmp_bytes is not None or bool(self.guard.rlimits)
+        )
+        relay = self.spec.relay is not None
+        given: list[int] = []
+        block_w = status_r = report_r = -1
         try:
             exec_cgroup = self._exec_cgroup()
             # Descriptors as the child sees them: 3 options, 4 seccomp, [5 block,] status,
-            # then the binds' directories.
+            # [the relay's report pipe,] then the binds' directories.
             status_child = 6 if block else 5
             options = build_options(
                 self.spec,
@@ -230,30 +264,25 @@ class LinuxSession:
                 block_fd=5 if block else None,
                 status_fd=status_child,
                 env=proxy_env,
-                binds=binds.options(status_child + 1),
+                binds=binds.options(status_child + (2 if relay else 1)),
             )
-            fds.append(
-                _data_fd(b"".join(o.encode("utf-8", "surrogateescape") + b"\0" for o in options))
+            block_w, status_r, report_r = self._descriptors(
+                options, given, block=block, relay=relay
             )
-            fds.append(_data_fd(self.program))
-            if block:
-                block_r, block_w = os.pipe()
-                fds.append(block_r)
-            status_r, status_w = os.pipe()
-            fds.append(status_w)
-            status = Status(status_r)
-            argv = [self.bwrap.path, "--args", "3", "--", *jail_command(self.spec, spec.argv)]
-            proc = spawn(argv, env={}, stdin=spec.stdin is not None, pass_fds=[*fds, *binds.fds])
+            report_child = status_child + 1 if relay else None
+            command = jail_command(self.spec, spec.argv, report_fd=report_child)
+            argv = [self.bwrap.path, "--args", "3", "--", *command]
+            proc = spawn(argv, env={}, stdin=spec.stdin is not None, pass_fds=[*given, *binds.fds])
         except BaseException:
             if exec_cgroup is not None:
                 exec_cgroup.remove()
-            for fd in (block_w, status_r):
+            for fd in (block_w, status_r, report_r):
                 if fd >= 0:
                     os.close(fd)
             binds.close()
             raise
         finally:
-            for fd in fds:
+            for fd in given:
                 os.close(fd)
         binds.spawned()
         limits_policy = self.policy.limits
@@ -261,8 +290,10 @@ class LinuxSession:
             cgroup=exec_cgroup,
             cpu_ms=limits_policy.cpu_ms,
             disk_bytes=limits_policy.disk_bytes,
-            status=status,
+            status=Status(status_r),
             binds=binds,
+            report_fd=report_r if relay else None,
+            defaults=self.guard.defaults,
         )
         if block:
             try:
@@ -288,6 +319,11 @@ class LinuxSession:
             sup.child_pid = pid
             if sup.cgroup is not None:
                 sup.cgroup.attach(pid)
+            if self.guard.rlimits:
+                try:
+                    sup.rlimits = self.guard.rlimits.apply(pid)
+                except OSError as exc:  # fail closed: the jail does not run unbounded
+                    raise Internal(f"cannot bound the jail's processes: {exc}") from exc
             if self.spec.tmp_bytes is not None:
                 sup.tmp_fd = await_tmpfs(pid, self.spec.tmp_bytes)
             os.write(block_w, b"x")
@@ -301,17 +337,17 @@ class LinuxSession:
         self._running[proc.pid] = (proc, sup)
         options = _StreamOptions(
             stdin_data=spec.stdin,
-            output_cap=self.policy.limits.output_bytes,
+            output_cap=self.policy.limits.output_cap,
             timeout_ms=self._timeout(spec),
         )
-        return _Command(self, proc, sup, options, spec.command_id)
+        return _Command(self, proc, sup, options, program=spec.argv[0], command_id=spec.command_id)
 
     def exec(self, spec: ExecSpec) -> Generator[ExecEvent, None, None]:
         """Run one command: output chunks as read, then one `ExecExit` (blocking)."""
         command = self._start(spec)
         try:
             for event in stream(command.proc, command.sup, **command.options):
-                yield command.seen(event)
+                yield from command.seen(event)
         finally:
             command.close()
 
@@ -320,7 +356,8 @@ class LinuxSession:
         command = self._start(spec)
         try:
             async for event in astream(command.proc, command.sup, **command.options):
-                yield command.seen(event)
+                for passed in command.seen(event):
+                    yield passed
         finally:
             command.close()
 
@@ -443,16 +480,12 @@ def open_session(
         raise TierUnavailable(str(TIER), f"T2 Linux needs Linux; this host is {os.uname().sysname}")
     sid = _sanitize_id(session_id)
     refusals, roots = _policy_refusals(policy)
-    cgroup_limits = _cgroup_limits(policy)
+    explicit = _cgroup_limits(policy)
     session_cgroup: SessionCgroup | None = None
+    held: dict[str, int] = {}
     cgroup_reasons: dict[str, str] = {}
-    if cgroup_limits and not refusals:
-        from panday_tier_linux import cgroups  # noqa: PLC0415 - only sessions with ceilings
-
-        try:
-            session_cgroup = cgroups.open_session(cgroup_limits, sid)
-        except cgroups.CgroupUnavailable as exc:
-            cgroup_reasons = {f"limits.{k}": exc.reason for k in cgroup_limits}
+    if not refusals:
+        session_cgroup, held, cgroup_reasons = _open_cgroups(explicit, sid)
     caps = host_capabilities(cgroup_reasons, bridge_reason=_bridge_reason(policy))
     refusals += check_policy(policy, caps)
     if refusals or roots is None:
@@ -461,6 +494,14 @@ def open_session(
         if roots is not None:
             roots.close()
         raise PolicyViolation(str(TIER), refusals)
+    from panday_tier_linux.binds import entry_problem  # noqa: PLC0415 - loaded with Roots
+
+    problem = entry_problem(roots.workspace)
+    if problem is not None:  # a fault of the path: bwrap would fail to mount or enter it
+        if session_cgroup is not None:
+            session_cgroup.remove()
+        roots.close()
+        raise WorkspaceUnusable("fs.workspace", roots.workspace.path, problem)
     try:
         return _finish_open(
             policy,
@@ -469,12 +510,55 @@ def open_session(
             bwrap=bwrap,
             session_cgroup=session_cgroup,
             egress=egress,
+            guard=_Guard(explicit, held),
         )
     except BaseException:
         if session_cgroup is not None:
             session_cgroup.remove()
         roots.close()
         raise
+
+
+def _open_cgroups(
+    explicit: dict[str, int], sid: str
+) -> tuple[SessionCgroup | None, dict[str, int], dict[str, str]]:
+    """The session's cgroups: the policy's ceilings (`explicit`), plus the host-protection
+    ceilings (`hostguard`) for the pid and memory ceilings it leaves out, as many of those
+    as a cgroup here can hold. Returns the cgroup (None without one), the ceilings it holds,
+    and, when the policy's own ceilings cannot be held, field -> why (a refusal)."""
+    from panday_tier_linux import cgroups, hostguard  # noqa: PLC0415 - loaded when a session opens
+
+    defaults = {k: v for k, v in hostguard.ceilings().items() if k not in explicit}
+    attempts = [{**explicit, **defaults}]
+    if "mem_bytes" in defaults:  # a pid bound is worth having without the memory one
+        attempts.append({**explicit, **{k: v for k, v in defaults.items() if k != "mem_bytes"}})
+    if defaults and explicit:
+        attempts.append(dict(explicit))
+    mounts = cgroups.discover()
+    reason = ""
+    for wanted in attempts:
+        if not wanted:
+            continue
+        try:
+            return cgroups.open_session(wanted, sid, mounts), wanted, {}
+        except cgroups.CgroupUnavailable as exc:
+            reason = exc.reason
+    return None, {}, {f"limits.{k}": reason for k in explicit}
+
+
+class _Guard:
+    """What holds the session's pid and memory bounds: the ceilings its cgroup holds, which
+    of them the policy did not ask for (the host's protection), and the rlimits for what no
+    cgroup holds (`hostguard`)."""
+
+    __slots__ = ("defaults", "held", "rlimits")
+
+    def __init__(self, explicit: dict[str, int], held: dict[str, int]) -> None:
+        from panday_tier_linux import hostguard  # noqa: PLC0415 - loaded when a session opens
+
+        self.held = held
+        self.defaults = frozenset(k for k in held if k not in explicit)
+        self.rlimits = hostguard.plan(set(explicit), set(held))
 
 
 def _bridge_reason(policy: SandboxPolicy) -> str | None:
@@ -505,6 +589,7 @@ def _finish_open(
     bwrap: host.Bwrap | None,
     session_cgroup: SessionCgroup | None,
     egress: ProxySettings | None,
+    guard: _Guard,
 ) -> LinuxSession:
     from panday_tier_linux import etcview, seccomp  # noqa: PLC0415 - keeps the package import light
 
@@ -540,6 +625,7 @@ def _finish_open(
         program=program,
         cgroup=session_cgroup,
         bridge=bridge,
+        guard=guard,
     )
 
 

@@ -10,27 +10,34 @@ hook: it kills the whole pid namespace and turns cgroup counters into typed brea
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import time
 from typing import TYPE_CHECKING
 
-from panday_core.errors import Internal, TierUnavailable
+from panday_core.errors import CommandNotFound, Internal, TierUnavailable, WorkspaceUnusable
 from panday_core.execution import ChildProcess, Supervisor
-from panday_core.types import ExecExit, LimitBreach, LimitKind, SandboxTier
+from panday_core.types import ExecExit, LimitBreach, LimitKind, OutputChunk, SandboxTier
 from panday_tier_linux import host
 from panday_tier_linux.capabilities import CPU_POLL_MS
 
 if TYPE_CHECKING:
+    from panday_core.types import ExecEvent
     from panday_tier_linux.binds import CommandBinds
     from panday_tier_linux.cgroups import ExecCgroup
 
 TIER = SandboxTier.T2_LINUX
 SETUP_TIMEOUT_S = 10.0
 STDERR_TAIL = 4096
-RELAY_SETUP_FAILED = 125
-_RELAY_MARK = b"panday-relay: "
-_EXEC_MARK = b"bwrap: execvp "
+_SETUP_MARKS = (b"bwrap: ", b"panday-relay: ")
+"""How a setup line of bwrap or the relay starts (held back until the start is decided)."""
+_EXEC_MARK = "bwrap: execvp "
+_CHDIR_MARK = "bwrap: Can't chdir to "
+_MISSING = frozenset({os.strerror(errno.ENOENT), os.strerror(errno.ENOTDIR)})
+"""Exec failures a shell reports as 127 (no such program); any other is 126."""
+NOT_FOUND = 127
+NOT_EXECUTABLE = 126
 
 
 class Status:
@@ -87,8 +94,16 @@ class JailSupervisor(Supervisor):
         disk_bytes: int | None,
         status: Status,
         binds: CommandBinds | None = None,
+        report_fd: int | None = None,
+        defaults: frozenset[str] = frozenset(),
     ) -> None:
         self.cgroup = cgroup
+        self.defaults = defaults
+        """Ceilings of `cgroup` the policy did not ask for: the host's protection."""
+        self.rlimits: dict[str, int] = {}
+        """The rlimits set on the jail where no cgroup holds the host's protection."""
+        self.report_fd = report_fd
+        """Our end of the relay's report pipe (sessions with the egress bridge)."""
         self.binds = binds
         """Released when the command has ended (placeholders removed, locks dropped)."""
         self.cpu_ms = cpu_ms
@@ -137,6 +152,11 @@ class JailSupervisor(Supervisor):
             if self.cgroup.oom_kills():
                 limit = self.cgroup.limits.get("mem_bytes")
                 detail = f"the kernel killed it at limits.mem_bytes={limit}"
+                if "mem_bytes" in self.defaults:
+                    detail = (
+                        f"the kernel killed it at the host's protection ceiling of {limit} "
+                        "bytes (the policy sets no limits.mem_bytes)"
+                    )
                 return LimitBreach(kind=LimitKind.MEMORY, detail=detail)
             breach = self._cpu_breach()
             if breach is not None:
@@ -145,14 +165,32 @@ class JailSupervisor(Supervisor):
             if refused:
                 limit = self.cgroup.limits.get("pids")
                 detail = f"{refused} fork(s) refused at limits.pids={limit}"
+                if "pids" in self.defaults:
+                    detail = (
+                        f"{refused} fork(s) refused at the host's protection ceiling of {limit} "
+                        "tasks (the policy sets no limits.pids)"
+                    )
                 return LimitBreach(kind=LimitKind.PIDS, detail=detail)
         if self._disk_full():
             detail = f"the jail's /tmp filled limits.disk_bytes={self.disk_bytes}; writes failed"
             return LimitBreach(kind=LimitKind.DISK, detail=detail)
         return None
 
+    def read_report(self) -> bytes:
+        """What the relay reported (``E<errno>``, ``S<message>``), b"" when it exec'd the
+        command. Read after the exit: the relay writes before it exits or execs."""
+        if self.report_fd is None:
+            return b""
+        try:
+            return os.read(self.report_fd, 4096)
+        except BlockingIOError:
+            return b""
+
     def close(self) -> None:
         self.status.close()
+        if self.report_fd is not None:
+            os.close(self.report_fd)
+            self.report_fd = None
         if self.tmp_fd is not None:
             os.close(self.tmp_fd)
             self.tmp_fd = None
@@ -206,27 +244,107 @@ def _explain(message: str) -> str:
     return first
 
 
-def raise_relay_failure(event: ExecExit, stderr_tail: bytes) -> None:
-    """The egress relay could not set up, or could not exec the command (its one line on
-    stderr, exit 125): the command never ran, and that is not the command's result. An exec
-    failure is raised as bwrap's own is (`_raise_setup_failure`), in bwrap's words."""
-    if event.breach is not None or event.exit_code != RELAY_SETUP_FAILED:
-        return
-    if stderr_tail.startswith(_EXEC_MARK) and stderr_tail.count(b"\n") == 1:
-        raise TierUnavailable(str(TIER), _explain(stderr_tail.decode("utf-8", "replace").strip()))
-    at = stderr_tail.rfind(_RELAY_MARK)
-    if at < 0:
-        return
-    line = stderr_tail[at:].split(b"\n", 1)[0].decode("utf-8", "replace")
-    raise Internal(f"the egress relay inside the jail failed: {line}")
+def _not_found(program: str, why: str) -> CommandNotFound:
+    if why in _MISSING:
+        return CommandNotFound(program, "not found inside the sandbox", exit_code=NOT_FOUND)
+    return CommandNotFound(
+        program, f"cannot be executed inside the sandbox ({why})", exit_code=NOT_EXECUTABLE
+    )
 
 
-def raise_setup_failure(event: ExecExit, sup: JailSupervisor, stderr_tail: bytes) -> None:
-    """bwrap reports the command's exit code on its status descriptor; without it (and
-    without our own kill) the jail never started, and that is not the command's result."""
-    if event.breach is not None or sup.status.value("exit-code") is not None:
-        return
-    if sup.status.value("child-pid") is not None and event.exit_code != 1:
-        return
-    message = stderr_tail.decode("utf-8", "replace").strip() or "bwrap failed without a message"
-    raise TierUnavailable(str(TIER), _explain(message))
+class StartCheck:
+    """Whether the command ever ran, decided by what only panday's side can write.
+
+    * Without the relay, bwrap's ``--json-status-fd`` carries ``exit-code`` exactly when its
+      exec of the command succeeded (bwrap's own setup pipe says so); the command cannot
+      write there. No exit code (and no kill of ours) means it never ran, so nothing but
+      bwrap wrote its stderr: only then is bwrap's line read, to tell a failed exec
+      (`CommandNotFound`, raised here) from another setup failure (`TierUnavailable`).
+    * With the relay, bwrap did exec the relay, so the status says nothing about the
+      command. The relay writes on its report pipe (close-on-exec: the command never holds
+      it) ``E<errno>`` when its exec failed and ``S<message>`` when it could not set up;
+      an empty pipe means the command was exec'd, and its exit, 125 or not, is its own.
+
+    So a command's output never changes how its exit is classified. While the start is
+    undecided, stderr that could still be one setup line (``bwrap: ...``, ``panday-relay:
+    ...``) is held back; anything else releases it in order, and a command that never ran
+    has its setup line dropped rather than passed on as output.
+    """
+
+    __slots__ = ("deciding", "held", "program", "relay", "sup", "tail")
+
+    def __init__(self, program: str, sup: JailSupervisor, *, relay: bool) -> None:
+        self.program = program
+        self.sup = sup
+        self.relay = relay
+        self.deciding = True
+        self.held: list[OutputChunk] = []
+        self.tail = b""
+        """The end of stderr, for the message of a jail that never started."""
+
+    def _could_be_setup_line(self, data: bytes) -> bool:
+        if len(data) > STDERR_TAIL:
+            return False
+        for mark in _SETUP_MARKS:
+            if data.startswith(mark):
+                end = data.find(b"\n")
+                return end < 0 or end == len(data) - 1  # one line so far, nothing after it
+            if mark.startswith(data):
+                return True
+        return False
+
+    def feed(self, event: ExecEvent) -> list[ExecEvent]:
+        """The events to pass on for `event` (raises at the exit of a command that never
+        ran)."""
+        if isinstance(event, ExecExit):
+            self.settle(event)
+            held, self.held = self.held, []
+            return [*held, event]
+        if event.stream == "stderr":
+            self.tail = (self.tail + event.data)[-STDERR_TAIL:]
+        if not self.deciding:
+            return [event]
+        if event.stream == "stderr":
+            so_far = b"".join(c.data for c in self.held) + event.data
+            if self._could_be_setup_line(so_far):
+                self.held.append(event)
+                return []
+        self.deciding = False
+        held, self.held = self.held, []
+        return [*held, event]
+
+    def settle(self, event: ExecExit) -> None:
+        """Raise when the command never ran; return when this exit is the command's."""
+        if event.breach is not None:  # our own kill or a ceiling: reported as the breach
+            return
+        status = self.sup.status
+        status.read_available(wait_s=0)
+        ran = status.value("exit-code") is not None
+        if not ran and (status.value("child-pid") is None or event.exit_code == 1):
+            self._raise_setup_failure()
+        if self.relay:
+            report = self.sup.read_report()
+            if report.startswith(b"E"):
+                code = report[1:].split(b"\n", 1)[0]
+                number = int(code) if code.isdigit() else 0
+                raise _not_found(self.program, os.strerror(number) if number else "exec failed")
+            if report.startswith(b"S"):
+                line = report[1:].split(b"\n", 1)[0].decode("utf-8", "replace")
+                raise Internal(f"the egress relay inside the jail failed: {line}")
+
+    def _raise_setup_failure(self) -> None:
+        # The command never ran: what is on stderr is bwrap's own.
+        text = b"".join(c.data for c in self.held) or self.tail
+        message = text.decode("utf-8", "replace").strip() or "bwrap failed without a message"
+        first = message.splitlines()[0]
+        if first.startswith(_EXEC_MARK) and not self.relay:
+            raise _not_found(self.program, first.rpartition(": ")[2])
+        if first.startswith(_CHDIR_MARK):  # the directory, not the tier, is at fault
+            where, _, why = first.removeprefix(_CHDIR_MARK).rpartition(": ")
+            raise WorkspaceUnusable(
+                "cwd",
+                where,
+                f"cannot be entered inside the sandbox ({why}); the jail runs as the "
+                "caller's uid without capabilities: choose a directory it can enter",
+            )
+        raise TierUnavailable(str(TIER), _explain(message))

@@ -292,3 +292,58 @@ blocked(why)
     )
     esc.control(esc.outside(code) if esc.root else esc.granted(code))
     esc.must_block(esc.inside(code))
+
+
+def _proc_reader(names: tuple[str, ...]) -> str:
+    """ok, naming those of /proc/NAME that read as something; blocked when none does."""
+    return f"""
+seen = []
+for name in {names!r}:
+    try:
+        with open("/proc/" + name, "rb") as fh:
+            if fh.read(64):
+                seen.append(name)
+    except OSError:
+        pass
+if seen:
+    ok(",".join(seen))
+blocked("none readable")
+"""
+
+
+def test_proc_files_that_describe_the_host_kernel_are_hidden(esc: Escape) -> None:
+    """/proc/keys, timer_list, slabinfo, vmallocinfo, config.gz, cmdline and their
+    siblings: whatever of them this uid can read on the host (root: all; another user:
+    cmdline, config.gz, kallsyms, its keys) reads as nothing inside. Controls: each is
+    read outside, and inside a jail with exactly those masks removed."""
+    from panday_tier_linux.host import host_layout  # noqa: PLC0415 - the host's facts
+
+    names = host_layout().proc
+    outside = esc.outside(_proc_reader(names))
+    esc.control(outside)
+    readable = tuple(outside.detail.split(","))
+    if esc.root:  # uid 0 passes their 0400: the ones the issue names must be among them
+        wanted = {"keys", "timer_list", "slabinfo", "vmallocinfo", "cmdline"}
+        if not wanted <= set(readable):
+            pytest.fail(f"inconclusive: control failed: root read only {readable}")
+
+    def unmasked(args: list[str]) -> list[str]:
+        out: list[str] = []
+        i = 0
+        while i < len(args):
+            if args[i : i + 2] == ["--ro-bind", "/dev/null"] and args[i + 2].startswith("/proc/"):
+                i += 3
+                continue
+            out.append(args[i])
+            i += 1
+        return out
+
+    granted = esc.edited_run(
+        esc.py(_proc_reader(readable)),
+        edit=unmasked,
+        seccomp=True,
+        where="inside a jail without its /proc masks",
+    )
+    esc.control(granted)
+    assert set(granted.detail.split(",")) == set(readable), granted
+    esc.must_block(esc.inside(_proc_reader(readable)))

@@ -11,13 +11,17 @@ PANDAY_ESCAPE_REQUIRE_CGROUPS=1 (the CI's root run) turns such a refusal into a 
 from __future__ import annotations
 
 import os
+import subprocess
+import threading
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, Unpack
 
 import pytest
 
 from panday_core.errors import PolicyViolation
 from panday_core.types import LimitKind
-from panday_tier_linux import cgroups
+from panday_tier_linux import cgroups, hostguard
 from panday_tier_linux.session import open_session
 
 
@@ -29,6 +33,8 @@ class Ceilings(TypedDict, total=False):
 
 if TYPE_CHECKING:
     from conftest import Escape  # the suite's fixture type (tests get it as `esc`)
+
+    from panday_core.types import ExecResult
 
 
 def _cgroups_writable(field: str) -> str | None:
@@ -147,7 +153,7 @@ def test_a_disk_ceiling_with_a_writable_workspace_is_refused(esc: Escape) -> Non
 
 def test_an_output_flood_is_cut_at_the_output_ceiling(esc: Escape) -> None:
     flood = ["/bin/sh", "-c", "head -c 50000000 /dev/zero; echo done >&2"]
-    control = esc.run(flood)
+    control = esc.run(flood, output_bytes=64 << 20)  # a ceiling above the flood keeps it all
     if len(control.stdout) != 50_000_000:
         pytest.fail(f"inconclusive: control failed: {len(control.stdout)} bytes")
     result = esc.run(flood, output_bytes=4096)
@@ -155,4 +161,150 @@ def test_an_output_flood_is_cut_at_the_output_ceiling(esc: Escape) -> None:
     assert result.truncated_stdout
     assert result.breach is not None
     assert result.breach.kind is LimitKind.OUTPUT
+    # A policy that says nothing about it is bounded too: the model's default, 16 MiB.
+    default = esc.run(flood)
+    assert (16 << 20) <= len(default.stdout) < (16 << 20) + 200
+    assert default.breach is not None
+    assert default.breach.kind is LimitKind.OUTPUT
+    esc.held()
+
+
+# ---------------------------------------------------------------------- the host's own bounds
+#
+# Under a policy that sets no limits.pids or limits.mem_bytes (the default policy), a bomb
+# must still leave the host usable: the tier adds its own bounds (hostguard.py), cgroup
+# ceilings where this caller can write a cgroup (root here), else rlimits on the jail
+# (RLIMIT_NPROC, RLIMIT_AS: an unprivileged user here). Each probe watches the host while
+# the bomb runs: it must still fork and allocate, and the bomb must stay within the bound.
+
+
+def _tasks_of(marker: bytes) -> int:
+    """Processes on the host whose command line is exactly `marker` (NUL-separated)."""
+    count = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            count += (entry / "cmdline").read_bytes() == marker
+        except OSError:
+            continue
+    return count
+
+
+class _Watch:
+    """Runs `argv` in a default-policy session on a thread; samples the host meanwhile."""
+
+    def __init__(self, esc: Escape, argv: list[str], *, seconds: float) -> None:
+        self.result: ExecResult | None = None
+        self.error: BaseException | None = None
+        self.samples: list[tuple[bool, bool, int]] = []
+        self.session = esc.open()
+
+        def work() -> None:
+            try:
+                self.result = self.session.run(argv, timeout_ms=int(seconds * 1000))
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                self.error = exc
+
+        self.thread = threading.Thread(target=work, daemon=True)
+
+    def sample(self, marker: bytes) -> tuple[bool, bool, int]:
+        forked = subprocess.run(["/bin/true"], check=False, timeout=30).returncode == 0
+        try:
+            block = bytearray(64 << 20)  # the host still allocates (touched: zero-filled)
+            allocated = len(block) == 64 << 20
+            del block
+        except MemoryError:
+            allocated = False
+        return forked, allocated, _tasks_of(marker)
+
+    def run(self, marker: bytes, *, every_s: float = 0.5) -> None:
+        self.thread.start()
+        try:
+            while self.thread.is_alive():
+                self.samples.append(self.sample(marker))
+                self.thread.join(every_s)
+        finally:
+            self.thread.join(180)
+            self.session.close()
+        if self.error is not None:
+            raise self.error
+
+
+SLEEPER = b"sleep\x0030\x00"
+
+
+def test_a_fork_bomb_under_the_default_policy_leaves_the_host_usable(esc: Escape) -> None:
+    bound = hostguard.ceilings()["pids"]
+    # Control: this user can run more processes than the bound on this host, outside.
+    outside = [subprocess.Popen(["sleep", "60"]) for _ in range(bound + 100)]
+    try:
+        if sum(p.poll() is None for p in outside) < bound + 100:
+            pytest.fail("inconclusive: control failed: the host refused the processes")
+    finally:
+        for p in outside:
+            p.kill()
+        for p in outside:
+            p.wait()
+    control = esc.run(["/bin/sh", "-c", "for i in $(seq 200); do sleep 30 & done; echo made"])
+    if b"made" not in control.stdout:
+        pytest.fail(f"inconclusive: control failed inside: {control}")
+    before = hostguard.running_tasks()
+    bomb = ["/bin/sh", "-c", "while :; do sleep 30 & done 2>/dev/null"]
+    watch = _Watch(esc, bomb, seconds=8)
+    watch.run(SLEEPER)
+    assert watch.samples, "the bomb ended before the host could be sampled"
+    assert all(forked and allocated for forked, allocated, _ in watch.samples), watch.samples
+    most = max(count for _, _, count in watch.samples)
+    assert most <= bound + before, (most, bound, before)  # cgroup: bound; RLIMIT_NPROC: + tasks
+    assert most >= bound // 2, f"the bomb never neared its bound ({most} of {bound})"
+    result = watch.result
+    assert result is not None
+    # Ended by the wall clock or the pid ceiling (cgroup), or by the refused fork itself
+    # (RLIMIT_NPROC: the shell gives up with an error); never by completing.
+    assert result.breach is not None or result.exit_code not in {0, None}, result
+    deadline = time.monotonic() + 15
+    while _tasks_of(SLEEPER) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _tasks_of(SLEEPER) == 0, "the bomb's processes outlived it"
+    esc.held()
+
+
+MEMORY_STEPS = """
+import sys
+chunks = []
+target = int(sys.argv[1])
+try:
+    while sum(map(len, chunks)) < target:
+        chunks.append(bytearray(128 << 20))  # zero-filled, so every page is touched
+        print("held", sum(map(len, chunks)), flush=True)
+except MemoryError:
+    print("refused", flush=True)
+    sys.exit(3)
+print("allocated", flush=True)
+"""
+
+
+def test_a_memory_bomb_under_the_default_policy_leaves_the_host_usable(esc: Escape) -> None:
+    bound = hostguard.ceilings()["mem_bytes"]
+    program = ["/usr/bin/python3", "-c", MEMORY_STEPS]
+    # Control: the same program allocates (and touches) a gigabyte under the default policy.
+    control = esc.run([*program, str(1 << 30)])
+    if b"allocated" not in control.stdout:
+        pytest.fail(f"inconclusive: control failed: {control}")
+    watch = _Watch(esc, [*program, str(1 << 50)], seconds=120)  # a petabyte: a bomb
+    watch.run(b"")
+    assert all(forked and allocated for forked, allocated, _ in watch.samples), watch.samples
+    result = watch.result
+    assert result is not None
+    held = [int(line.split()[1]) for line in result.stdout.split(b"\n") if line.startswith(b"held")]
+    assert b"allocated" not in result.stdout, "the bomb got its petabyte"
+    most = max(held, default=0)
+    assert most <= bound, (most, bound)
+    assert most >= bound * 0.7, f"the bomb never neared its bound ({most} of {bound})"
+    if result.breach is not None:  # a cgroup held it: the kernel killed the tree
+        assert result.breach.kind is LimitKind.MEMORY, result
+        assert "the policy sets no limits.mem_bytes" in result.breach.detail
+    else:  # RLIMIT_AS held it: the allocation failed inside
+        assert b"refused" in result.stdout, result
     esc.held()

@@ -389,8 +389,8 @@ class T2MacosSandbox:
                 proc,
                 Supervisor(),
                 stdin_data=spec.stdin,
-                output_cap=limits.output_bytes,
-                timeout_ms=stricter_limit(spec.timeout_ms, limits.wall_clock_ms),
+                output_cap=limits.output_cap,
+                timeout_ms=stricter_limit(spec.timeout_ms, limits.wall_clock_cap),
             ):
                 yield event
         finally:

@@ -240,11 +240,61 @@ GUARANTEES = (
     ),
     Guarantee(
         name="Output is bounded in the caller's memory",
-        mechanism="chunks are streamed as read; beyond limits.output_bytes they are discarded "
-        "with a marker",
+        mechanism="chunks are streamed as read; beyond limits.output_bytes (16 MiB per stream "
+        "unless the policy sets another value, or writes 'unbounded') they are read and "
+        "discarded with a marker",
+        support=Support.STRICT,
+        note="a policy that writes limits.output_bytes = 'unbounded' removes the bound "
+        "(panday policy check names it)",
+    ),
+    Guarantee(
+        name="Kernel state in /proc is hidden, also from a root caller's jail",
+        mechanism="/proc/keys, kallsyms, timer_list, slabinfo, vmallocinfo, config.gz, cmdline "
+        "and their siblings that describe the host's kernel (each one the host has) are "
+        "covered by a read-only, nodev bind of /dev/null: opening one fails with EACCES",
         support=Support.STRICT,
     ),
 )
+
+HOST_GUARD = "A fork bomb or a memory bomb leaves the host usable"
+"""The name of the guarantee row for the tier's own pid and memory bounds."""
+
+_GUARD_CGROUP = (
+    "when the policy sets no limits.pids or limits.mem_bytes the tier adds its own cgroup "
+    "ceilings: pids.max of 4096 tasks (a quarter of kernel.pid_max when that is smaller) "
+    "and memory of half the host's RAM, swap included; a policy's own ceilings replace them"
+)
+_GUARD_RLIMITS = (
+    "without a writable cgroup, rlimits set on the jail before the command runs: "
+    "RLIMIT_NPROC of the tasks the host runs at that moment plus 4096, and RLIMIT_AS of half "
+    "the host's RAM per process"
+)
+
+
+def host_guard(cgroup_reasons: Mapping[str, str], *, root: bool) -> Guarantee:
+    """The host-protection row as it holds where `cgroup_reasons` (field -> why no cgroup can
+    hold that ceiling) says what is missing; `root`: the caller is root (RLIMIT_NPROC does
+    not bind root)."""
+    pids = "limits.pids" not in cgroup_reasons
+    memory = "limits.mem_bytes" not in cgroup_reasons
+    if pids and memory:
+        return Guarantee(name=HOST_GUARD, mechanism=_GUARD_CGROUP, support=Support.STRICT)
+    gaps: list[str] = []
+    if not memory:
+        gaps.append("memory is bounded per process (RLIMIT_AS), not in total")
+    if not pids and root:
+        gaps.append("no pid bound: root's processes ignore RLIMIT_NPROC")
+    elif not pids:
+        gaps.append(
+            "the pid bound counts every process of the caller's uid machine-wide (RLIMIT_NPROC)"
+        )
+    reason = cgroup_reasons.get("limits.pids") or cgroup_reasons.get("limits.mem_bytes", "")
+    return Guarantee(
+        name=HOST_GUARD,
+        mechanism=f"{_GUARD_CGROUP} where a cgroup can hold them; {_GUARD_RLIMITS}",
+        support=Support.PARTIAL,
+        note=f"{'; '.join(gaps)} (no writable cgroup for it here: {reason})",
+    )
 
 
 def _fields(
@@ -342,17 +392,22 @@ def _fields(
 def declared_capabilities() -> TierCapabilities:
     """The tier's table on a host with everything it can use (host-independent)."""
     return TierCapabilities(
-        tier=SandboxTier.T2_LINUX, fields=_fields({}, None), guarantees=GUARANTEES
+        tier=SandboxTier.T2_LINUX,
+        fields=_fields({}, None),
+        guarantees=(*GUARANTEES, host_guard({}, root=False)),
     )
 
 
-def capabilities(cgroup_reasons: Mapping[str, str], bridge_reason: str | None) -> TierCapabilities:
+def capabilities(
+    cgroup_reasons: Mapping[str, str], bridge_reason: str | None, *, root: bool = False
+) -> TierCapabilities:
     """The table on a host that lacks what `cgroup_reasons` (field -> why no cgroup can hold
-    that ceiling) and `bridge_reason` (why the egress bridge cannot run; None: it can) say."""
+    that ceiling) and `bridge_reason` (why the egress bridge cannot run; None: it can) say;
+    `root`: the caller is root (see `host_guard`)."""
     return TierCapabilities(
         tier=SandboxTier.T2_LINUX,
         fields=_fields(cgroup_reasons, bridge_reason),
-        guarantees=GUARANTEES,
+        guarantees=(*GUARANTEES, host_guard(cgroup_reasons, root=root)),
     )
 
 

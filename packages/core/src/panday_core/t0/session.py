@@ -44,8 +44,9 @@ if TYPE_CHECKING:
 
 KIB: Final = 1024
 MIB: Final = 1024 * KIB
-DEFAULT_OUTPUT_BYTES: Final = 1 * MIB
-"""What one tool call may return when the policy sets no `limits.output_bytes`."""
+UNBOUNDED_OUTPUT_BYTES: Final = 1024 * MIB
+"""What one tool call may return when `limits.output_bytes` is ``"unbounded"``: a tool's
+result is held in memory whole, so T0 still stops at the model's largest ceiling."""
 MAX_ENTRIES: Final = 10_000
 """Hard ceiling on entries a list/glob call returns, whatever the caller asks."""
 MAX_MATCHES: Final = 10_000
@@ -210,7 +211,7 @@ class T0Session:
         if writable:
             self.resolver.protected = _protected(self.resolver, policy)
         limits = policy.limits
-        self.output_cap: int = limits.output_bytes or DEFAULT_OUTPUT_BYTES
+        self.output_cap: int = limits.output_cap or UNBOUNDED_OUTPUT_BYTES
         self.disk_budget: int | None = limits.disk_bytes
         self.bytes_written = 0
 

@@ -1,0 +1,66 @@
+"""Terminal control sequences in a command's output, made visible and inert.
+
+A command's output is the command's: when `panday run` streams it to a terminal, an escape
+sequence in it is an instruction to the caller's terminal, not text. OSC 52 writes the
+clipboard, OSC 0/2 rewrite the window title, ``ESC [ 6 n`` makes the terminal *type* a
+reply into the caller's shell, DCS and APC strings reach terminal extensions, and cursor
+movement can overwrite what was printed before. `Filter` passes text, tabs, newlines and
+carriage returns, and SGR (colour and style: ``ESC [ 1 ; 31 m``) unchanged, and writes
+every other control character in caret notation (ESC as ``^[``, BEL as ``^G``, DEL as
+``^?``, a UTF-8 C1 control such as CSI U+009B as ``^[[``), so nothing is hidden and
+nothing acts. State carries across chunks, so a sequence split between two reads is
+treated as one.
+
+`panday run` filters each of its streams that is a terminal, unless ``--no-sanitize`` is
+given; ``--sanitize`` filters a stream that is not one too (docs/cli.md).
+"""
+
+from __future__ import annotations
+
+import re
+
+_SGR_PARAMS = 32
+"""Longest SGR parameter list kept (``38;2;255;255;255`` is 16): a longer one is treated
+as an unknown sequence, so the carry between chunks stays small."""
+
+_UNSAFE = re.compile(
+    rb"\x1b\[[0-9;:]{0,%d}m|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\xc2[\x80-\x9f]" % _SGR_PARAMS
+)
+"""A kept SGR sequence, or a control character to write in caret notation."""
+_PARTIAL = re.compile(rb"(?:\x1b(?:\[[0-9;:]{0,%d})?|\xc2)\Z" % _SGR_PARAMS)
+"""The start of something `_UNSAFE` might match once the next chunk arrives."""
+
+
+def _caret(match: re.Match[bytes]) -> bytes:
+    seq = match.group()
+    if len(seq) > 2 or (len(seq) == 2 and seq[0] == 0x1B):  # noqa: PLR2004 - SGR, kept
+        return seq
+    if seq[0] == 0xC2:  # noqa: PLR2004 - a C1 control U+0080-U+009F: ESC + (code - 0x40)
+        return b"^[" + bytes([seq[1] - 0x40])
+    if seq[0] == 0x7F:  # noqa: PLR2004 - DEL
+        return b"^?"
+    return b"^" + bytes([seq[0] + 0x40])
+
+
+class Filter:
+    """One stream's filter: `feed` each chunk in order, `flush` at the end."""
+
+    __slots__ = ("carry",)
+
+    def __init__(self) -> None:
+        self.carry = b""
+
+    def feed(self, data: bytes) -> bytes:
+        if self.carry:
+            data = self.carry + data
+            self.carry = b""
+        partial = _PARTIAL.search(data, max(0, len(data) - _SGR_PARAMS - 2))
+        if partial is not None:
+            self.carry = partial.group()
+            data = data[: partial.start()]
+        return _UNSAFE.sub(_caret, data)
+
+    def flush(self) -> bytes:
+        """What is still held (an escape cut off by the end of the output), made inert."""
+        held, self.carry = self.carry, b""
+        return _UNSAFE.sub(_caret, held)
