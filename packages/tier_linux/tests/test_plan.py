@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from panday_core.errors import PolicyViolation, TierUnavailable
+from panday_core.errors import PolicyViolation, SandboxError
 from panday_core.policy import FsPolicy, Limits, SandboxPolicy
-from panday_core.types import ExecExit, LimitBreach, LimitKind
+from panday_core.types import ExecExit, LimitBreach, LimitKind, OutputChunk
 from panday_tier_linux import host, plan, plan_ceilings, planning
 from panday_tier_linux.argv import build_options
 from panday_tier_linux.session import open_session
-from panday_tier_linux.supervisor import JailSupervisor, Status, raise_setup_failure
+from panday_tier_linux.supervisor import JailSupervisor, StartCheck, Status
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -263,9 +263,18 @@ def test_the_planned_options_are_the_sessions(ws: Path) -> None:
     try:
         made = planning.plan_of(session)
         assert made is not None
-        binds = ["--bind-fd", "6", str(ws)]
+        # Every session is bounded (the host's protection), so the jail waits on its block
+        # descriptor (5) to be moved into its cgroup or given its rlimits.
+        assert made.block
+        assert session.cgroup is not None or session.guard.rlimits
+        binds = ["--bind-fd", "7", str(ws)]
         expected = build_options(
-            session.spec, cwd=session.workspace, seccomp_fd=4, status_fd=5, binds=binds
+            session.spec,
+            cwd=session.workspace,
+            seccomp_fd=4,
+            block_fd=5,
+            status_fd=6,
+            binds=binds,
         )
         assert [*made.head, *binds, *made.tail] == expected
         assert made.program == session.program
@@ -382,7 +391,8 @@ def test_a_planned_command_is_held_by_its_cgroup_ceilings(ws: Path) -> None:
     finally:
         session.close()
     assert made is not None
-    assert dict(made.ceilings) == {"pids": 16, "mem_bytes": 64 << 20, "cpu_ms": 300}
+    assert dict(made.explicit) == {"pids": 16, "mem_bytes": 64 << 20, "cpu_ms": 300}
+    assert made.held == tuple(sorted(made.explicit))  # the policy's own: nothing added
     out, _err, ended = captured(made, ["/bin/sh", "-c", "echo fine"])  # control
     assert (out, ended.breach) == (b"fine\n", None)
     bomb = "for i in $(seq 40); do sleep 5 & done; wait"
@@ -422,12 +432,13 @@ class _Counters:
         pass
 
 
+@pytest.mark.parametrize("defaults", [frozenset[str](), frozenset({"pids", "mem_bytes"})])
 @pytest.mark.parametrize(
     ("oom", "refused", "cpu_ns", "cpu_ms"),
     [(0, 0, 10, None), (1, 0, 0, None), (0, 3, 0, None), (0, 0, 400_000_000, 300), (1, 2, 9, 5)],
 )
 def test_ceiling_breaches_are_the_supervisors(
-    oom: int, refused: int, cpu_ns: int | None, cpu_ms: int | None
+    oom: int, refused: int, cpu_ns: int | None, cpu_ms: int | None, defaults: frozenset[str]
 ) -> None:
     counters = _Counters(oom=oom, refused=refused, cpu_ns=cpu_ns)
     sup = JailSupervisor(
@@ -435,9 +446,10 @@ def test_ceiling_breaches_are_the_supervisors(
         cpu_ms=cpu_ms,
         disk_bytes=None,
         status=Status(-1),
+        defaults=defaults,
     )
     theirs = sup.finished(None)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - unused
-    ours = plan_ceilings.ceiling_breach(counters, cpu_ms)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - as above
+    ours = plan_ceilings.ceiling_breach(counters, cpu_ms, defaults)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - as above
     assert ours == (None if theirs is None else (theirs.kind.value, theirs.detail))
 
 
@@ -462,9 +474,11 @@ def test_the_setup_failure_condition_is_the_supervisors(
     event = ExecExit(
         exit_code=exit_code, signal=None if exit_code is not None else 9, wall_ms=1.0, breach=breach
     )
+    check = StartCheck("prog", sup, relay=False)
+    check.feed(OutputChunk(stream="stderr", data=b"bwrap: something\n"))
     try:
-        raise_setup_failure(event, sup, b"bwrap: something")
+        check.settle(event)
         supervisor_says = False
-    except TierUnavailable:
+    except SandboxError:  # CommandNotFound, WorkspaceUnusable, TierUnavailable: it never ran
         supervisor_says = True
     assert plan.setup_failed(status, exit_code=exit_code, breach=breach) is supervisor_says

@@ -27,12 +27,21 @@ How it stays as strict as the full path:
   and staged paths are opened again without following links and refused again (a link, a
   home directory, a system directory, ``sys.path``), and the protected entries are bound
   read-only with placeholders (`panday_tier_linux.binds.Roots`).
+* The jail is bounded exactly as the full path bounds it: the policy's ceilings, the
+  host's own protection where the policy sets no pid or memory ceiling (the same cgroup
+  ceilings, or the same rlimits), the output cap and the wall clock (the model's defaults
+  unless the policy says "unbounded"); a breach is reported in the same words and code.
+* The CLI behaves as the full path's: standard descriptors 0-2 that are closed or unusable
+  are repaired first (`panday.stdio.repair_std_fds`, also for everything handed over),
+  output to a terminal passes the terminal filter unless ``--no-sanitize`` (`--sanitize`
+  filters any stream), and every write is looped (`panday.stdio.write_all`).
 * Whatever this path does not handle returns None *before the command runs*, and the full
   path runs instead and answers in its own words: options beyond the plain ones
   (``--json``, ``--stdin``, ``--allow``, ``--debug`` ...), a policy with a disk ceiling
-  or an allowlist, anything refused or missing, closed standard descriptors,
-  and a jail that bwrap could not set up (the command never ran; the full path runs it
-  again and reports why).
+  or an allowlist, anything refused or missing, bounds that came out otherwise than
+  planned, and a jail that bwrap could not set up (the command never ran: a program
+  missing inside the jail, a directory it cannot enter; the full path runs it again and
+  classifies it, from bwrap's status, as `CommandNotFound`, `WorkspaceUnusable` ...).
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ import os
 import sys
 
 from panday import exitcodes
+from panday.stdio import repair_std_fds, write_all
 from panday_core.startup import suppress
 
 TYPE_CHECKING = False  # typing's flag without importing typing (this module's purpose)
@@ -48,6 +58,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import NoReturn
 
+    from panday.terminal import Filter
     from panday_tier_linux.plan import Ended, Launched, Plan, Stream
 
 KEY_FORMAT = "panday-run-plan 1"
@@ -56,6 +67,8 @@ VALUED = frozenset(
 )
 """The options this path accepts, each written as two words (``--ro PATH``); any other
 option, or the ``--name=value`` form, takes the full path."""
+FLAGS = frozenset({"--sanitize", "--no-sanitize"})
+"""The flags this path accepts: they change how output is written, not the jail."""
 TIERS = frozenset({"auto", "t2-linux"})
 MODEL_LIBRARIES = ("msgspec", "typing_extensions")
 """Libraries that decide whether the model accepts a policy: part of the key."""
@@ -71,6 +84,7 @@ def console() -> NoReturn:
     of the CLI's own modules; whatever it leaves alone reaches `panday.cli.console` before
     anything was opened or spawned.
     """
+    repair_std_fds()  # first: nothing may be opened onto a closed 0, 1 or 2
     code = run_cached(sys.argv[1:])
     if code is None:
         from panday.cli import console as full_cli  # noqa: PLC0415 - everything but a cached run
@@ -89,9 +103,9 @@ def run_cached(argv: list[str]) -> int | None:
     if len(argv) < 2 or argv[0] != "run" or not sys.platform.startswith("linux"):  # noqa: PLR2004 - run and a command
         return None
     split = _split(argv[1:])
-    if split is None or not _standard_fds_usable():
+    if split is None:
         return None
-    options, command = split
+    options, flags, command = split
     try:
         plan = _plan(argv[1:], options, command)
         launched = None if plan is None else _launch(plan, command)
@@ -101,41 +115,32 @@ def run_cached(argv: list[str]) -> int | None:
         return _report(exc)
     if plan is None or launched is None:
         return None
-    return _finish(plan, launched)
+    return _finish(plan, launched, _Output(flags))
 
 
-def _split(words: list[str]) -> tuple[list[str], list[str]] | None:
-    """(option words, command) for the plain form ``[--opt VALUE]... [--] CMD...``, split
-    where `panday.cli_run.parse` splits it (the plan is made only when that parser agrees);
-    None for anything else."""
+def _split(words: list[str]) -> tuple[list[str], set[str], list[str]] | None:
+    """(option words, flags, command) for the plain form ``[--opt VALUE | --flag]... [--]
+    CMD...``, split where `panday.cli_run.parse` splits it (the plan is made only when that
+    parser agrees); None for anything else."""
     options: list[str] = []
+    flags: set[str] = set()
     i = 0
     while i < len(words):
         word = words[i]
         if word == "--":
             command = words[i + 1 :]
-            return (options, command) if command else None
+            return (options, flags, command) if command else None
         if not word.startswith("-") or word == "-":
-            return options, words[i:]
+            return options, flags, words[i:]
+        if word in FLAGS:
+            flags.add(word)
+            i += 1
+            continue
         if word not in VALUED or i + 1 >= len(words):
             return None
         options += [word, words[i + 1]]
         i += 2
     return None
-
-
-def _standard_fds_usable() -> bool:
-    """0 open, 1 and 2 open for writing: otherwise the full path repairs or reports it."""
-    import fcntl  # noqa: PLC0415 - cheap, and only this check needs it
-
-    for fd in (0, 1, 2):
-        try:
-            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-        except OSError:
-            return False
-        if flags & os.O_PATH or (fd and flags & os.O_ACCMODE == os.O_RDONLY):
-            return False
-    return True
 
 
 def _digest(data: bytes) -> str:
@@ -284,11 +289,30 @@ def _plan(args: list[str], options: list[str], command: list[str]) -> Plan | Non
     return make(args, options, command, inputs, again=_inputs)
 
 
-def _write(stream: Stream, data: bytes) -> None:
-    fd = 1 if stream == "stdout" else 2
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+class _Output:
+    """The command's output to ours, as `panday.cli_run._stream` writes it: through the
+    terminal filter where it applies (`panday.terminal`), every write looped."""
+
+    __slots__ = ("filters",)
+
+    def __init__(self, flags: set[str]) -> None:
+        self.filters: dict[int, Filter] = {}
+        for fd in (1, 2):
+            # As `panday.cli_run._sanitizing`: --no-sanitize wins, else --sanitize or a TTY.
+            if "--no-sanitize" not in flags and ("--sanitize" in flags or os.isatty(fd)):
+                from panday.terminal import Filter  # noqa: PLC0415 - only for a terminal (re)
+
+                self.filters[fd] = Filter()
+
+    def write(self, stream: Stream, data: bytes) -> None:
+        fd = 1 if stream == "stdout" else 2
+        found = self.filters.get(fd)
+        write_all(fd, data if found is None else found.feed(data))
+
+    def flush(self) -> None:
+        """What a filter still holds (an escape cut off by the end of the output)."""
+        for fd, found in self.filters.items():
+            write_all(fd, found.flush())
 
 
 def _on_signal(signum: int, frame: object) -> None:
@@ -316,19 +340,21 @@ def _launch(plan: Plan, command: Sequence[str]) -> Launched | None:
     return jail.launch(plan, command, os.environ)
 
 
-def _finish(plan: Plan, launched: Launched) -> int | None:
+def _finish(plan: Plan, launched: Launched, output: _Output) -> int | None:
     """Stream the running command to our output until it ends: its exit code (panday's
-    own for a breach, a signal, a reader that went away). None only when bwrap could not
-    set the jail up, so the command never ran and the full path may run it instead."""
+    own for a breach, a signal, a reader that went away, output it could not write). None
+    only when bwrap could not set the jail up, so the command never ran and the full path
+    may run it instead (and classify why, as it does)."""
     from panday_tier_linux import plan as jail  # noqa: PLC0415 - loaded by `_plan`
 
     try:
-        ended = jail.run(launched, plan, write=_write)
+        ended = jail.run(launched, plan, write=output.write)
     except BaseException as exc:  # noqa: BLE001 - as `panday.cli.main`: one line and a code
         return _report(exc)
     if ended.setup_failed:
         return None
     try:
+        output.flush()
         return _exit_code(ended)
     except BaseException as exc:  # noqa: BLE001 - as above; the command has run
         return _report(exc)
@@ -347,7 +373,7 @@ def _exit_code(ended: Ended) -> int:
         line = f"panday: limit exceeded: {kind}: {detail} (the command: {how})\n"
         # A reader that went away: the exit code still says it.
         with suppress(OSError):
-            _write("stderr", line.encode())
+            write_all(2, line.encode())
         return exitcodes.LIMITS.get(kind, exitcodes.INTERNAL)
     if ended.exit_code is not None:
         return ended.exit_code

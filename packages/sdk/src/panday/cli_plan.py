@@ -31,7 +31,7 @@ def make(
     from panday_tier_linux.session import open_session  # noqa: PLC0415
 
     opts = cli_run.parse(args)
-    if opts.command != command or opts.flags:
+    if opts.command != command or not set(opts.flags) <= {"--sanitize", "--no-sanitize"}:
         return None
     exec_spec(command, stdin=None, cwd=None, timeout=None)
     policy = cli_run.build_policy(opts)

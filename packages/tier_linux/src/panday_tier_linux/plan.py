@@ -20,9 +20,13 @@ directory is beside the seccomp cache under panday's per-user state, which no ja
 write: it is a protected entry of any workspace that holds it, and a writable workspace
 inside it is refused (`panday_core.protect.root_refusal`).
 
-Memory, pid and CPU ceilings are planned: each run makes the command's cgroups afresh
-(`plan_ceilings`). Sessions with a disk ceiling (its /tmp is watched through bwrap's block
-descriptor) or the egress bridge are not planned; they take the full path.
+Memory, pid and CPU ceilings are planned, and so is the host's own protection that every
+session gets where the policy sets no pid or memory ceiling (`hostguard`): each run makes
+the session's and the command's cgroups afresh with the very function a session opens them
+with, or sets the same rlimits, and uses the plan only when that comes out as it did when
+the plan was made (`plan_ceilings`). Sessions with a disk ceiling (its /tmp is watched
+through bwrap's block descriptor) or the egress bridge are not planned; they take the full
+path.
 
 This module is on `panday run`'s start-up path: it imports neither typing nor msgspec, and
 what only a miss needs lives in `planning`.
@@ -50,18 +54,19 @@ from panday_core.process import (
 )
 from panday_core.startup import suppress
 from panday_tier_linux import host
-from panday_tier_linux.binds import CommandBinds, Roots
+from panday_tier_linux.binds import CommandBinds, Roots, entry_problem
 
 TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Literal
 
-    from panday_tier_linux.cgroups import ExecCgroup, SessionCgroup
+    from panday_tier_linux.cgroups import ExecCgroup
+    from panday_tier_linux.plan_ceilings import Guard
 
     Stream = Literal["stdout", "stderr"]
 
-FORMAT = 2
+FORMAT = 3
 """The plan file's layout; part of the key."""
 MAGIC = b"panday-jail-plan 1\n"
 MAX_PLAN_BYTES = 16 << 20
@@ -74,12 +79,14 @@ class Plan:
     __slots__ = (
         "access",
         "allow_home",
+        "block",
         "bwrap",
         "caller_env",
-        "ceilings",
         "cpu_poll_ms",
         "etc_view",
+        "explicit",
         "head",
+        "held",
         "output_bytes",
         "program",
         "protect",
@@ -107,7 +114,9 @@ class Plan:
         etc_view: str | None,
         output_bytes: int | None,
         wall_clock_ms: int | None,
-        ceilings: tuple[tuple[str, int], ...] = (),
+        explicit: tuple[tuple[str, int], ...] = (),
+        held: tuple[tuple[str, int], ...] = (),
+        block: bool = False,
         cpu_poll_ms: int = 10,
     ) -> None:
         self.bwrap = bwrap
@@ -130,15 +139,21 @@ class Plan:
         self.etc_view = etc_view
         self.output_bytes = output_bytes
         self.wall_clock_ms = wall_clock_ms
-        self.ceilings = ceilings
-        """The policy's cgroup ceilings (``mem_bytes``, ``pids``, ``cpu_ms``): each run
-        creates the session's and the command's cgroups for them, and the jail waits on
-        bwrap's block descriptor until it is in them, as a session's command does."""
+        self.explicit = explicit
+        """The policy's own cgroup ceilings (``mem_bytes``, ``pids``, ``cpu_ms``)."""
+        self.held = held
+        """The ceilings the session's cgroup held when the plan was made: `explicit` plus
+        the host's protection (`hostguard.open_cgroups`); empty without a cgroup, when the
+        host's protection is rlimits instead (`hostguard.plan`). Each run opens the cgroups
+        again the same way and runs only if they hold exactly this."""
+        self.block = block
+        """Whether the jail waits on bwrap's block descriptor (5) until it is in its cgroup
+        and has its rlimits: what numbers bwrap's descriptors have in `head` and `tail`."""
         self.cpu_poll_ms = cpu_poll_ms
 
     @property
     def cpu_ms(self) -> int | None:
-        return dict(self.ceilings).get("cpu_ms")
+        return dict(self.explicit).get("cpu_ms")
 
     @classmethod
     def decode(cls, body: bytes) -> Plan | None:
@@ -151,11 +166,11 @@ class Plan:
         if not isinstance(loaded, tuple):
             return None
         v: tuple[object, ...] = loaded  # pyright: ignore[reportUnknownVariableType] - checked below
-        if len(v) != 17 or v[0] != FORMAT:  # noqa: PLR2004 - the format's field count
+        if len(v) != 19 or v[0] != FORMAT:  # noqa: PLR2004 - the format's field count
             return None
         bwrap, head, tail, caller_env, program, workspace, access = v[1:8]
         staged_ro, protect, unprotect, allow_home, etc_view, output_bytes, wall_clock_ms = v[8:15]
-        ceilings, poll = _ceilings(v[15]), _limit(v[16])
+        explicit, held, block, poll = _ceilings(v[15]), _ceilings(v[16]), v[17], _limit(v[18])
         bwrap_p, workspace_p, view = _path(bwrap), _path(workspace), _path(etc_view)
         head_t, tail_t = _strings(head), _strings(tail)
         pairs = _pairs(caller_env)
@@ -182,7 +197,9 @@ class Plan:
             or unprotect_t is None
             or out_cap is False
             or wall is False
-            or ceilings is None
+            or explicit is None
+            or held is None
+            or not isinstance(block, bool)
             or not isinstance(poll, int)
         ):
             return None
@@ -201,7 +218,9 @@ class Plan:
             etc_view=view,
             output_bytes=out_cap,
             wall_clock_ms=wall,
-            ceilings=ceilings,
+            explicit=explicit,
+            held=held,
+            block=block,
             cpu_poll_ms=poll,
         )
 
@@ -272,9 +291,13 @@ def host_facts() -> list[str] | None:
 
     The kernel (its seccomp and namespace behaviour), which bwrap a session would use and
     that exact file, the libseccomp build that compiled the filter, the /etc view for /etc
-    as it is now, the root's layout (merged /usr or not), the user, and for an
-    unprivileged user whether user namespaces are allowed.
+    as it is now, the root's layout (merged /usr or not, the /proc files masked), the user,
+    for an unprivileged user whether user namespaces are allowed, and the host's protection
+    ceilings (they follow its RAM and pid space). Which cgroups a session could make is not
+    a fact of the key: each run makes them the session's way and compares (`plan_ceilings`).
     """
+    from panday_tier_linux import hostguard  # noqa: PLC0415 - light; loaded here only
+
     found = host.find_bwrap()
     if found is None:
         return None
@@ -293,10 +316,11 @@ def host_facts() -> list[str] | None:
         ),
         f"libseccomp {host.library_identity()}",
         f"etc {host.existing_etc_view()}",
-        f"layout {layout.top!r} {layout.etc!r}",
+        f"layout {layout.top!r} {layout.etc!r} {layout.proc!r}",
         f"user {euid} {os.getegid()}",
         f"cache {plan_dir()}",
         f"userns {host.userns_restriction() if euid else 'root'}",
+        f"guard {sorted(hostguard.ceilings().items())!r}",
     ]
 
 
@@ -422,7 +446,7 @@ class Ended:
 
 
 class Launched:
-    """A planned jail that was spawned: its process, its cgroups, and what to release."""
+    """A planned jail that was spawned: its process, its bounds, and what to release."""
 
     def __init__(
         self,
@@ -430,7 +454,7 @@ class Launched:
         status_r: int,
         roots: Roots,
         binds: CommandBinds,
-        cgroups: tuple[SessionCgroup, ExecCgroup] | None = None,
+        guard: Guard | None = None,
     ) -> None:
         self.proc = proc
         self.status_r = status_r
@@ -438,12 +462,12 @@ class Launched:
         """What bwrap has written on its status descriptor so far."""
         self.roots = roots
         self.binds: CommandBinds | None = binds
-        self.cgroups = cgroups
-        """The session's and the command's cgroups, for a plan with ceilings."""
+        self.guard = guard
+        """The session's and the command's cgroups and the rlimits (`plan_ceilings`)."""
 
     @property
     def cgroup(self) -> ExecCgroup | None:
-        return None if self.cgroups is None else self.cgroups[1]
+        return None if self.guard is None else self.guard.command
 
     def kill(self) -> None:
         # As JailSupervisor.kill: bwrap is our unreaped child; its death takes the jail's
@@ -452,8 +476,8 @@ class Launched:
         if self.proc.status is None:
             with suppress(ProcessLookupError):
                 os.kill(self.proc.pid, _signal.SIGKILL)
-        if self.cgroups is not None:
-            self.cgroups[1].kill()
+        if self.guard is not None and self.guard.command is not None:
+            self.guard.command.kill()
 
     def close(self) -> None:
         """Kill and reap (if still running), then release every descriptor, placeholder
@@ -469,13 +493,9 @@ class Launched:
             self.binds.close()
             self.binds = None
         self.roots.close()
-        if self.cgroups is not None:
-            session, command = self.cgroups
-            self.cgroups = None
-            command.remove()
-            if not session.remove():  # as LinuxSession.close: the kernel may lag a moment
-                time.sleep(0.05)
-                session.remove()
+        if self.guard is not None:
+            guard, self.guard = self.guard, None
+            guard.remove()
 
 
 def _data_fd(data: bytes) -> int:
@@ -496,11 +516,12 @@ def _data_fd(data: bytes) -> int:
 
 def launch(plan: Plan, argv: Sequence[str], environ: Mapping[str, str]) -> Launched | None:
     """Open the roots and the protected entries again (every per-command check), bind them,
-    make the cgroups of a plan with ceilings, spawn the jail for `argv` and, with ceilings,
-    move it into its cgroup before it runs anything. None, with nothing left open or
-    running and nothing of the command run, when any check would refuse, a cgroup cannot
-    be made, or a value the plan takes from `environ` is gone: the caller then takes the
-    full path, which refuses (or runs) with its own words.
+    bound the jail as a session would now (its cgroups, or the host's rlimits), spawn the
+    jail for `argv` and move it into its cgroup and under its rlimits before it runs
+    anything. None, with nothing left open or running and nothing of the command run, when
+    any check would refuse, the bounds a session would have now are not the planned ones
+    or cannot be set, or a value the plan takes from `environ` is gone: the caller then
+    takes the full path, which refuses (or runs) with its own words.
     """
     tail = list(plan.tail)
     for index, name in plan.caller_env:
@@ -508,7 +529,7 @@ def launch(plan: Plan, argv: Sequence[str], environ: Mapping[str, str]) -> Launc
         if value is None:
             return None
         tail[index] = value
-    roots, _refusals = Roots.open(plan, check_entries=False)  # command_binds checks them
+    roots = _open_roots(plan)
     if roots is None:
         return None
     try:
@@ -525,7 +546,7 @@ def launch(plan: Plan, argv: Sequence[str], environ: Mapping[str, str]) -> Launc
         return None
     launched, block_w = started
     if block_w >= 0:
-        from panday_tier_linux.plan_ceilings import release  # noqa: PLC0415 - ceilings only
+        from panday_tier_linux.plan_ceilings import release  # noqa: PLC0415 - bounded plans only
 
         try:
             released = release(launched, block_w)
@@ -538,31 +559,41 @@ def launch(plan: Plan, argv: Sequence[str], environ: Mapping[str, str]) -> Launc
     return launched
 
 
+def _open_roots(plan: Plan) -> Roots | None:
+    """The workspace and staged paths, opened and judged again (`binds.Roots`), or None
+    when a session would refuse them now or could not enter the workspace."""
+    roots, _refusals = Roots.open(plan, check_entries=False)  # command_binds checks them
+    if roots is not None and entry_problem(roots.workspace) is not None:
+        roots.close()  # as `open_session`: WorkspaceUnusable, said by the full path
+        return None
+    return roots
+
+
 def _start(
     plan: Plan, argv: Sequence[str], tail: list[str], roots: Roots
 ) -> tuple[Launched, int] | None:
-    """Bind, make the cgroups, spawn: the launched jail and our end of its block pipe (-1
-    without ceilings), or None when a cgroup cannot be made (nothing left open)."""
+    """Bind, bound, spawn: the launched jail and our end of its block pipe (-1 when the
+    plan has none), or None when the bounds are not the planned ones (nothing left open)."""
     binds = roots.command_binds()
-    made: tuple[SessionCgroup, ExecCgroup] | None = None
+    guard: Guard | None = None
     fds: list[int] = []
     status_r = block_w = -1
     try:
-        if plan.ceilings:
-            from panday_tier_linux.plan_ceilings import open_cgroups  # noqa: PLC0415 - ceilings only
+        if plan.block:
+            from panday_tier_linux.plan_ceilings import open_guard  # noqa: PLC0415 - bounded plans only
 
-            made = open_cgroups(plan)
-            if made is None:
+            guard = open_guard(plan)
+            if guard is None:
                 binds.close()
                 return None
         # As `LinuxSession.launch`: 3 the options, 4 the seccomp program, [5 block,] the
         # status, then the binds.
-        options = [*plan.head, *binds.options(7 if made is not None else 6), *tail]
+        options = [*plan.head, *binds.options(7 if plan.block else 6), *tail]
         fds.append(
             _data_fd(b"".join(o.encode("utf-8", "surrogateescape") + b"\0" for o in options))
         )
         fds.append(_data_fd(plan.program))
-        if made is not None:
+        if plan.block:
             block_r, block_w = os.pipe()
             fds.append(block_r)
         status_r, status_w = os.pipe()
@@ -573,27 +604,33 @@ def _start(
             if fd >= 0:
                 os.close(fd)
         binds.close()
-        if made is not None:
-            made[1].remove()
-            made[0].remove()
+        if guard is not None:
+            guard.remove()
         raise
     finally:
         for fd in fds:
             os.close(fd)
     binds.spawned()
-    return Launched(proc, status_r, roots, binds, made), block_w
+    return Launched(proc, status_r, roots, binds, guard), block_w
 
 
-_BWRAP_LINE = b"bwrap: "
+_SETUP_MARKS = (b"bwrap: ", b"panday-relay: ")
+_SETUP_LINE_MAX = 4096
+"""As `supervisor.STDERR_TAIL`: longer than this, stderr is not one setup line."""
 
 
 def _could_be_bwrap(data: bytes) -> bool:
-    """Whether stderr so far could still be bwrap's own one-line message (as
-    `panday._shared.StartGuard`: it is held back until that is decided)."""
-    if not data.startswith(_BWRAP_LINE):
-        return _BWRAP_LINE.startswith(data)
-    end = data.find(b"\n")
-    return end < 0 or end == len(data) - 1
+    """Whether stderr so far could still be one setup line of bwrap (as
+    `supervisor.StartCheck._could_be_setup_line`: it is held back until that is decided)."""
+    if len(data) > _SETUP_LINE_MAX:
+        return False
+    for mark in _SETUP_MARKS:
+        if data.startswith(mark):
+            end = data.find(b"\n")
+            return end < 0 or end == len(data) - 1  # one line so far, nothing after it
+        if mark.startswith(data):
+            return True
+    return False
 
 
 def status_value(text: bytes, key: str) -> int | None:
@@ -774,11 +811,11 @@ class _Pump:
         code = os.waitstatus_to_exitcode(status)
         exit_code, sig = (code, None) if code >= 0 else (None, -code)
         counted = None
-        cgroup = self.launched.cgroup
-        if cgroup is not None:
+        guard = self.launched.guard
+        if guard is not None and guard.command is not None:
             from panday_tier_linux.plan_ceilings import ceiling_breach  # noqa: PLC0415 - as above
 
-            counted = ceiling_breach(cgroup, self.cpu_ms)
+            counted = ceiling_breach(guard.command, self.cpu_ms, guard.defaults)
         breach = self.kill_breach or counted or self.output_breach
         text = self.launched.status + _read_all(self.launched.status_r)
         if setup_failed(text, exit_code=exit_code, breach=breach):

@@ -1,7 +1,14 @@
-"""The cgroup side of a planned jail (`panday_tier_linux.plan`), for plans with ceilings.
+"""The bounds of a planned jail (`panday_tier_linux.plan`): its cgroups and rlimits.
 
-Apart so that a plan without ceilings (the embedded default's) does not compile or load it
-at every start; what each function mirrors in the session and its supervisor is named on it.
+A session's jail is bounded by the policy's cgroup ceilings and, where the policy sets no
+pid or memory ceiling, by the host's own protection (`hostguard`): more cgroup ceilings
+where this caller can write a cgroup, rlimits where it cannot. A planned jail gets exactly
+that: each run opens the cgroups with the function a session opens them with
+(`hostguard.open_cgroups`), and runs from the plan only when they hold what they held when
+the plan was made (otherwise the full path runs, and bounds it its own way); the rlimits
+are the ones `hostguard.plan` gives a session for the same ceilings. Apart from
+`panday_tier_linux.plan` so that what only bounded plans need is loaded only for them;
+what each function mirrors in the session and its supervisor is named on it.
 """
 
 from __future__ import annotations
@@ -15,25 +22,70 @@ from panday_tier_linux.plan import status_value
 TYPE_CHECKING = False  # typing's flag without importing typing
 if TYPE_CHECKING:
     from panday_tier_linux.cgroups import ExecCgroup, SessionCgroup
+    from panday_tier_linux.hostguard import Rlimits
     from panday_tier_linux.plan import Launched, Plan
 
 
-def open_cgroups(plan: Plan) -> tuple[SessionCgroup, ExecCgroup] | None:
-    """The session's and the command's cgroups for the plan's ceilings (as `open_session`
-    and `LinuxSession._exec_cgroup` make them); None when they cannot be made here now,
-    which the full path refuses by name."""
-    from panday_tier_linux import cgroups  # noqa: PLC0415 - plans with ceilings only
+class Guard:
+    """A planned jail's bounds: the session's and the command's cgroups (None without a
+    cgroup), which of the command's ceilings are the host's protection rather than the
+    policy's, and the rlimits for what no cgroup holds (as `session._Guard`)."""
 
-    limits = dict(plan.ceilings)
+    __slots__ = ("command", "defaults", "rlimits", "session")
+
+    def __init__(
+        self,
+        session: SessionCgroup | None,
+        command: ExecCgroup | None,
+        defaults: frozenset[str],
+        rlimits: Rlimits,
+    ) -> None:
+        self.session = session
+        self.command = command
+        self.defaults = defaults
+        self.rlimits = rlimits
+
+    def remove(self) -> None:
+        """Remove the cgroups (as `LinuxSession.close`: the kernel may lag a moment)."""
+        session, command = self.session, self.command
+        self.session = self.command = None
+        if command is not None:
+            command.remove()
+        if session is not None and not session.remove():
+            time.sleep(0.05)
+            session.remove()
+
+
+def open_guard(plan: Plan) -> Guard | None:
+    """The bounds a session would give this jail now (`hostguard.open_cgroups`, then
+    `LinuxSession._exec_cgroup` and `hostguard.plan`), or None, with nothing left behind,
+    when they are not the planned ones (the full path then bounds it, or refuses by name)
+    or the command's cgroup cannot be made."""
+    from panday_tier_linux import hostguard  # noqa: PLC0415 - bounded plans only
+
+    explicit = dict(plan.explicit)
     try:
-        session = cgroups.open_session(limits, os.urandom(6).hex())
-    except (cgroups.CgroupUnavailable, OSError):
-        return None
-    try:
-        return session, session.new_exec(limits)
+        session, held, _reasons = hostguard.open_cgroups(explicit, os.urandom(6).hex())
     except OSError:
-        session.remove()
         return None
+    if held != dict(plan.held) or (session is None) != (not held):
+        if session is not None:
+            session.remove()
+        return None
+    rlimits = hostguard.plan(set(explicit), set(held))
+    if (session is not None or bool(rlimits)) != plan.block:
+        if session is not None:
+            session.remove()
+        return None
+    command = None
+    if session is not None:
+        try:
+            command = session.new_exec(held)
+        except OSError:
+            session.remove()
+            return None
+    defaults = frozenset(k for k in held if k not in explicit)
+    return Guard(session, command, defaults, rlimits)
 
 
 _CHILD_PID_TIMEOUT_S = 30.0
@@ -42,8 +94,9 @@ _CHILD_PID_TIMEOUT_S = 30.0
 
 def release(launched: Launched, block_w: int) -> bool:
     """As `LinuxSession._release`: wait for the jail's pid while bwrap waits on its block
-    descriptor, move the jail into the command's cgroup, then let it run. False (the jail
-    never ran anything) when bwrap ended first or the move failed."""
+    descriptor, move the jail into the command's cgroup and set its rlimits, then let it
+    run. False (the jail never ran anything) when bwrap ended first or a bound could not
+    be set (the session raises `Internal` there; the full path then says so)."""
     try:
         deadline = time.monotonic() + _CHILD_PID_TIMEOUT_S
         while status_value(launched.status, "child-pid") is None or b"}" not in launched.status:
@@ -55,11 +108,14 @@ def release(launched: Launched, block_w: int) -> bool:
                 return False
             launched.status += chunk
         pid = status_value(launched.status, "child-pid")
-        cgroup = launched.cgroup
-        if pid is None or cgroup is None:
+        guard = launched.guard
+        if pid is None or guard is None:
             return False
         try:
-            cgroup.attach(pid)
+            if guard.command is not None:
+                guard.command.attach(pid)
+            if guard.rlimits:
+                guard.rlimits.apply(pid)
         except OSError:
             return False
         try:
@@ -81,16 +137,31 @@ def cpu_breach(cgroup: ExecCgroup, cpu_ms: int | None) -> tuple[str, str] | None
     return None
 
 
-def ceiling_breach(cgroup: ExecCgroup, cpu_ms: int | None) -> tuple[str, str] | None:
+def ceiling_breach(
+    cgroup: ExecCgroup, cpu_ms: int | None, defaults: frozenset[str] = frozenset()
+) -> tuple[str, str] | None:
     """As `JailSupervisor.finished` with a cgroup: which ceiling ended the command, read
-    from the cgroup's counters after its exit."""
+    from the cgroup's counters after its exit (`defaults`: the host's protection)."""
     if cgroup.oom_kills():
         limit = cgroup.limits.get("mem_bytes")
-        return ("memory", f"the kernel killed it at limits.mem_bytes={limit}")
+        detail = f"the kernel killed it at limits.mem_bytes={limit}"
+        if "mem_bytes" in defaults:
+            detail = (
+                f"the kernel killed it at the host's protection ceiling of {limit} "
+                "bytes (the policy sets no limits.mem_bytes)"
+            )
+        return ("memory", detail)
     breach = cpu_breach(cgroup, cpu_ms)
     if breach is not None:
         return breach
     refused = cgroup.pids_refused()
     if refused:
-        return ("pids", f"{refused} fork(s) refused at limits.pids={cgroup.limits.get('pids')}")
+        limit = cgroup.limits.get("pids")
+        detail = f"{refused} fork(s) refused at limits.pids={limit}"
+        if "pids" in defaults:
+            detail = (
+                f"{refused} fork(s) refused at the host's protection ceiling of {limit} "
+                "tasks (the policy sets no limits.pids)"
+            )
+        return ("pids", detail)
     return None

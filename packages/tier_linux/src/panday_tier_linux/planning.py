@@ -42,25 +42,30 @@ def plan_of(session: LinuxSession, *, caller_env: Sequence[str] = ()) -> Plan | 
     """The plan of an open session, or None when its jail needs more than a plan holds
     (a disk ceiling, the egress bridge). `caller_env` names the policy's variables whose
     values came from the caller's environment: they stay out of the plan.
+
+    The jail's bounds are the session's: the policy's ceilings and the host's protection
+    (`session.guard`: the ceilings its cgroup holds, or rlimits), which every run sets
+    again the same way (`plan_ceilings.open_guard`).
     """
     from panday_tier_linux.argv import build_options  # noqa: PLC0415 - only when planning
     from panday_tier_linux.capabilities import CPU_POLL_MS  # noqa: PLC0415 - as above
 
-    spec, policy = session.spec, session.policy
+    spec, policy, guard = session.spec, session.policy, session.guard
     if session.bridge is not None or spec.tmp_bytes is not None:
         return None
-    ceilings = _ceilings(policy)
-    if bool(ceilings) != (session.cgroup is not None):
+    explicit = _ceilings(policy)
+    held = tuple(sorted(guard.held.items()))
+    if bool(held) != (session.cgroup is not None) or not set(dict(explicit)) <= set(guard.held):
         return None
     # Exactly what `LinuxSession.launch` passes: 3 the options, 4 the seccomp program,
-    # [5 the block descriptor when the jail waits to enter its cgroup,] the status, then
-    # the binds.
-    block = 5 if ceilings else None
+    # [5 the block descriptor when the jail waits to enter its cgroup and get its
+    # rlimits,] the status, then the binds.
+    block = session.cgroup is not None or bool(guard.rlimits)
     options = build_options(
         spec,
         cwd=session.workspace,
         seccomp_fd=4,
-        block_fd=block,
+        block_fd=5 if block else None,
         status_fd=6 if block else 5,
         binds=[_BINDS],
     )
@@ -90,9 +95,11 @@ def plan_of(session: LinuxSession, *, caller_env: Sequence[str] = ()) -> Plan | 
         unprotect=tuple(fs.unprotect),
         allow_home=fs.allow_home,
         etc_view=spec.etc_view,
-        output_bytes=policy.limits.output_bytes,
-        wall_clock_ms=policy.limits.wall_clock_ms,
-        ceilings=ceilings,
+        output_bytes=policy.limits.output_cap,
+        wall_clock_ms=policy.limits.wall_clock_cap,
+        explicit=explicit,
+        held=held,
+        block=block,
         cpu_poll_ms=CPU_POLL_MS,
     )
 
@@ -116,7 +123,9 @@ def encode(plan: Plan) -> bytes:
             plan.etc_view,
             plan.output_bytes,
             plan.wall_clock_ms,
-            plan.ceilings,
+            plan.explicit,
+            plan.held,
+            plan.block,
             plan.cpu_poll_ms,
         )
     )
