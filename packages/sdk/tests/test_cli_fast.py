@@ -12,6 +12,7 @@ neither the policy model nor typing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -434,3 +435,256 @@ def test_the_start_up_path_imports_neither_the_model_nor_typing(run: Runner, exe
     assert "panday_tier_linux.plan" in imported  # the cached path ran ...
     assert "panday.cli_run" not in imported  # ... and the full path did not
     assert not {m for m in imported if m.split(".")[0] in HEAVY}
+
+
+# ---------------------------------------------------------------------- bounded as the full path
+
+LIMITS = ("Max address space", "Max processes")
+
+
+def _jail_process(top: int, comm: str, deadline: float) -> int:
+    """The process named `comm` below `top` (a /proc walk), waiting for it to appear."""
+    import time  # noqa: PLC0415 - this helper only
+
+    while time.monotonic() < deadline:
+        children: dict[int, list[int]] = {}
+        for entry in os.listdir("/proc"):  # noqa: PTH208 - /proc walk
+            if entry.isdigit():
+                try:
+                    stat = Path(f"/proc/{entry}/stat").read_text()
+                except OSError:
+                    continue
+                children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+        todo = [top]
+        while todo:
+            for pid in children.get(todo.pop(), []):
+                with contextlib.suppress(OSError):
+                    if Path(f"/proc/{pid}/comm").read_text().strip() == comm:
+                        return pid
+                todo.append(pid)
+        time.sleep(0.02)
+    pytest.fail(f"no {comm} process appeared below {top}")
+
+
+def _bounds_seen_from_the_host(pid: int) -> dict[str, str]:
+    """The cgroup ceilings and rlimits the kernel holds for `pid` (read on the host)."""
+    from panday_tier_linux import cgroups  # noqa: PLC0415 - to find its cgroup directories
+
+    where = cgroups.discover(self_cgroup=Path(f"/proc/{pid}/cgroup").read_text())
+    files = {
+        "memory": ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"),
+        "pids": ("pids.max",),
+    }
+    seen: dict[str, str] = {}
+    for ctrl, names in files.items():
+        for name in names:
+            path = Path(where.v1.get(ctrl, "/nonexistent"), name)
+            if path.exists():
+                seen[name] = path.read_text().strip()
+    if where.v2 is not None:
+        for name in ("memory.max", "memory.swap.max", "pids.max"):
+            path = Path(where.v2, name)
+            if path.exists():
+                seen[name] = path.read_text().strip()
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith(LIMITS):
+            seen[line[:26].strip()] = " ".join(line[26:].split()[:2])
+    return seen
+
+
+def _bounds_of(run: Runner, *args: str) -> dict[str, str]:
+    """Start `panday ARGS -- sleep 30` and read its jail's bounds from the host."""
+    import time  # noqa: PLC0415 - this helper only
+
+    proc = subprocess.Popen(
+        [run.exe, *args, "--", "sleep", "30"],
+        cwd=run.cwd,
+        env=run.env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        return _bounds_seen_from_the_host(_jail_process(proc.pid, "sleep", time.monotonic() + 30))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_a_planned_jail_is_bounded_as_the_full_paths(run: Runner) -> None:
+    """The default policy sets no pid or memory ceiling, so the host's protection bounds
+    the jail: the same cgroup ceilings (or rlimits) on both paths, read back from the jail's
+    own process."""
+    full = _bounds_of(run, "run", "--debug")
+    bounded = "pids.max" in full or full.get("Max address space", "unlimited") != "unlimited"
+    if not bounded:
+        pytest.fail(f"inconclusive: the full path's jail is not bounded: {full}")
+    assert run("run", "--", "true") == ("", "", 0)  # planned ...
+    plans = run.plans()
+    assert _bounds_of(run, "run") == full  # ... and run from the plan
+    assert run.plans() == plans
+    ceilings = ("--pids", "77", "--mem", "300M")
+    if "pids.max" in full:  # a cgroup here: the policy's own ceilings replace the host's
+        asked = _bounds_of(run, "run", "--debug", *ceilings)
+        assert asked["pids.max"] == "77"
+        assert run("run", *ceilings, "--", "true") == ("", "", 0)
+        assert _bounds_of(run, "run", *ceilings) == asked
+
+
+def test_output_and_wall_clock_are_bounded_as_on_the_full_path(run: Runner) -> None:
+    """The model's defaults (16 MiB per stream, 10 minutes) hold with no policy and with a
+    policy file that leaves them out; "unbounded" removes them on both paths."""
+    flood = ("--", "sh", "-c", "head -c 17000000 /dev/zero; echo done >&2")
+    silent = run.tmp / "silent.toml"
+    silent.write_text('[env]\nX = "1"\n', encoding="utf-8")
+    unbounded = run.tmp / "unbounded.toml"
+    unbounded.write_text('[limits]\noutput_bytes = "unbounded"\n', encoding="utf-8")
+    for policy in ((), ("--policy", str(silent)), ("--policy", str(unbounded))):
+        expected = full_path(run, *policy, *flood)
+        if policy and policy[1] == str(unbounded):
+            assert (len(expected[0]), expected[2]) == (17_000_000, 0), expected[1:]
+        else:
+            assert expected[2] == exitcodes.LIMIT_OUTPUT, expected[1:]
+            assert len(expected[0]) < 17_000_000
+        for _ in range(2):  # planned, then from the plan
+            assert run("run", *policy, *flood) == expected
+    clock = run.tmp / "clock.toml"
+    clock.write_text("[limits]\nwall_clock_ms = 300\n", encoding="utf-8")
+    expected = full_path(run, "--policy", str(clock), "--", "sleep", "30")
+    assert expected[2] == exitcodes.LIMIT_WALL_CLOCK
+    for _ in range(2):
+        assert run("run", "--policy", str(clock), "--", "sleep", "30") == expected
+
+
+def test_a_command_printing_bwraps_words_keeps_its_own_exit_as_on_the_full_path(
+    run: Runner,
+) -> None:
+    command = ("--", "sh", "-c", 'echo "bwrap: execvp x: No such file or directory" >&2; exit 125')
+    expected = full_path(run, *command)
+    assert expected == ("", "bwrap: execvp x: No such file or directory\n", 125)
+    for _ in range(2):
+        assert run("run", *command) == expected
+    assert len(run.plans()) == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="another owner's 0700 directory needs root")
+def test_a_workspace_the_jail_cannot_enter_is_reported_as_the_full_path_does(run: Runner) -> None:
+    assert run("run", "--", "true") == ("", "", 0)  # planned while it can be entered
+    os.chown(run.cwd, 65534, 65534)
+    run.cwd.chmod(0o700)
+    try:
+        expected = run.fresh("run", "--", "true")
+        assert expected[2] == exitcodes.NO_INPUT, expected  # WorkspaceUnusable: 66
+        assert "cannot be entered from inside the sandbox" in expected[1]
+        assert run("run", "--", "true") == expected
+    finally:
+        run.cwd.chmod(0o755)
+        os.chown(run.cwd, 0, 0)
+
+
+# ---------------------------------------------------------------------- the CLI's own behaviour
+
+FAST_RUN = r"""
+import os, sys
+how, fd, report = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+if how == "closed":
+    os.close(fd)
+elif how == "wrong way":
+    new = os.open(os.devnull, os.O_WRONLY if fd == 0 else os.O_RDONLY)
+    os.dup2(new, fd)
+    os.close(new)
+elif how == "non-blocking":
+    os.set_blocking(fd, False)
+from panday import cli_fast
+from panday.stdio import repair_std_fds
+repair_std_fds()  # as the console script (cli_fast.console) does first
+code = cli_fast.run_cached(sys.argv[4:])
+os.write(report, f"{code} {'panday.cli_run' in sys.modules}".encode())
+"""
+"""`cli_fast.console` up to its exit, with descriptor `fd` made unusable (or non-blocking)
+first; reports the exit code and whether the full path was loaded."""
+
+
+def _fast(
+    run: Runner,
+    how: str,
+    fd: int,
+    *args: str,
+    stdout: int | None = None,
+) -> tuple[bytes, bytes, str]:
+    r, w = os.pipe()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-c", FAST_RUN, how, str(fd), str(w), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if stdout is None else stdout,
+            stderr=subprocess.PIPE,
+            pass_fds=(w,),
+            cwd=run.cwd,
+            env=run.env,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        report = fh.read().decode()
+    return done.stdout or b"", done.stderr, report
+
+
+@pytest.mark.parametrize("how", ["closed", "wrong way"])
+@pytest.mark.parametrize("fd", [0, 1, 2])
+def test_each_standard_descriptor_is_repaired_on_the_cached_path(
+    run: Runner, fd: int, how: str
+) -> None:
+    args = ("run", "--", "sh", "-c", "cat; echo out; echo err >&2")
+    assert run(*args) == ("out\n", "err\n", 0)  # control, and the plan
+    out, err, report = _fast(run, "none", -1, *args)
+    assert (out, err, report) == (b"out\n", b"err\n", "0 False")  # control: served from it
+    out, err, report = _fast(run, how, fd, *args)
+    assert report == "0 False"  # served from the plan, not handed to the full path
+    assert out == (b"" if fd == 1 else b"out\n")  # a repaired stdout is /dev/null
+    assert err == (b"" if fd == 2 else b"err\n")
+
+
+def test_writes_are_looped_on_the_cached_path(run: Runner) -> None:
+    args = ("run", "--", "head", "-c", "3000000", "/dev/zero")
+    assert run(*args)[2] == 0  # planned
+    # stdout non-blocking: the first write stops at a pipe buffer, the rest must follow.
+    out, err, report = _fast(run, "non-blocking", 1, *args)
+    assert (len(out), err, report) == (3_000_000, b"", "0 False")
+
+
+def test_control_sequences_are_filtered_on_the_cached_path(run: Runner) -> None:
+    import pty  # noqa: PLC0415 - this test only
+
+    script = "printf 'a\\033]52;c;ZXZpbA==\\007b\\033[32mok\\033[0m\\n'"
+    args = ("run", "--", "sh", "-c", script)
+    assert run(*args)[2] == 0  # planned
+    out, _err, report = _fast(run, "none", -1, "run", "--sanitize", *args[1:])
+    assert (out, report) == (b"a^[]52;c;ZXZpbA==^Gb\x1b[32mok\x1b[0m\n", "0 False")
+    out, _err, report = _fast(run, "none", -1, *args)
+    assert (out, report) == (b"a\x1b]52;c;ZXZpbA==\x07b\x1b[32mok\x1b[0m\n", "0 False")
+    leader, follower = pty.openpty()
+    try:  # a terminal: filtered unless --no-sanitize
+        for flag, expected in (
+            ((), b"a^[]52;c;ZXZpbA==^Gb\x1b[32mok\x1b[0m"),
+            (("--no-sanitize",), b"a\x1b]52;c;ZXZpbA==\x07b\x1b[32mok\x1b[0m"),
+        ):
+            _out, _err, report = _fast(run, "none", -1, "run", *flag, *args[1:], stdout=follower)
+            assert report == "0 False"
+            seen = os.read(leader, 65536)
+            assert seen.startswith(expected), (flag, seen)
+    finally:
+        os.close(leader)
+        os.close(follower)
+
+
+def test_only_the_locale_passes_into_the_default_policy_on_the_cached_path(run: Runner) -> None:
+    show = ("run", "--", "sh", "-c", 'echo "${LC_SECRET-unset} $LC_ALL $LC_TIME"')
+    env = {"LC_SECRET": "hunter2", "LC_ALL": "C.UTF-8", "LC_TIME": "C"}
+    expected = run("run", "--debug", *show[1:], env=env)  # the full path
+    assert expected == ("unset C.UTF-8 C\n", "", 0)
+    for _ in range(2):
+        assert run(*show, env=env) == expected
+    assert len(run.plans()) == 1

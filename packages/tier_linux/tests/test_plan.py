@@ -482,3 +482,150 @@ def test_the_setup_failure_condition_is_the_supervisors(
     except SandboxError:  # CommandNotFound, WorkspaceUnusable, TierUnavailable: it never ran
         supervisor_says = True
     assert plan.setup_failed(status, exit_code=exit_code, breach=breach) is supervisor_says
+
+
+# ---------------------------------------------------------------------- the host's protection
+
+LIMITS_PROBE = ["/bin/sh", "-c", "grep -E '^Max (address space|processes)' /proc/self/limits"]
+
+
+def _bounds_of_a_planned_jail(made: plan.Plan) -> tuple[dict[str, str], str]:
+    """The planned jail's cgroup ceilings as the kernel holds them, and its rlimits as a
+    process inside it reads them."""
+    launched = plan.launch(made, LIMITS_PROBE, {})
+    assert launched is not None
+    held = {} if launched.cgroup is None else launched.cgroup.read_back()
+    out: dict[str, bytes] = {"stdout": b"", "stderr": b""}
+
+    def write(stream: str, data: bytes) -> None:
+        out[stream] += data
+
+    ended = plan.run(launched, made, write=write)
+    assert ended.exit_code == 0, out
+    return held, out["stdout"].decode()
+
+
+def _bounds_of_a_sessions_jail(session: LinuxSession) -> tuple[dict[str, str], str]:
+    seen = session.enforcement()
+    return dict(seen.cgroup_limits), session.run(LIMITS_PROBE).stdout.decode()
+
+
+def test_a_planned_jail_is_bounded_as_the_sessions_jail(ws: Path) -> None:
+    # The default policy sets no pid or memory ceiling: the host's protection applies, as a
+    # cgroup's ceilings where this caller can write one, else as rlimits.
+    session = session_for(ws)
+    try:
+        made = planning.plan_of(session)
+        theirs = _bounds_of_a_sessions_jail(session)
+    finally:
+        session.close()
+    assert made is not None
+    cgroup, rlimits = theirs
+    if not cgroup and "unlimited" in rlimits.split("address space", 1)[1].split("\n", 1)[0]:
+        pytest.fail(f"inconclusive: the session's jail is not bounded: {theirs}")
+    assert _bounds_of_a_planned_jail(made) == theirs
+
+
+def test_without_a_writable_cgroup_a_planned_jail_gets_the_sessions_rlimits(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from panday_tier_linux import cgroups, hostguard  # noqa: PLC0415 - this test's subject
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise cgroups.CgroupUnavailable("no cgroup in this test")
+
+    monkeypatch.setattr(cgroups, "open_session", refuse)
+    session = session_for(ws)
+    try:
+        made = planning.plan_of(session)
+        theirs = _bounds_of_a_sessions_jail(session)
+    finally:
+        session.close()
+    assert made is not None
+    assert (made.held, made.block) == ((), True)
+    memory = hostguard.ceilings()["mem_bytes"]
+    # Control: the session's jail has the host's RLIMIT_AS.
+    assert f"Max address space         {memory:<21}{memory:<21}bytes" in theirs[1], theirs
+    assert _bounds_of_a_planned_jail(made) == theirs
+
+
+def test_a_plan_is_used_only_where_its_bounds_are_what_a_session_would_get(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from panday_tier_linux import cgroups  # noqa: PLC0415 - this test's subject
+
+    real = cgroups.open_session
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise cgroups.CgroupUnavailable("no cgroup in this test")
+
+    session = session_for(ws)
+    try:
+        here = planning.plan_of(session)
+    finally:
+        session.close()
+    monkeypatch.setattr(cgroups, "open_session", refuse)
+    session = session_for(ws)
+    try:
+        elsewhere = planning.plan_of(session)
+    finally:
+        session.close()
+    assert here is not None
+    assert elsewhere is not None
+    if not here.held:
+        pytest.fail("inconclusive: no writable cgroup here, so both plans are the same")
+    # Cgroups refused now: the plan made with them must not run with rlimits instead ...
+    assert plan.launch(here, ["/bin/true"], {}) is None
+    control = plan.launch(elsewhere, ["/bin/true"], {})
+    assert control is not None
+    control.close()
+    # ... and with cgroups back, the plan made without them must not run with rlimits only.
+    monkeypatch.setattr(cgroups, "open_session", real)
+    assert plan.launch(elsewhere, ["/bin/true"], {}) is None
+    control = plan.launch(here, ["/bin/true"], {})
+    assert control is not None
+    control.close()
+
+
+def test_launch_refuses_a_workspace_the_jail_cannot_enter(made: plan.Plan, ws: Path) -> None:
+    control = plan.launch(made, ["/bin/true"], {})
+    assert control is not None
+    control.close()
+    if os.geteuid() == 0:  # root without capabilities inside: another owner's 0700 is closed
+        os.chown(ws, 65534, 65534)
+    ws.chmod(0o700 if os.geteuid() == 0 else 0o600)
+    try:
+        assert plan.launch(made, ["/bin/true"], {}) is None
+    finally:
+        ws.chmod(0o755)
+        if os.geteuid() == 0:
+            os.chown(ws, 0, 0)
+
+
+def test_a_command_printing_bwraps_words_keeps_its_own_exit(made: plan.Plan) -> None:
+    script = 'echo "bwrap: execvp nothing: No such file or directory" >&2; exit 125'
+    out, err, ended = captured(made, ["/bin/sh", "-c", script])
+    assert (ended.exit_code, ended.setup_failed) == (125, False)
+    assert (out, err) == (b"", b"bwrap: execvp nothing: No such file or directory\n")
+
+
+def test_the_model_defaults_and_unbounded_are_planned_as_the_session_applies_them(
+    ws: Path,
+) -> None:
+    session = session_for(ws)  # nothing written: the model's defaults
+    try:
+        made = planning.plan_of(session)
+    finally:
+        session.close()
+    assert made is not None
+    assert (made.output_bytes, made.wall_clock_ms) == (16 << 20, 600_000)
+    session = session_for(ws, output_bytes="unbounded", wall_clock_ms="unbounded")
+    try:
+        made = planning.plan_of(session)
+    finally:
+        session.close()
+    assert made is not None
+    assert (made.output_bytes, made.wall_clock_ms) == (None, None)
+    assert plan.Plan.decode(planning.encode(made)) is not None
+    out, _err, ended = captured(made, ["/bin/sh", "-c", "head -c 20000000 /dev/zero"])
+    assert (len(out), ended.breach) == (20_000_000, None)

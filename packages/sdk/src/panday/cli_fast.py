@@ -50,7 +50,7 @@ import os
 import sys
 
 from panday import exitcodes
-from panday.stdio import repair_std_fds, write_all
+from panday.stdio import repair_std_fds, sanitizing, write_all
 from panday_core.startup import suppress
 
 TYPE_CHECKING = False  # typing's flag without importing typing (this module's purpose)
@@ -298,8 +298,7 @@ class _Output:
     def __init__(self, flags: set[str]) -> None:
         self.filters: dict[int, Filter] = {}
         for fd in (1, 2):
-            # As `panday.cli_run._sanitizing`: --no-sanitize wins, else --sanitize or a TTY.
-            if "--no-sanitize" not in flags and ("--sanitize" in flags or os.isatty(fd)):
+            if sanitizing(flags, fd):
                 from panday.terminal import Filter  # noqa: PLC0415 - only for a terminal (re)
 
                 self.filters[fd] = Filter()

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from panday import exitcodes
 from panday.cli import NoInputError, Terminated, UsageError
-from panday.stdio import OutputError, write_all
+from panday.stdio import OutputError, sanitizing, write_all
 
 if TYPE_CHECKING:
     from panday.session import Session
@@ -344,13 +344,6 @@ def exit_code_of(end: ExecExit | ExecResult) -> int:
     return exitcodes.SIGNAL_BASE + (end.signal or 0)
 
 
-def _sanitizing(opts: RunOptions, fd: int) -> bool:
-    """Whether control sequences in what goes to `fd` are made inert (panday.terminal)."""
-    if "--no-sanitize" in opts.flags:
-        return False
-    return "--sanitize" in opts.flags or os.isatty(fd)
-
-
 def _breach_line(end: ExecExit) -> str:
     assert end.breach is not None  # noqa: S101 - only called with a breach
     ended = (
@@ -366,7 +359,7 @@ def _stream(session: Session, spec: ExecSpec, opts: RunOptions) -> int:
 
     filters: dict[int, Filter] = {}
     for fd in (1, 2):
-        if _sanitizing(opts, fd):
+        if sanitizing(opts.flags, fd):
             from panday.terminal import Filter  # noqa: PLC0415 - only for a terminal
 
             filters[fd] = Filter()

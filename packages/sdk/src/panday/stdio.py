@@ -80,3 +80,12 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
             raise
         except OSError as exc:
             raise OutputError(fd, len(view), exc) from exc
+
+
+def sanitizing(flags: set[str] | frozenset[str], fd: int) -> bool:
+    """Whether control sequences in what `panday run` writes to `fd` are made inert
+    (`panday.terminal`): ``--no-sanitize`` never, ``--sanitize`` always, else when `fd` is a
+    terminal. One rule for the full path and the cached start-up (`panday.cli_fast`)."""
+    if "--no-sanitize" in flags:
+        return False
+    return "--sanitize" in flags or os.isatty(fd)
