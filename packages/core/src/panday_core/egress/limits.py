@@ -90,10 +90,10 @@ class ProxyLimits(msgspec.Struct, frozen=True, kw_only=True):
     splice_after: int | None = None
     """Bytes one direction of a tunnel relays through buffers before it switches to
     ``splice(2)`` (Linux; see `splicing`); None (the default) never switches. Off by
-    default because on loopback the buffered relay carried more: splice saves the proxy
-    its two copies, but the pages it passes on stay in flight longer, so the reader's
-    copy of them costs it more, and the sender allocates fresh pages (docs/egress.md,
-    Performance)."""
+    default because, measured end to end on loopback, the buffered relay carried as much
+    or more, except while another process held a core: splice saves the proxy its two
+    copies, but the reader's copy of the pages it passes on costs the reader more
+    (docs/egress.md, Performance)."""
 
 
 class DescriptorBudget:

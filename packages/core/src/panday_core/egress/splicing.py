@@ -7,8 +7,8 @@ by default), once one direction of a tunnel has carried that many bytes (a downl
 upload, a clone), that direction switches to splice on Linux: the kernel moves the data
 from the source socket into a pipe and from the pipe into the destination socket, so the
 proxy no longer copies it at all. That saves the proxy's own CPU, but measured end to end
-on loopback it carried less than the buffered relay: the pages it passes on stay in flight
-longer, so the reader's copy of them costs it more and the sender allocates fresh pages
+on loopback it mostly carried less than the buffered relay (more only while another
+process held a core): the reader's copy of the pages it passes on costs the reader more
 (see docs/egress.md, Performance). It stays available for hosts where the proxy's CPU is
 what is short.
 
