@@ -8,8 +8,13 @@ standalone proxy (``python -m panday_core.egress``; a fresh one for each phase t
 measures its memory). Measured:
 
 * throughput: 256 MiB downloaded over one connection, direct vs through a CONNECT tunnel;
-  rounds alternate direct and proxied, and the ratio of the medians is reported with the
-  load average before and after (on a shared two-core machine the ratio follows the load);
+  rounds alternate direct and proxied, and the median of the per-round ratios is reported
+  with the load average before and after (on a shared two-core machine the ratio follows
+  the load). The same rounds also go through a reference relay (this script with
+  ``--serve-relay``: two blocking threads copying 1 MiB at a time, no policy, no bounds),
+  the cheapest relay in a third process there is, so the figures show what any relay
+  costs on this machine beside what the proxy costs over it. The CPU seconds each process
+  spent per GiB are recorded too (they do not depend on the load as the rates do);
 * added latency: a 1 KiB request and 1 KiB answer on a new connection (plus the CONNECT
   for the proxied case), p50/p99 over many requests, and inside an already open tunnel;
 * a burst: 1,000 tunnels opened at once and held, errors and the proxy's resident set;
@@ -138,6 +143,44 @@ class _HalfOpenUpstream(_Upstream):
         return True
 
 
+def _serve_relay() -> None:
+    """The reference relay: a CONNECT head in, ``200`` out, then each direction copied by a
+    blocking thread through one reused 1 MiB buffer (``recv_into`` and ``sendall``). It
+    checks nothing and bounds nothing; it only prices the hop through a third process."""
+
+    def pump(src: socket.socket, dst: socket.socket) -> None:
+        view = memoryview(bytearray(MIB))
+        try:
+            while n := src.recv_into(view):
+                dst.sendall(view[:n])
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def serve(client: socket.socket) -> None:
+        with client:
+            head = b""
+            while not head.endswith(b"\r\n\r\n"):
+                data = client.recv(4096)
+                if not data:
+                    return
+                head += data
+            host, _, port = head.split()[1].decode().rpartition(":")
+            with socket.create_connection((host, int(port))) as upstream:
+                client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                back = threading.Thread(target=pump, args=(upstream, client), daemon=True)
+                back.start()
+                pump(client, upstream)
+                back.join()
+
+    listener = socket.create_server(("127.0.0.1", 0), backlog=128)
+    # The line the standalone proxy prints, so `Proxy` drives both alike.
+    print(f"export HTTP_PROXY=http://ref:ref@127.0.0.1:{listener.getsockname()[1]}", flush=True)
+    while True:
+        client, _ = listener.accept()
+        threading.Thread(target=serve, args=(client,), daemon=True).start()
+
+
 async def _serve_upstream(*, half_open: bool) -> None:
     loop = asyncio.get_running_loop()
     factory = _HalfOpenUpstream if half_open else _Upstream
@@ -161,13 +204,17 @@ NAMES = [f"n{i}.bench.test" for i in range(16)]
 
 
 class Proxy:
-    def __init__(self, ports: list[int]) -> None:
-        argv = [sys.executable, "-m", "panday_core.egress", "--allow", "127.0.0.1"]
-        argv += ["--allow", "*.bench.test", "--resolve-delay", str(RESOLVE_DELAY_S)]
-        for name in NAMES:
-            argv += ["--resolve", f"{name}=127.0.0.1"]
-        for port in ports:
-            argv += ["--port", str(port)]
+    """The standalone proxy allowing `ports` on 127.0.0.1 (or whatever `argv` starts, if
+    it prints the same ``export HTTP_PROXY=`` line: the reference relay)."""
+
+    def __init__(self, ports: list[int], argv: list[str] | None = None) -> None:
+        if argv is None:
+            argv = [sys.executable, "-m", "panday_core.egress", "--allow", "127.0.0.1"]
+            argv += ["--allow", "*.bench.test", "--resolve-delay", str(RESOLVE_DELAY_S)]
+            for name in NAMES:
+                argv += ["--resolve", f"{name}=127.0.0.1"]
+            for port in ports:
+                argv += ["--port", str(port)]
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
         found: queue.Queue[str] = queue.Queue()
         # Audit lines keep coming on the proxy's stdout: drain them so the pipe never blocks.
@@ -264,18 +311,57 @@ def _load() -> float:
     return round(os.getloadavg()[0], 2)
 
 
-def throughput(proxy: Proxy, port: int, size: int, rounds: int) -> tuple[dict[str, object], bool]:
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user and system) process `pid` has used so far."""
+    with open(f"/proc/{pid}/stat") as fh:  # noqa: PTH123 - Linux only
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _timed(
+    sock: socket.socket, size: int, buf: bytearray, upstream: int, relay: int | None
+) -> tuple[float, tuple[float, float, float]]:
+    """(bytes per second, CPU seconds of the upstream, this client and the relay)."""
+    before = (_cpu_s(upstream), time.process_time(), _cpu_s(relay) if relay else 0.0)
+    rate = _download(sock, size, buf)
+    after = (_cpu_s(upstream), time.process_time(), _cpu_s(relay) if relay else 0.0)
+    spent = tuple(b - a for a, b in zip(before, after, strict=True))
+    return rate, (spent[0], spent[1], spent[2])
+
+
+def _cpu_per_gib(rows: list[tuple[float, float, float]], size: int) -> dict[str, float]:
+    gib = size / (1 << 30)
+    upstream, client, relay = (statistics.median(col) / gib for col in zip(*rows, strict=True))
+    return {"upstream": round(upstream, 3), "client": round(client, 3), "relay": round(relay, 3)}
+
+
+def throughput(
+    proxy: Proxy, reference: Proxy, upstream: int, port: int, *, size: int, rounds: int
+) -> tuple[dict[str, object], bool]:
     load_before = _load()
     buf = bytearray(1 * MIB)
-    direct: list[float] = []
-    proxied: list[float] = []
-    for _ in range(rounds):
-        direct.append(_download(_direct(port), size, buf))
-        proxied.append(_download(proxy.tunnel(port), size, buf))
-    d, p = statistics.median(direct), statistics.median(proxied)
-    # Rounds alternate direct and proxied; the median of the per-round ratios is robust to
-    # the machine getting busier or quieter during the run.
+    rates: dict[str, list[float]] = {"direct": [], "proxy": [], "reference": []}
+    cpu: dict[str, list[tuple[float, float, float]]] = {k: [] for k in rates}
+    for i in range(rounds):
+        rate, spent = _timed(_direct(port), size, buf, upstream, None)
+        rates["direct"].append(rate)
+        cpu["direct"].append(spent)
+        # Direct first in every round; the two relays take turns at going next.
+        relays = [("proxy", proxy), ("reference", reference)]
+        for name, relay in relays if i % 2 == 0 else relays[::-1]:
+            rate, spent = _timed(relay.tunnel(port), size, buf, upstream, relay.proc.pid)
+            rates[name].append(rate)
+            cpu[name].append(spent)
+    direct, proxied, ref = rates["direct"], rates["proxy"], rates["reference"]
+    d, p, r = (statistics.median(v) for v in (direct, proxied, ref))
+    # The median of the per-round ratios is robust to the machine getting busier or
+    # quieter during the run.
     paired = [b / a for a, b in zip(direct, proxied, strict=True)]
+    ref_paired = [b / a for a, b in zip(direct, ref, strict=True)]
+    over_ref = [b / a for a, b in zip(ref, proxied, strict=True)]
     ratio = statistics.median(paired)
     quiet = load_before < QUIET_LOAD
     return {
@@ -286,6 +372,11 @@ def throughput(proxy: Proxy, port: int, size: int, rounds: int) -> tuple[dict[st
         "ratio": round(ratio, 3),
         "ratio_of_medians": round(p / d, 3),
         "round_ratios": [round(r, 3) for r in paired],
+        "reference_MBps": round(r / MIB, 1),
+        "reference_ratio": round(statistics.median(ref_paired), 3),
+        "reference_round_ratios": [round(r, 3) for r in ref_paired],
+        "proxy_vs_reference": round(statistics.median(over_ref), 3),
+        "cpu_s_per_GiB": {name: _cpu_per_gib(rows, size) for name, rows in cpu.items()},
         "loadavg_1m_before": load_before,
         "loadavg_1m_after": _load(),
         "budget_ratio": BUDGET_THROUGHPUT,
@@ -628,6 +719,15 @@ def _upstream(*, half_open: bool = False) -> tuple[subprocess.Popen[str], int]:
     return proc, int(proc.stdout.readline())
 
 
+def _with_reference(run: Callable[[Proxy], Measured]) -> Measured:
+    """`run` with the reference relay (see `_serve_relay`) up."""
+    reference = Proxy([], argv=[sys.executable, __file__, "--serve-relay"])
+    try:
+        return run(reference)
+    finally:
+        reference.stop()
+
+
 def _phase(name: str, ports: list[int], run: Callable[[Proxy], Measured]) -> Measured:
     """One phase on a proxy process of its own (so its memory figures are its own)."""
     print(f"egress bench: {name} (load {_load()})", flush=True)
@@ -642,11 +742,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="Egress proxy benchmark (see the module doc).")
     parser.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--half-open", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-relay", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
     parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
     args = parser.parse_args()
     if args.serve_upstream:
         asyncio.run(_serve_upstream(half_open=args.half_open))
+        return 0
+    if args.serve_relay:
+        _serve_relay()
         return 0
     if not sys.platform.startswith("linux"):
         print("egress bench: RSS is read from /proc; run it on Linux")
@@ -658,7 +762,13 @@ def main() -> int:
     half_upstream, half_port = _upstream(half_open=True)
     rounds = 3 if args.quick else 5
     try:
-        tp, tp_ok = _phase("throughput", [port], lambda p: throughput(p, port, size, rounds))
+        tp, tp_ok = _phase(
+            "throughput",
+            [port],
+            lambda p: _with_reference(
+                lambda ref: throughput(p, ref, upstream.pid, port, size=size, rounds=rounds)
+            ),
+        )
         lat, lat_ok = _phase(
             "new tunnels", [port], lambda p: latency(p, port, 200 if args.quick else 1000)
         )
@@ -710,7 +820,8 @@ def main() -> int:
     judged = "judged" if tp["budget_judged"] else f"not judged: load >= {QUIET_LOAD}"
     print(
         f"egress bench: throughput {tp['ratio']}x direct at load {tp['loadavg_1m_before']} "
-        f"(budget {BUDGET_THROUGHPUT}x on a quiet machine, {judged}); new tunnel "
+        f"(budget {BUDGET_THROUGHPUT}x on a quiet machine, {judged}; the reference relay "
+        f"{tp['reference_ratio']}x, the proxy {tp['proxy_vs_reference']}x of it); new tunnel "
         f"+{cast('dict[str, object]', lat['new_connection_ms'])['added_p50']} ms p50; burst "
         f"{mem['rss_MiB']} MiB, {mem['errors']} errors; half-closed "
         f"{half['rss_half_closed_MiB']} MiB (peak {half['peak_rss_MiB']}); one name "

@@ -14,6 +14,7 @@ import tempfile
 import threading
 import urllib.parse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,7 +22,14 @@ from panday_core.egress import ProxySettings, ProxyThread, StaticResolver
 from panday_core.egress.testing import HttpUpstream, LoopbackOnly
 from panday_core.errors import PolicyViolation, TierUnavailable
 from panday_core.policy import policy_from_dict
-from panday_core.types import SandboxHandle, SandboxTier, SessionSpec
+from panday_core.types import (
+    ExecExit,
+    ExecSpec,
+    OutputChunk,
+    SandboxHandle,
+    SandboxTier,
+    SessionSpec,
+)
 from panday_tier_macos import T2MacosSandbox
 from panday_tier_macos.profile import SeatbeltProfile
 from panday_tier_macos.roots import (
@@ -41,6 +49,9 @@ from panday_tier_macos.sandbox import (
     start_proxy,
     stricter_limit,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 
 def _temp_sessions() -> set[str]:
@@ -417,7 +428,7 @@ def test_the_session_proxy_serves_both_loopbacks_with_per_command_credentials(
             files=SandboxHandle(id="t2m-test", tier=SandboxTier.T0, workspace=str(tmp_path)),
             proxy=proxy,
         )
-        first, second = session.env_for(None), session.env_for("build-7")
+        (first, _), (second, _) = session.env_for(None), session.env_for("build-7")
         assert first["HTTP_PROXY"].startswith("http://cmd-1:")
         assert first["HTTP_PROXY"].endswith(f"@127.0.0.1:{endpoint.port}")
         assert first["ALL_PROXY"].startswith("socks5h://cmd-1:")
@@ -460,3 +471,80 @@ def test_no_proxy_starts_where_the_tier_cannot_run(tmp_path: Path) -> None:
     with pytest.raises(TierUnavailable):
         _create({"net": {"allow": ["allowed.test"]}}, workspace=str(tmp_path))
     assert threading.active_count() == threads
+
+
+class _BareProfile(SeatbeltProfile, frozen=True, kw_only=True):
+    """Runs the command without sandbox-exec (which only macOS has): what the test below
+    checks is the session's proxy credentials around a command, not what Seatbelt denies."""
+
+    def argv(self, command: Sequence[str], values: Mapping[str, str]) -> list[str]:
+        del values
+        return list(command)
+
+
+# The command: its proxy URL, then the status of a request through the proxy while it runs.
+_USES_THE_PROXY = r"""
+import base64, os, socket, urllib.parse
+p = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+auth = base64.b64encode(f"{p.username}:{p.password}".encode()).decode()
+with socket.create_connection((p.hostname, p.port), timeout=10) as s:
+    s.sendall(f"GET {os.environ['URL']} HTTP/1.1\r\nHost: x\r\n"
+              f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode())
+    print(os.environ["HTTP_PROXY"])
+    print(s.recv(4096).split(b" ", 2)[1].decode())
+"""
+
+
+@pytest.mark.parametrize("command_id", [None, "build-7"])
+def test_a_commands_proxy_credentials_die_when_it_ends(
+    tmp_path: Path, command_id: str | None
+) -> None:
+    upstream = HttpUpstream()
+    url = f"http://allowed.test:{upstream.port}/"
+    policy = policy_from_dict(
+        {
+            # The literal lets allowed.test's loopback answer through (see _settings).
+            "net": {"allow": ["allowed.test", "127.0.0.1"], "ports": [upstream.port]},
+            "env": {"URL": url},
+        }
+    ).with_workspace(str(tmp_path))
+    proxy, endpoint = start_proxy(policy, "t2m-test", _settings())
+    sandbox = T2MacosSandbox()
+    handle = SandboxHandle(id="t2m-test", tier=SandboxTier.T2_MACOS, workspace=str(tmp_path))
+    sandbox._sessions[handle.id] = _Session(  # pyright: ignore[reportPrivateUsage] - a session without sandbox-exec
+        session_id=handle.id,
+        policy=policy,
+        profile=_BareProfile(text="", params=(), proxy=endpoint),
+        params={},
+        workspace=str(tmp_path),
+        tmpdir=str(tmp_path),
+        files=SandboxHandle(id=handle.id, tier=SandboxTier.T0, workspace=str(tmp_path)),
+        proxy=proxy,
+    )
+
+    async def run() -> tuple[bytes, ExecExit | None]:
+        out, end = b"", None
+        spec = ExecSpec(argv=(sys.executable, "-I", "-c", _USES_THE_PROXY), command_id=command_id)
+        async for event in sandbox.exec(handle, spec):
+            if isinstance(event, OutputChunk) and event.stream == "stdout":
+                out += event.data
+            elif isinstance(event, ExecExit):
+                end = event
+        return out, end
+
+    try:
+        out, end = asyncio.run(run())
+        assert end is not None, "the command did not end"
+        assert end.exit_code == 0, out
+        proxy_url, status = out.decode().split()
+        user = urllib.parse.urlsplit(proxy_url).username
+        assert user == (command_id or "cmd-1")
+        # Positive control: while the command ran, its credentials got it through.
+        assert status == "200", f"the command's own request got {status}"
+        # The command has ended: the same credentials, presented by anyone, get nothing.
+        assert _get_via({"HTTP_PROXY": proxy_url}, url, family=socket.AF_INET) == "407"
+        assert upstream.count == 1
+    finally:
+        asyncio.run(sandbox.destroy(handle))
+        upstream.close()
+    assert not proxy.alive

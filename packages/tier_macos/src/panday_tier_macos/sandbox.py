@@ -13,7 +13,8 @@ caller is refused there), start the session's egress proxy when the policy has
 The egress proxy runs on a loop thread of its own (`ProxyThread`), listening on 127.0.0.1
 and ::1 at one port, because Seatbelt can name loopback only as ``localhost``, which covers
 both. The profile allows outbound TCP to that port and nothing else; each command's
-environment carries the proxy variables with credentials issued for its command id.
+environment carries the proxy variables with credentials issued for its command id, and
+they are revoked when the command ends (tunnels opened with them are cut).
 
 Each command is started by the shared exec machinery (`panday_core.execution`): posix_spawn
 into a new session, output streamed and capped, the wall clock killing the process group.
@@ -208,17 +209,29 @@ class _Session:
     def env(self) -> dict[str, str]:
         return build_environment(self.policy, self.workspace, self.tmpdir)
 
-    def env_for(self, command_id: str | None) -> dict[str, str]:
+    def env_for(self, command_id: str | None) -> tuple[dict[str, str], str | None]:
         """A command's environment: the session's, then the proxy variables with
-        credentials issued for its id (the caller's, else ``cmd-N``)."""
+        credentials issued for its id (the caller's, else ``cmd-N``). Also the id the
+        credentials were issued for (None without a proxy), which `command_ended` takes
+        when the command has ended."""
         env = self.env
-        if self.proxy is not None:
-            self.commands += 1
-            try:
-                env.update(self.proxy.environment(command_id or f"cmd-{self.commands}"))
-            except ValueError as exc:
-                raise ValueError(f"command_id: {exc}") from None
-        return env
+        if self.proxy is None:
+            return env, None
+        self.commands += 1
+        issued = command_id or f"cmd-{self.commands}"
+        try:
+            env.update(self.proxy.environment(issued))
+        except ValueError as exc:
+            raise ValueError(f"command_id: {exc}") from None
+        return env, issued
+
+    def command_ended(self, issued: str | None) -> None:
+        """The command `env_for` issued credentials for has ended: give them back. With the
+        last reference to them they stop working at once and the tunnels opened with them
+        are cut, so a process the command left running (Seatbelt has no jail that dies with
+        the command) or a copy of its environment reaches nothing more through the proxy."""
+        if issued is not None and self.proxy is not None:
+            self.proxy.revoke(issued)
 
     def cwd(self, cwd: str | None) -> str:
         if cwd is None:
@@ -382,19 +395,23 @@ class T2MacosSandbox:
         limits = session.policy.limits
         command = ["/bin/sh", "-c", START, "panday", session.cwd(spec.cwd), *spec.argv]
         argv = session.profile.argv(command, session.params)
-        proc = spawn(argv, env=session.env_for(spec.command_id), stdin=spec.stdin is not None)
-        session.running.add(proc)
+        env, issued = session.env_for(spec.command_id)
         try:
-            async for event in astream(
-                proc,
-                Supervisor(),
-                stdin_data=spec.stdin,
-                output_cap=limits.output_cap,
-                timeout_ms=stricter_limit(spec.timeout_ms, limits.wall_clock_cap),
-            ):
-                yield event
+            proc = spawn(argv, env=env, stdin=spec.stdin is not None)
+            session.running.add(proc)
+            try:
+                async for event in astream(
+                    proc,
+                    Supervisor(),
+                    stdin_data=spec.stdin,
+                    output_cap=limits.output_cap,
+                    timeout_ms=stricter_limit(spec.timeout_ms, limits.wall_clock_cap),
+                ):
+                    yield event
+            finally:
+                session.running.discard(proc)
         finally:
-            session.running.discard(proc)
+            session.command_ended(issued)  # also when it could not be spawned
 
     async def put(self, handle: SandboxHandle, path: str, data: bytes) -> None:
         await self._files.put(self._session(handle).files, path, data)

@@ -87,9 +87,13 @@ class ProxyLimits(msgspec.Struct, frozen=True, kw_only=True):
     """Bytes a transport may hold unsent before the other side stops reading."""
     pooled_buffers: int = 32
     """Free large read buffers kept for reuse; beyond this they are released."""
-    splice_after: int | None = 1024 * 1024
+    splice_after: int | None = None
     """Bytes one direction of a tunnel relays through buffers before it switches to
-    ``splice(2)`` (Linux; see `splicing`); None never switches."""
+    ``splice(2)`` (Linux; see `splicing`); None (the default) never switches. Off by
+    default because, measured end to end on loopback, the buffered relay carried as much
+    or more, except while another process held a core: splice saves the proxy its two
+    copies, but the reader's copy of the pages it passes on costs the reader more
+    (docs/egress.md, Performance)."""
 
 
 class DescriptorBudget:

@@ -2,12 +2,15 @@
 
 A tunnel starts on the proxy's buffered relay (`asyncio.BufferedProtocol`): every byte is
 copied into a Python buffer and out again. That is cheap for the short requests most tools
-make, and it holds no extra descriptors. Once one direction of a tunnel has carried
-`ProxyLimits.splice_after` bytes (a download, an upload, a clone), that direction switches
-to splice on Linux: the kernel moves the data from the source socket into a pipe and from
-the pipe into the destination socket, so the proxy no longer copies it at all. On a
-two-core machine that is the difference between the proxy being the bottleneck of a bulk
-transfer and not (see docs/egress.md, Performance).
+make, and it holds no extra descriptors. When `ProxyLimits.splice_after` is set (it is not
+by default), once one direction of a tunnel has carried that many bytes (a download, an
+upload, a clone), that direction switches to splice on Linux: the kernel moves the data
+from the source socket into a pipe and from the pipe into the destination socket, so the
+proxy no longer copies it at all. That saves the proxy's own CPU, but measured end to end
+on loopback it mostly carried less than the buffered relay (more only while another
+process held a core): the reader's copy of the pages it passes on costs the reader more
+(see docs/egress.md, Performance). It stays available for hosts where the proxy's CPU is
+what is short.
 
 The switch happens only at a moment when the destination transport holds nothing unsent,
 so the order of bytes is kept. From then on this direction owns the traffic: the source
