@@ -623,7 +623,9 @@ def _fast(
     r, w = os.pipe()
     try:
         done = subprocess.run(
-            [sys.executable, "-I", "-c", FAST_RUN, how, str(fd), str(w), *args],
+            # -P: the workspace (the current directory) stays off sys.path, where a plan
+            # would refuse it; PYTHONPATH (a mutated copy under falsify) still applies.
+            [sys.executable, "-P", "-c", FAST_RUN, how, str(fd), str(w), *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE if stdout is None else stdout,
             stderr=subprocess.PIPE,
