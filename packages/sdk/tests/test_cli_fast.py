@@ -16,6 +16,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -444,8 +445,6 @@ LIMITS = ("Max address space", "Max processes")
 
 def _jail_process(top: int, comm: str, deadline: float) -> int:
     """The process named `comm` below `top` (a /proc walk), waiting for it to appear."""
-    import time  # noqa: PLC0415 - this helper only
-
     while time.monotonic() < deadline:
         children: dict[int, list[int]] = {}
         for entry in os.listdir("/proc"):  # noqa: PTH208 - /proc walk
@@ -494,8 +493,6 @@ def _bounds_seen_from_the_host(pid: int) -> dict[str, str]:
 
 def _bounds_of(run: Runner, *args: str) -> dict[str, str]:
     """Start `panday ARGS -- sleep 30` and read its jail's bounds from the host."""
-    import time  # noqa: PLC0415 - this helper only
-
     proc = subprocess.Popen(
         [run.exe, *args, "--", "sleep", "30"],
         cwd=run.cwd,
@@ -660,9 +657,27 @@ def test_each_standard_descriptor_is_repaired_on_the_cached_path(
 def test_writes_are_looped_on_the_cached_path(run: Runner) -> None:
     args = ("run", "--", "head", "-c", "3000000", "/dev/zero")
     assert run(*args)[2] == 0  # planned
-    # stdout non-blocking: the first write stops at a pipe buffer, the rest must follow.
-    out, err, report = _fast(run, "non-blocking", 1, *args)
-    assert (len(out), err, report) == (3_000_000, b"", "0 False")
+    # stdout non-blocking, read only after a pause: a write stops at a full pipe buffer
+    # (EAGAIN), and the rest must follow once the reader drains it.
+    import threading  # noqa: PLC0415 - this test only
+
+    r, w = os.pipe()
+    got = bytearray()
+
+    def slow_reader() -> None:
+        time.sleep(0.5)
+        while data := os.read(r, 1 << 16):
+            got.extend(data)
+
+    reader = threading.Thread(target=slow_reader)
+    reader.start()
+    try:
+        _out, err, report = _fast(run, "non-blocking", 1, *args, stdout=w)
+    finally:
+        os.close(w)
+        reader.join(60)
+        os.close(r)
+    assert (len(got), err, report) == (3_000_000, b"", "0 False")
 
 
 def test_control_sequences_are_filtered_on_the_cached_path(run: Runner) -> None:
