@@ -587,15 +587,29 @@ def test_a_plan_is_used_only_where_its_bounds_are_what_a_session_would_get(
     control.close()
 
 
-def test_launch_refuses_a_workspace_the_jail_cannot_enter(made: plan.Plan, ws: Path) -> None:
+def test_launch_refuses_a_workspace_the_jail_cannot_enter(
+    made: plan.Plan, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from panday_core.process import spawn as real  # noqa: PLC0415 - what plan.launch calls
+
+    spawned: list[object] = []
+
+    def spawn(*args: object, **kwargs: object) -> object:
+        spawned.append(args)
+        return real(*args, **kwargs)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - passed through
+
+    monkeypatch.setattr(plan, "spawn", spawn)
     control = plan.launch(made, ["/bin/true"], {})
     assert control is not None
     control.close()
+    assert len(spawned) == 1
     if os.geteuid() == 0:  # root without capabilities inside: another owner's 0700 is closed
         os.chown(ws, 65534, 65534)
     ws.chmod(0o700 if os.geteuid() == 0 else 0o600)
     try:
+        # Refused before anything is spawned (bwrap would fail to enter it, later).
         assert plan.launch(made, ["/bin/true"], {}) is None
+        assert len(spawned) == 1
     finally:
         ws.chmod(0o755)
         if os.geteuid() == 0:
