@@ -69,8 +69,10 @@ def _clean_env(venv: Path) -> dict[str, str]:
     return env
 
 
-def install_outside(out: Path, where: Path) -> Path:
-    """A fresh venv holding what `pip install panday` gives this platform, from `out`."""
+def install_outside(out: Path, where: Path, *, compile_bytecode: bool = True) -> Path:
+    """A fresh venv holding what `pip install panday` gives this platform, from `out`:
+    bytecode compiled as pip compiles it (`compile_bytecode=False`: as uv installs by
+    default, which the start-up benchmark measures)."""
     venv = where / "venv"
     if venv.resolve().is_relative_to(REPO):
         raise GateError(f"{venv} is inside the source tree; the artifact test must not be")
@@ -90,7 +92,11 @@ def install_outside(out: Path, where: Path) -> Path:
     # Only `panday`, resolved as pip would here: markers decide which tier comes along.
     # --no-cache: uv caches find-links wheels by file name, and every build is 0.1.0 until
     # a release, so a cached wheel from an earlier build would be tested instead of this one.
-    run([*uv_pip, "--no-cache", "--no-index", "--find-links", str(out), "panday"], cwd=where)
+    compile_flag = ["--compile-bytecode"] if compile_bytecode else []
+    run(
+        [*uv_pip, *compile_flag, "--no-cache", "--no-index", "--find-links", str(out), "panday"],
+        cwd=where,
+    )
     run(["uv", "pip", "check", "--python", python], cwd=where)
     return venv
 

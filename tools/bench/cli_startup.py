@@ -1,23 +1,29 @@
-"""Benchmark: `panday run -- /bin/true` from a cold process, against raw bubblewrap.
+"""Benchmark: `panday run -- /bin/true` from a cold process, beside raw bubblewrap and firejail.
 
-Variants, interleaved round by round (each a fresh process, spawned and waited for):
+Variants, interleaved round by round (each a fresh process, spawned and waited for, in a
+workspace of its own with a cache of its own):
 
 - (a) raw bubblewrap, as in `t2_linux_startup`;
-- (b) the installed `panday run -- /bin/true`: interpreter, imports, the default policy,
-  a T2 Linux session, the jail, the output streamed, the session closed;
-- (c) the same interpreter doing nothing: the floor any Python CLI pays;
-- (d) the interpreter importing msgspec, the policy model's library;
-- (e) the interpreter importing every module `panday run` imports, and nothing else.
+- (b) firejail ``--quiet --noprofile --net=none /bin/true``: a setuid sandbox written in C;
+- (c) the installed ``panday run -- /bin/true``, warm: its jail plan cached (panday.cli_fast),
+  bytecode compiled;
+- (d) (c) with ``PYTHONDONTWRITEBYTECODE=1`` (bytecode is read, never written: common in
+  container images);
+- (e) (c) from a venv installed from the wheels without compiled bytecode (uv's default),
+  with ``PYTHONDONTWRITEBYTECODE=1``: every panday module compiled from source at every
+  start;
+- (f) (c) through the full path (``panday run --debug``: a flag the cached path leaves
+  alone): the policy model, the tier choice and a session opened on every run;
+- (g) the interpreter doing nothing (``python -c 'import os; os._exit(0)'``): the floor of
+  any Python CLI;
+- (h) the interpreter importing the cached path's modules and nothing else.
 
-(c), (d) and (e) leave through ``os._exit`` as the console script does (skipping the
-interpreter's module teardown), so the differences below compare like with like.
-
-So (b)-(e) is the work after the imports, (e)-(d) the cost of panday's own modules and the
-tier, (d)-(c) msgspec's. A breakdown of (e) by ``-X importtime`` (median of several runs,
-attributed to whichever of msgspec / panday / panday_core / panday_tier_linux first imports
-each module, as the nearest importer up the chain) shows which modules cost what. Budget:
-(b) median <= 40 ms (the issue's), recorded beside (b)/(a). Bytecode is compiled
-(PYTHONDONTWRITEBYTECODE is unset for every child and the warm-up rounds write it).
+(g) and (h) leave through ``os._exit`` as the console script does. Budget: the medians of
+(c) and (d), panday as installed (bytecode compiled: `uv sync` here, pip, `uv tool install
+--compile-bytecode`), are each at most (b)'s; and (c), (d) and (e) are each at most 40 ms
+when the machine is quiet (1-minute load average below 1 when the rounds start; the rounds
+themselves keep a core busy, so the figure at their end is recorded, not judged). (e)
+beside (b) is recorded as measured.
 """
 
 from __future__ import annotations
@@ -28,45 +34,40 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import harness
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
 NAME = "cli_startup"
 BUDGET_MS = 40.0
+QUIET_LOAD = 1.0
 IMPORTTIME_RUNS = 15
+PHASE_RUNS = 200
 
-RUN_IMPORTS = (
-    "panday.cli",
-    "panday.cli_run",
-    "panday.session",
-    "panday._shared",
-    "panday.defaults",
-    "panday_core.policy",
-    "panday_core.execution",
-    "panday_tier_linux.session",
-    "panday_tier_linux.etcview",
-    "panday_tier_linux.seccomp",
-)
-"""What `panday run -- /bin/true` imports (checked against -X importtime below)."""
+CACHED_IMPORTS = ("panday.cli_fast", "panday.defaults", "panday_tier_linux.plan")
+"""What the cached path imports (checked against -X importtime below)."""
 
-GROUPS = ("msgspec", "panday_tier_linux", "panday_core", "panday")
-"""Import-time owners, most specific first; a module belongs to its nearest owner."""
+HEAVY = ("msgspec", "typing", "enum", "re", "contextlib", "collections", "functools", "signal")
+"""Modules the cached path must not import; the benchmark fails if it does."""
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env.pop("PYTHONPROFILEIMPORTTIME", None)
+def _env(**extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"PYTHONDONTWRITEBYTECODE", "PYTHONPROFILEIMPORTTIME", "PYTHONPATH"}
+    }
+    env.update(extra)
     return env
 
 
-def _spawner(argv: list[str]) -> Callable[[], None]:
+def _spawner(argv: list[str], env: Mapping[str, str]) -> Callable[[], None]:
     """Spawn `argv` in the current directory (the benchmark's workspace) and wait for it."""
-    env = _env()
     devnull = os.open(os.devnull, os.O_WRONLY)
 
     def run() -> None:
@@ -86,238 +87,471 @@ def _spawner(argv: list[str]) -> Callable[[], None]:
     return run
 
 
-class _Node:
-    __slots__ = ("children", "depth", "ms", "name")
-
-    def __init__(self, depth: int, name: str, ms: float) -> None:
-        self.depth = depth
-        self.name = name
-        self.ms = ms
-        self.children: list[_Node] = []
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
 
 
-def _importtime(argv: list[str]) -> list[_Node]:
-    """The import tree of `argv` from -X importtime (which prints children first)."""
+def _fs_type(path: Path) -> str:
+    """The file system holding `path` (from /proc/self/mountinfo: the longest mount point)."""
+    best, kind = "", "?"
+    real = str(path.resolve())
+    with open("/proc/self/mountinfo", encoding="utf-8") as fh:  # noqa: PTH123 - a /proc read
+        for line in fh:
+            left, _, right = line.partition(" - ")
+            mount = left.split()[4]
+            inside = real == mount or real.startswith(mount.rstrip("/") + "/")
+            if inside and len(mount) >= len(best):
+                best, kind = mount, right.split()[0]
+    return kind
+
+
+def _no_bytecode_venv(where: Path) -> Path:
+    """A venv holding the wheels as `pip install panday` would, installed without compiling
+    bytecode (uv's default); fails if any panday module has bytecode there."""
+    sys.path.insert(0, str(harness.REPO / "tools"))
+    import artifacts  # noqa: PLC0415 - tools/artifacts.py, the build gate's installer
+    from gatelib import workspace_members  # noqa: PLC0415 - as above
+
+    out = where / "dist"
+    artifacts.build(out, workspace_members())
+    venv = artifacts.install_outside(out, where, compile_bytecode=False)
+    site = next(venv.glob("lib/python*/site-packages"))
+    compiled = list(site.glob("panday*/**/*.pyc"))
+    if compiled:
+        raise SystemExit(f"{NAME}: the no-bytecode venv has bytecode: {compiled[:3]}")
+    return venv
+
+
+def _median_ms(fn: Callable[[], object], runs: int = PHASE_RUNS) -> float:
+    fn()
+    samples: list[float] = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1000)
+    return round(statistics.median(samples), 3)
+
+
+def _phases(workspace: Path, full: Path, cache: Path) -> dict[str, float]:
+    """The cached path's steps in this process (warm, bytecode compiled), medians in ms.
+
+    `workspace` is empty, so every command creates and removes a placeholder for each
+    missing protected entry; `full` holds every one of them, so none is needed.
+    """
+    os.environ["XDG_CACHE_HOME"] = str(cache)
+    os.environ["XDG_CONFIG_HOME"] = str(cache.parent / "config")
+    from panday import cli_fast  # noqa: PLC0415 - the code under measurement
+    from panday_tier_linux import plan as jail  # noqa: PLC0415
+    from panday_tier_linux.binds import Roots  # noqa: PLC0415
+
+    here = Path.cwd()
+    os.chdir(workspace)
+    try:
+        found = cli_fast.cached_plan([])
+        if found is None:
+            raise SystemExit(f"{NAME}: no cached plan for {workspace} after the rounds")
+        made = found
+
+        def lookup() -> None:
+            cli_fast.cached_plan([])
+
+        def binds_in(ws: Path) -> Callable[[], None]:
+            class Fs:
+                workspace = str(ws)
+                access = "rw"
+                staged_ro: tuple[str, ...] = ()
+                protect: tuple[str, ...] = ()
+                unprotect: tuple[str, ...] = ()
+                allow_home = False
+
+            def run() -> None:
+                roots, refusals = Roots.open(Fs(), check_entries=False)  # as `plan.launch`
+                assert roots is not None, refusals  # noqa: S101
+                roots.command_binds().close()
+                roots.close()
+
+            return run
+
+        def jail_run() -> None:
+            launched = jail.launch(made, ["/bin/true"], os.environ)
+            assert launched is not None  # noqa: S101
+            jail.run(launched, made, write=lambda _s, _d: None)
+
+        return {
+            "key": _median_ms(lookup),
+            "binds_placeholders": _median_ms(binds_in(workspace)),
+            "binds_no_placeholders": _median_ms(binds_in(full)),
+            "launch_and_run": _median_ms(jail_run),
+            "launch_and_run_cold": _cold_launch_ms(),
+        }
+    finally:
+        os.chdir(here)
+
+
+COLD_RUNS = 15
+_COLD = """
+import os, time
+from panday import cli_fast
+from panday_tier_linux import plan as jail
+made = cli_fast.cached_plan([])
+start = time.perf_counter()
+launched = jail.launch(made, ["/bin/true"], os.environ)
+jail.run(launched, made, write=lambda _s, _d: None)
+print((time.perf_counter() - start) * 1000)
+"""
+
+
+def _cold_launch_ms() -> float:
+    """`jail_run` once in each of `COLD_RUNS` fresh processes (as every `panday run` is):
+    the first move of a process's jail into its cgroup waits for a grace period of the
+    kernel's RCU (cgroup migrations take a global lock whose writers wait for one unless
+    another writer just did), which the warm loop above pays only once."""
+    samples: list[float] = []
+    for _ in range(COLD_RUNS):
+        done = subprocess.run(
+            [sys.executable, "-P", "-c", _COLD],  # -P: the workspace stays off sys.path
+            env=dict(os.environ),
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        samples.append(float(done.stdout.strip()))
+    return round(statistics.median(samples), 3)
+
+
+def _importtime(argv: list[str], env: Mapping[str, str], cwd: Path) -> dict[str, float]:
+    """Self time (ms) of each module `argv` imports, from -X importtime."""
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", *argv],
-        env=_env(),
+        env=dict(env),
+        cwd=cwd,
         capture_output=True,
         text=True,
         check=True,
         timeout=120,
     )
-    pending: list[_Node] = []
+    out: dict[str, float] = {}
     for line in proc.stderr.splitlines():
         parts = line.removeprefix("import time:").split("|")
         if not line.startswith("import time:") or len(parts) != 3:  # noqa: PLR2004 - 3 columns
             continue
         try:
-            self_us = int(parts[0])
+            out[parts[2].strip()] = int(parts[0]) / 1000
         except ValueError:
-            continue  # the header line
-        name = parts[2].lstrip(" ")
-        node = _Node((len(parts[2]) - len(name) - 1) // 2, name.rstrip(), self_us / 1000)
-        node.children = [p for p in pending if p.depth == node.depth + 1]
-        pending = [p for p in pending if p.depth != node.depth + 1]
-        pending.append(node)
-    return pending
-
-
-def _owner(chain: list[str]) -> str:
-    """The nearest of our packages (or msgspec) up the import chain (given root first)."""
-    for name in reversed(chain):
-        for group in GROUPS:
-            if name == group or name.startswith(group + "."):
-                return group
-    return "stdlib at interpreter start-up (site, encodings, ...)"
-
-
-def _attribute(roots: list[_Node]) -> tuple[dict[str, float], dict[str, str], dict[str, float]]:
-    """Self time per first importer (shutil is the tier's), which modules that owner pulled
-    in, and self time per module."""
-    groups: dict[str, float] = {}
-    owner_of: dict[str, str] = {}
-    modules: dict[str, float] = {}
-    todo: list[tuple[_Node, list[str]]] = [(r, []) for r in roots]
-    while todo:
-        node, above = todo.pop()
-        chain = [*above, node.name]
-        owner = _owner(chain)
-        groups[owner] = groups.get(owner, 0.0) + node.ms
-        owner_of[node.name] = owner
-        modules[node.name] = modules.get(node.name, 0.0) + node.ms
-        todo.extend((child, chain) for child in node.children)
-    return groups, owner_of, modules
-
-
-def _names(roots: list[_Node]) -> set[str]:
-    out: set[str] = set()
-    todo = list(roots)
-    while todo:
-        node = todo.pop()
-        out.add(node.name)
-        todo.extend(node.children)
+            continue  # the header
     return out
 
 
-def _breakdown(panday: str) -> dict[str, object]:
-    runs = [_importtime([panday, "run", "--", "/bin/true"]) for _ in range(IMPORTTIME_RUNS)]
+def _imports(panday: str, env: Mapping[str, str], cwd: Path) -> list[list[object]]:
+    runs = [
+        _importtime([panday, "run", "--", "/bin/true"], env, cwd) for _ in range(IMPORTTIME_RUNS)
+    ]
     seen: set[str] = set()
-    for roots in runs:
-        seen |= _names(roots)
-    missing = [m for m in RUN_IMPORTS if m not in seen]
-    if missing:
+    for found in runs:
+        seen |= set(found)
+    missing = [m for m in CACHED_IMPORTS if m not in seen]
+    heavy = sorted(m for m in seen if m.split(".")[0] in HEAVY)
+    if missing or heavy or "panday.cli_run" in seen:
         raise SystemExit(
-            f"{NAME}: RUN_IMPORTS names what `panday run` no longer imports: {missing}"
+            f"{NAME}: `panday run` did not take the cached path: it did not import {missing}; "
+            f"it imported {heavy} {'and the full path' if 'panday.cli_run' in seen else ''}"
         )
-    per_group: dict[str, list[float]] = {}
-    per_module: dict[str, list[float]] = {}
-    owner_of: dict[str, str] = {}
-    for roots in runs:
-        groups, owners, modules = _attribute(roots)
-        owner_of.update(owners)
-        for key, ms in groups.items():
-            per_group.setdefault(key, []).append(ms)
-        for key, ms in modules.items():
-            per_module.setdefault(key, []).append(ms)
-    module_ms = {k: statistics.median(v) for k, v in per_module.items()}
-    by_owner: list[list[object]] = []
-    for owner, values in sorted(per_group.items(), key=lambda kv: -statistics.median(kv[1])):
-        mine = sorted((m for m in module_ms if owner_of.get(m) == owner), key=module_ms.__getitem__)
-        biggest = ", ".join(f"{m} {module_ms[m]:.1f}" for m in reversed(mine[-4:]))
-        by_owner.append([owner, round(statistics.median(values), 2), biggest])
-    top = sorted(module_ms.items(), key=lambda kv: -kv[1])[:15]
-    return {
-        "importtime_runs": IMPORTTIME_RUNS,
-        "by_owner_ms": by_owner,
-        "top_modules_self_ms": [[m, round(ms, 2), owner_of.get(m, "")] for m, ms in top],
-    }
+    ours = sorted(m for m in seen if m.split(".")[0].startswith("panday"))
+    return [[m, round(statistics.median(r.get(m, 0.0) for r in runs), 2)] for m in ours]
 
 
-def _notes(med: dict[str, float], top: dict[str, float]) -> list[str]:
-    """The section's prose, from this run's figures."""
-    b, a = med["b_panday_run"], med["a_raw_bwrap"]
-    c, d, e = med["c_python"], med["d_python_msgspec"], med["e_python_run_imports"]
-    verdict = (
-        f"within the {BUDGET_MS:.0f} ms budget"
-        if b <= BUDGET_MS
-        else f"**{b - BUDGET_MS:.0f} ms over** the {BUDGET_MS:.0f} ms budget"
-    )
-    notes = [
-        (
-            f"`panday run -- /bin/true` took {b:.1f} ms at the median, {verdict}; raw "
-            f"bubblewrap took {a:.1f} ms in the same rounds ({b / a:.1f}x, {b - a:.1f} ms more)."
+def _lines(venv: Path, modules: list[str]) -> list[list[object]]:
+    """Source lines of each module, as compiled at every start of (e)."""
+    site = next(venv.glob("lib/python*/site-packages"))
+    rows: list[list[object]] = []
+    for module in modules:
+        base = site.joinpath(*module.split("."))
+        path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+        if path.exists():
+            rows.append([module, len(path.read_text(encoding="utf-8").splitlines())])
+    return rows
+
+
+def _variants(
+    bwrap: list[str], paths: dict[str, str], env: dict[str, str], firejail: str | None
+) -> list[harness.Variant]:
+    panday, python, nobc = paths["panday"], paths["python"], paths["nobc"]
+    nowrite = {**env, "PYTHONDONTWRITEBYTECODE": "1"}
+    leave = "import os; os._exit(0)"
+    imports = "import " + ", ".join(CACHED_IMPORTS) + "; " + leave
+    out = [harness.Variant("a_raw_bwrap", "(a) raw bwrap --unshare-all", _spawner(bwrap, env))]
+    if firejail is not None:
+        argv = [firejail, "--quiet", "--noprofile", "--net=none", "/bin/true"]
+        out.append(
+            harness.Variant(
+                "b_firejail", "(b) firejail --noprofile --net=none", _spawner(argv, env)
+            )
+        )
+    true = ["run", "--", "/bin/true"]
+    out += [
+        harness.Variant("c_panday", "(c) panday run -- /bin/true", _spawner([panday, *true], env)),
+        harness.Variant(
+            "d_panday_nowrite",
+            "(d) (c), PYTHONDONTWRITEBYTECODE=1",
+            _spawner([panday, *true], nowrite),
         ),
-        (
-            f"An interpreter that does nothing took {c:.1f} ms, and one that only imports "
-            f"msgspec (the policy model's library) {d:.1f} ms: msgspec loads typing, enum, "
-            "datetime, decimal and uuid (which loads platform) when it is imported. So with "
-            f"the current model library a Python CLI cannot get under {BUDGET_MS:.0f} ms on "
-            "this machine even if it did nothing else; importing everything `panday run` "
-            f"needs and doing nothing took {e:.1f} ms."
+        harness.Variant(
+            "e_panday_no_bytecode",
+            "(e) (c), venv without bytecode, PYTHONDONTWRITEBYTECODE=1",
+            _spawner([nobc, *true], nowrite),
         ),
-        (
-            "The CLI already keeps its own path lean: `run` has a hand-written parser (no "
-            "argparse), the Linux tier's synchronous session and the core's poll-based pump "
-            "mean no asyncio, nothing imports subprocess or pathlib, and the tier, the TOML "
-            "parser, the schema and report code are imported only by the commands that use "
-            "them. panday's own CLI modules cost well under a millisecond each. The console "
-            "script leaves through os._exit once every session is closed, skipping the "
-            "interpreter's teardown of the modules it loaded. In the table by first importer, "
-            "`panday`'s row is almost all typing and what typing loads (re, enum, "
-            "collections, functools): the package's init imports typing before msgspec does."
+        harness.Variant(
+            "f_full_path",
+            "(f) the full path (panday run --debug)",
+            _spawner([panday, "run", "--debug", "--", "/bin/true"], env),
+        ),
+        harness.Variant(
+            "g_python", "(g) python, nothing imported", _spawner([python, "-c", leave], env)
+        ),
+        harness.Variant(
+            "h_python_imports",
+            "(h) python importing the cached path",
+            _spawner([python, "-c", imports], env),
         ),
     ]
-    elsewhere = [f"`{m}` {top[m]:.1f} ms" for m in ("shutil", "ipaddress", "platform") if m in top]
-    if elsewhere:
-        notes.append(
-            "Costs in other packages that a lazier import would remove from this path "
-            "(self times above): " + ", ".join(elsewhere) + " (shutil, with bz2 and lzma, "
-            "comes from the tier's /etc view module; ipaddress from the core's host "
-            "patterns; platform from msgspec's uuid). Beyond those, meeting the budget means "
-            "a policy model that does not import msgspec on the default-policy path."
-        )
-    return notes
+    return out
+
+
+def _verdict(med: dict[str, float], load: tuple[float, float]) -> tuple[bool, list[str]]:
+    """Whether the budget holds, and the reasons it does not."""
+    problems: list[str] = []
+    firejail = med.get("b_firejail")
+    for name in ("c_panday", "d_panday_nowrite"):
+        if firejail is None:
+            problems.append("firejail is not installed, so nothing to compare with")
+            break
+        if med[name] > firejail:
+            problems.append(f"{name} {med[name]:.1f} ms > firejail {firejail:.1f} ms")
+    if load[0] < QUIET_LOAD:
+        problems += [
+            f"{name} {med[name]:.1f} ms > {BUDGET_MS:.0f} ms on a quiet machine"
+            for name in ("c_panday", "d_panday_nowrite", "e_panday_no_bytecode")
+            if med[name] > BUDGET_MS
+        ]
+    return not problems, problems
+
+
+def _notes(
+    med: dict[str, float], phases: dict[str, float], load: tuple[float, float], fs: str
+) -> list[str]:
+    c, d, e, f = (
+        med["c_panday"],
+        med["d_panday_nowrite"],
+        med["e_panday_no_bytecode"],
+        med["f_full_path"],
+    )
+    a, g, h = med["a_raw_bwrap"], med["g_python"], med["h_python_imports"]
+    fj = med.get("b_firejail")
+    placeholders = phases["binds_placeholders"] - phases["binds_no_placeholders"]
+    quiet = load[0] < QUIET_LOAD
+    fj_text = f"firejail took {fj:.1f} ms" if fj is not None else "firejail is not installed here"
+    return [
+        (
+            f"Load average {load[0]} when the rounds started and {load[1]} when they ended"
+            f" ({'quiet' if quiet else 'not quiet'}: the 40 ms budget is "
+            f"{'judged' if quiet else 'recorded, not judged'}). `panday run -- /bin/true` "
+            f"took {c:.1f} ms warm, {d:.1f} ms with PYTHONDONTWRITEBYTECODE=1 and {e:.1f} ms "
+            f"from a venv without bytecode; {fj_text}, raw bubblewrap {a:.1f} ms and the full "
+            f"path {f:.1f} ms, in the same rounds."
+        ),
+        (
+            f"Of (c): {g:.1f} ms is the interpreter's own start and exit (g); importing the "
+            f"cached path's modules adds {h - g:.1f} ms (h)-(g): the console script's module "
+            "(panday.cli_fast), the tier's plan, binds and host modules, the core's protect "
+            "and process modules, and nothing heavier (no typing, msgspec, enum, re, "
+            "contextlib or signal; the benchmark fails if one appears). Measured in this "
+            "process: the key "
+            f"and the plan lookup {phases['key']:.2f} ms (panday's source files stat'ed, the "
+            f"host facts, the plan read and checked); starting the jail and running /bin/true "
+            f"{phases['launch_and_run']:.2f} ms, of which the roots and protected entries are "
+            f"{phases['binds_placeholders']:.2f} ms in an empty workspace."
+        ),
+        (
+            "Every jail is bounded, the host's own protection included (issue 13: cgroup "
+            "ceilings where panday can write a cgroup, as root here), so every run moves its "
+            "jail into a cgroup before it runs, on the cached path as on the full one. The "
+            "first such move in a process waits for a grace period of the kernel's RCU "
+            "(cgroup migrations take a global lock whose writer waits for one, unless another "
+            "writer has just done so): in a fresh process starting the jail and running "
+            f"/bin/true took {phases['launch_and_run_cold']:.2f} ms, "
+            f"{phases['launch_and_run_cold'] - phases['launch_and_run']:.2f} ms more than in "
+            "the warm loop. That wait depends on the kernel and on other cgroup moves on the "
+            "host, which is why (c)'s spread is wide here and why a variant measured right "
+            "after another's move can be faster."
+        ),
+        (
+            "The per-command work issue 12 added, done on every run and never cached: the "
+            "workspace is opened again without following links and judged (home, system and "
+            "import-path directories), the protected entries are resolved beneath it, each "
+            "missing one gets a read-only placeholder that is removed after the command, and "
+            f"bwrap binds each from its descriptor. On this disk ({fs}) that took "
+            f"{phases['binds_placeholders']:.2f} ms in an empty workspace and "
+            f"{phases['binds_no_placeholders']:.2f} ms in one that already holds every entry "
+            f"with content (.git and the editor and agent configuration): the nine "
+            f"placeholders (made, marked, locked, bound, then removed) cost "
+            f"{placeholders:.2f} ms per command, and binding each entry from a descriptor "
+            "is a mount in bwrap's time."
+        ),
+        (
+            f"(e)-(c) = {e - c:.1f} ms is compiling panday's modules from source at every "
+            "start when no bytecode exists and none may be written (lines per module below: "
+            "the cached path loads only these, and the protected-entry and bind code, "
+            "the largest, is the per-command security work that is never cached). "
+            f"{_beside(e, fj)} "
+            "`uv sync` here compiles bytecode (`[tool.uv] compile-bytecode = true`), pip "
+            "compiles it when it installs the wheel, and with uv `--compile-bytecode` does "
+            f"(docs/cli.md). (f)-(c) = {f - c:.1f} ms is what the cached plan saves per run: "
+            "the policy model (msgspec), the capability check and a session's open."
+        ),
+    ]
+
+
+def _beside(e: float, firejail: float | None) -> str:
+    """How (e) compares with firejail, in words."""
+    if firejail is None:
+        return "Without firejail here, (e) is compared with nothing."
+    word = "within" if e <= firejail else f"{e - firejail:.1f} ms over"
+    return (
+        f"So without any bytecode panday took {e:.1f} ms, {word} firejail's {firejail:.1f} ms "
+        "in the same rounds (firejail's own time is mostly waiting, so it barely moves "
+        "with the load, while compiling is CPU work that does)."
+    )
 
 
 def main(rounds: int, warmup: int) -> dict[str, object]:
     shown, raw = harness.raw_bwrap(NAME)
-    panday = shutil.which("panday", path=str(Path(sys.executable).parent))
+    bindir = Path(sys.executable).parent
+    panday = shutil.which("panday", path=str(bindir))
     if panday is None:
         raise SystemExit(f"{NAME}: no panday console script beside {sys.executable}")
-    python = sys.executable
-    rounds = max(30, rounds // 2)  # each round spawns five interpreters
-    workspace = tempfile.mkdtemp(prefix="panday-bench-cli-")
+    firejail = shutil.which("firejail")
+    rounds = max(30, rounds // 3)  # each round spawns eight processes
+    tmp = Path(tempfile.mkdtemp(prefix="panday-bench-cli-"))
+    workspace, full, cache = tmp / "ws", tmp / "full", tmp / "cache"
+    for d in (workspace, full, cache):
+        d.mkdir()
+    # Every default protected entry, each with content: an empty one might be another
+    # command's placeholder, which is held (locked) like one.
+    for name in (".git", ".vscode", ".idea", ".devcontainer", ".claude", ".codex", ".cursor"):
+        (full / name).mkdir()
+        (full / name / "config").write_text("x\n", encoding="utf-8")
+    for name in (".gemini", ".mcp.json"):
+        (full / name).write_text("{}\n", encoding="utf-8")
+    env = _env(XDG_CACHE_HOME=str(cache), XDG_CONFIG_HOME=str(tmp / "config"))
     here = Path.cwd()
-    os.chdir(workspace)  # the default policy's workspace is the current directory
     try:
-        leave = "import os; os._exit(0)"
-        imports = "import " + ", ".join(RUN_IMPORTS) + "; " + leave
-        variants = [
-            harness.Variant("a_raw_bwrap", "(a) raw bwrap --unshare-all", _spawner(raw)),
-            harness.Variant(
-                "b_panday_run",
-                "(b) panday run -- /bin/true",
-                _spawner([panday, "run", "--", "/bin/true"]),
-            ),
-            harness.Variant(
-                "python", "(c) python, nothing imported", _spawner([python, "-c", leave])
-            ),
-            harness.Variant(
-                "d_python_msgspec",
-                "(d) python importing msgspec",
-                _spawner([python, "-c", "import msgspec; " + leave]),
-            ),
-            harness.Variant(
-                "e_python_run_imports",
-                "(e) python importing what run imports",
-                _spawner([python, "-c", imports]),
-            ),
-        ]
+        venv = _no_bytecode_venv(tmp / "nobc")
+        paths = {"panday": panday, "python": sys.executable, "nobc": str(venv / "bin" / "panday")}
+        os.chdir(workspace)  # the default policy's workspace is the current directory
+        variants = _variants(raw, paths, env, firejail)
         info = harness.host_info()
+        load_start = _load()
         harness.interleave(variants, rounds=rounds, warmup=warmup)
-        breakdown = _breakdown(panday)
+        load_end = _load()
+        imports = _imports(panday, env, workspace)
+        phases = _phases(workspace, full, cache)
+        lines = _lines(venv, [str(row[0]) for row in imports])
+        fs = _fs_type(workspace)
     finally:
         os.chdir(here)
-        shutil.rmtree(workspace, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
     s = {v.name: v.summary() for v in variants}
     med = {name: summary["median_ms"] for name, summary in s.items()}
-    split: list[tuple[str, float]] = [
-        ("interpreter start-up and exit, (c)", med["c_python"]),
-        (
-            "msgspec and what it imports (typing, re, enum, datetime, decimal, uuid), (d)-(c)",
-            med["d_python_msgspec"] - med["c_python"],
-        ),
-        (
-            "panday's modules, the core's and the tier's, (e)-(d)",
-            med["e_python_run_imports"] - med["d_python_msgspec"],
-        ),
-        (
-            "after the imports: policy, session, jail, output, close, (b)-(e)",
-            med["b_panday_run"] - med["e_python_run_imports"],
-        ),
-    ]
-    within = med["b_panday_run"] <= BUDGET_MS
-    top = cast("list[list[object]]", breakdown["top_modules_self_ms"])
-    notes = _notes(med, {str(row[0]): cast("float", row[1]) for row in top})
+    load = (load_start, load_end)
+    within, problems = _verdict(med, load)
+    fj = med.get("b_firejail")
     return {
-        "title": "CLI start-up: panday run -- /bin/true",
+        "title": "CLI start-up: panday run -- /bin/true beside firejail",
         "description": __doc__.split("\n\n", 1)[1].strip() if __doc__ else "",
         "bwrap": shown,
-        "host": info,
+        "firejail": firejail or "not installed",
+        "host": {**info, "loadavg_1m_at_end": load_end},
         "rounds": rounds,
         "variants": s,
         "labels": {v.name: v.label for v in variants},
-        "ratio": round(med["b_panday_run"] / med["a_raw_bwrap"], 2),
-        "ratio_of": "(b) / (a), medians",
-        "difference_ms": round(med["b_panday_run"] - med["a_raw_bwrap"], 2),
-        "budget": f"(b) median <= {BUDGET_MS:.0f} ms",
+        "ratio": round(med["c_panday"] / fj, 2) if fj else None,
+        "ratio_of": "(c) / (b), medians",
+        "budget": (
+            f"(c), (d) medians <= (b)'s; (c), (d), (e) <= {BUDGET_MS:.0f} ms when the load "
+            f"average is below {QUIET_LOAD:.0f} at the start"
+        ),
         "within_budget": within,
-        "over_budget_ms": round(max(0.0, med["b_panday_run"] - BUDGET_MS), 2),
+        "over_budget": problems,
         "where_the_time_goes": {
-            "notes": notes,
-            "split_of_b_ms": [[k, round(v, 2)] for k, v in split],
-            **breakdown,
+            "notes": _notes(med, phases, load, fs),
+            "tables": [
+                {
+                    "title": "part of (c), from the variants and the in-process steps",
+                    "columns": ["ms"],
+                    "rows": [
+                        ["interpreter start and exit, (g)", round(med["g_python"], 2)],
+                        [
+                            "importing the cached path, (h)-(g)",
+                            round(med["h_python_imports"] - med["g_python"], 2),
+                        ],
+                        ["key and plan lookup (in process)", phases["key"]],
+                        [
+                            "roots, protected entries, placeholders (in process)",
+                            phases["binds_placeholders"],
+                        ],
+                        [
+                            "bwrap, the jail and /bin/true, the rest of launch and run",
+                            round(phases["launch_and_run"] - phases["binds_placeholders"], 2),
+                        ],
+                        [
+                            (
+                                "launch and run in a fresh process beyond the warm loop: the "
+                                "jail's move into its cgroup waits for a kernel RCU grace period"
+                            ),
+                            round(phases["launch_and_run_cold"] - phases["launch_and_run"], 2),
+                        ],
+                        [
+                            "the rest: (c) minus the above",
+                            round(
+                                med["c_panday"]
+                                - med["h_python_imports"]
+                                - phases["key"]
+                                - phases["launch_and_run_cold"],
+                                2,
+                            ),
+                        ],
+                    ],
+                },
+                {
+                    "title": f"per-command roots and binds on this disk ({fs})",
+                    "columns": ["ms"],
+                    "rows": [
+                        [
+                            "empty workspace: nine placeholders made and removed",
+                            phases["binds_placeholders"],
+                        ],
+                        [
+                            "every protected entry present, with content: no placeholder",
+                            phases["binds_no_placeholders"],
+                        ],
+                    ],
+                },
+                {
+                    "title": (
+                        f"panday module on the cached path (-X importtime, median of "
+                        f"{IMPORTTIME_RUNS})"
+                    ),
+                    "columns": [
+                        "self ms, bytecode compiled",
+                        "source lines, compiled at every start of (e)",
+                    ],
+                    "rows": [
+                        [name, ms, next((n for m, n in lines if m == name), "?")]
+                        for name, ms in imports
+                    ],
+                },
+            ],
         },
     }
 

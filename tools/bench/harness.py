@@ -201,12 +201,15 @@ def render() -> None:
             )
         lines.append("")
         ratio, budget = entry.get("ratio"), entry.get("budget")
-        if ratio is not None:
+        if ratio is not None or "over_budget" in entry:
             verdict = "within budget" if entry.get("within_budget") else "OVER BUDGET"
             lines += [
                 f"**Ratio** {entry.get('ratio_of', '')}: **{ratio}** (budget {budget}; {verdict}).",
                 "",
             ]
+            over = cast("list[str]", entry.get("over_budget", []))
+            if over:
+                lines += ["Over budget: " + "; ".join(over) + ".", ""]
         measured = (
             f"Measured {entry.get('measured', '?')} on {host.get('platform', '?')}, "
             f"{host.get('cpus', '?')} CPUs, Python {host.get('python', '?')}, "
@@ -230,6 +233,14 @@ def _where(where: Json) -> list[str]:
         ("by_owner_ms", "imported first by", ("ms", "its costliest modules (self ms)")),
         ("top_modules_self_ms", "module (self time)", ("ms", "imported first by")),
     )
+    for table in cast("list[Json]", where.get("tables", [])):
+        columns = cast("list[str]", table["columns"])
+        lines += [f"| {table['title']} | " + " | ".join(columns) + " |"]
+        lines += ["|---" * (len(columns) + 1) + "|"]
+        for name, *rest in cast("list[list[object]]", table["rows"]):
+            cells = [f"{v:.2f}" if isinstance(v, float) else str(v) for v in rest]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
     for key, head, columns in tables:
         rows = cast("list[list[object]]", where.get(key, []))
         if not rows:

@@ -243,7 +243,7 @@ def test_without_a_pidfd_the_exit_is_noticed_and_the_group_killed(
         del pid
         return None
 
-    monkeypatch.setattr("panday_core.execution._pidfd", no_pidfd)
+    monkeypatch.setattr("panday_core.process._pidfd", no_pidfd)
     pidfile = tmp_path / "bg.pid"
     # The background child outlives the main process unless the group kill reaches it.
     proc = spawn([SH, "-c", f"sleep 30 & echo $! > {pidfile}; echo main"], env=ENV)

@@ -27,6 +27,7 @@ from panday_core.protect import (
     open_root,
     protected_entries,
     root_refusal,
+    state_directories,
     sys_path_refusal,
 )
 
@@ -110,6 +111,37 @@ def test_a_home_directory_or_its_parent_needs_allow_home(
         assert "home directory" in why
         assert "fs.allow_home" in why
         assert root_refusal(str(path), writable=True, allow_home=True) is None
+
+
+def test_pandays_own_state_is_never_a_writable_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A jail writing the cached seccomp programs or jail plans would widen every later
+    jail; a workspace holding them gets them as protected entries instead."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    for base in ("cache", "config"):
+        state = tmp_path / base / "panday"
+        for path in (state, state / "plans" / "ws"):
+            why = root_refusal(str(path), writable=True, allow_home=False)
+            assert why is not None
+            assert "panday's own state" in why
+            assert root_refusal(str(path), writable=False, allow_home=False) is None
+        # Control: beside it, and the directory holding it, are workspaces like any other.
+        assert root_refusal(str(tmp_path / base / "other"), writable=True, allow_home=False) is None
+        assert root_refusal(str(tmp_path / base), writable=True, allow_home=False) is None
+
+
+def test_the_state_directories_are_where_the_caches_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # ignored, as the caches ignore it
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    assert state_directories() == (
+        str(tmp_path / "home" / ".cache" / "panday"),
+        str(tmp_path / "home" / ".config" / "panday"),
+    )
 
 
 def test_a_writable_workspace_on_the_import_path_is_refused(

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from panday import cli, exitcodes
-from panday.cli_run import write_all
+from panday.stdio import write_all
 from panday.terminal import Filter
 
 if TYPE_CHECKING:

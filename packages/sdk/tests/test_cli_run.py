@@ -222,10 +222,11 @@ def test_a_wall_clock_breach_exits_84_and_names_the_kind(cli: Cli, clean_line: L
     if control.returncode != 0:
         pytest.fail(f"inconclusive: control failed: {control.stderr}")
     start = time.monotonic()
-    result = cli("run", "--timeout", "300ms", "--", "sh", "-c", "sleep 60 & sleep 60")
-    assert time.monotonic() - start < 30
-    assert result.returncode == exitcodes.LIMIT_WALL_CLOCK
-    assert "limit exceeded: wall_clock: still running after 300 ms" in clean_line(result)
+    for path in ((), ("--debug",)):  # from a cached plan, and the full path
+        result = cli("run", *path, "--timeout", "300ms", "--", "sh", "-c", "sleep 60 & sleep 60")
+        assert time.monotonic() - start < 30
+        assert result.returncode == exitcodes.LIMIT_WALL_CLOCK
+        assert "limit exceeded: wall_clock: still running after 300 ms" in clean_line(result)
 
 
 def test_an_output_breach_exits_86(tmp_path: Path, cli: Cli) -> None:
@@ -233,10 +234,11 @@ def test_an_output_breach_exits_86(tmp_path: Path, cli: Cli) -> None:
     control = cli("run", "--policy", policy, "--", "head", "-c", "1000", "/dev/zero")
     if control.returncode != 0:
         pytest.fail(f"inconclusive: control failed: {control.stderr}")
-    result = cli("run", "--policy", policy, "--", "head", "-c", "5000", "/dev/zero")
-    assert result.returncode == exitcodes.LIMIT_OUTPUT
-    assert "limit exceeded: output" in result.stderr
-    assert result.stdout.count("\0") == 1024
+    for path in ((), ("--debug",)):  # from a cached plan, and the full path
+        result = cli("run", *path, "--policy", policy, "--", "head", "-c", "5000", "/dev/zero")
+        assert result.returncode == exitcodes.LIMIT_OUTPUT
+        assert "limit exceeded: output" in result.stderr
+        assert result.stdout.count("\0") == 1024
 
 
 def test_a_memory_ceiling_is_enforced_or_refused_by_name(cli: Cli, clean_line: Line) -> None:
@@ -302,6 +304,7 @@ def test_workspace_and_staged_paths(tmp_path: Path, cli: Cli) -> None:
 
 def test_stdin_is_empty_unless_asked_for(cli: Cli) -> None:
     assert cli("run", "--", "cat", stdin="hello").stdout == ""
+    assert cli("run", "--debug", "--", "cat", stdin="hello").stdout == ""  # the full path
     assert cli("run", "--stdin", "--", "cat", stdin="hello").stdout == "hello"
 
 
@@ -377,11 +380,15 @@ def _ignored_signals(pid: int) -> set[int]:
     return {n + 1 for n in range(64) if mask >> n & 1}
 
 
+@pytest.mark.parametrize("path", ["cached", "full"])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_to_panday_kills_the_jailed_tree_and_leaves_nothing(
-    sig: int, procs: Procs, exe: str, finished: Finish
+    sig: int, path: str, procs: Procs, exe: str, finished: Finish
 ) -> None:
+    # `run` from a cached plan (panday.cli_fast), and the full path (--debug, which the
+    # cached path leaves alone): each installs its own handlers.
     extra = ["--pids", "256"] if _cgroups_here() else []
+    extra += ["--debug"] if path == "full" else []
     proc, tree = _start_sleeper(exe, extra, f"panday-signal-test-{os.getpid()}", procs, finished)
     try:
         # Control: the tree (and, with a ceiling, its cgroup) exists before the signal.

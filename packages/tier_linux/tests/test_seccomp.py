@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from panday_tier_linux import seccomp
+from panday_tier_linux import host, seccomp
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -128,7 +128,7 @@ def test_no_home_means_no_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", "relative/home")
     monkeypatch.setattr(os.path, "expanduser", lambda _path: "relative/home")  # pyright: ignore[reportUnknownLambdaType, reportUnknownArgumentType] - a stand-in
-    assert seccomp.cache_dir() is None
+    assert host.cache_dir() is None
     assert seccomp.program(seccomp.FilterSpec())
 
 
@@ -251,9 +251,9 @@ def test_the_cache_lives_under_home_without_xdg_cache_home(
 ) -> None:
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert seccomp.cache_dir() == str(tmp_path / ".cache" / "panday" / "seccomp")
+    assert host.cache_dir() == str(tmp_path / ".cache" / "panday" / "seccomp")
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # ignored: not absolute
-    assert seccomp.cache_dir() == str(tmp_path / ".cache" / "panday" / "seccomp")
+    assert host.cache_dir() == str(tmp_path / ".cache" / "panday" / "seccomp")
 
 
 @linux

@@ -8,9 +8,9 @@ CLI's start-up path must not pay for all of them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from panday_core.lazy import lazy_getattr
+
+TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 
 if TYPE_CHECKING:
     from panday_core.capabilities import (

@@ -9,10 +9,8 @@ Design points, each a reason rather than a preference:
 * Synchronous core, asynchronous face. `stream` is a plain generator driven by
   `select.poll`; `astream` drives the same state machine from an asyncio loop. The CLI's
   start-up path therefore never imports asyncio (≈40 ms here), and both faces behave alike.
-* `os.posix_spawn` instead of `subprocess`: it is cheaper to import and to call, and it
-  places exactly the descriptors we name in the child. Every other descriptor our process
-  may have inherited without close-on-exec is closed in the child, so nothing leaks into a
-  jail by accident.
+* `os.posix_spawn` instead of `subprocess` (`panday_core.process`, re-exported here): it
+  places exactly the descriptors we name in the child, and nothing else leaks into a jail.
 * Bounded memory: output is passed on as it is read (the consumer's pace is the pipe's
   pace); with a cap, bytes beyond it are read and discarded, a marker chunk says so, and the
   exit carries a typed `LimitBreach`. Nothing accumulates here.
@@ -23,154 +21,48 @@ Design points, each a reason rather than a preference:
 
 from __future__ import annotations
 
-import contextlib
+import _signal  # pyright: ignore[reportMissingModuleSource] - signal without its enum (panday_core.startup)
 import io
 import os
 import select
-import signal
-import sys
 import time
-from typing import TYPE_CHECKING, Literal
 
-from panday_core.types import ExecExit, ExecResult, LimitBreach, LimitKind, OutputChunk
+from panday_core.process import (
+    DRAIN_GRACE_S,
+    FALLBACK_REAP_S,
+    READ_SIZE,
+    ChildProcess,
+    output_breach_detail,
+    spawn,
+    truncation_marker,
+    wall_clock_detail,
+)
+from panday_core.startup import suppress
 
+__all__ = [
+    "DRAIN_GRACE_S",
+    "READ_SIZE",
+    "ChildProcess",
+    "Supervisor",
+    "acollect",
+    "astream",
+    "collect",
+    "output_breach_detail",
+    "spawn",
+    "stream",
+    "truncation_marker",
+    "wall_clock_detail",
+]
+
+# The value types need msgspec, which costs tens of milliseconds to import; `panday run`'s
+# cached-plan start-up (panday.cli_fast) spawns and pumps with this module without them, so
+# they are imported where an event is made.
+TYPE_CHECKING = False  # typing's flag without importing typing
 if TYPE_CHECKING:
-    from collections.abc import (
-        AsyncIterable,
-        AsyncIterator,
-        Callable,
-        Generator,
-        Iterable,
-        Mapping,
-        Sequence,
-    )
+    from collections.abc import AsyncIterable, AsyncIterator, Generator, Iterable
 
-    from panday_core.types import ExecEvent
-
-READ_SIZE = 64 * 1024
-"""Bytes read from a pipe per wake-up: one pipe buffer, so a chatty command is not starved."""
-
-DRAIN_GRACE_S = 2.0
-"""After the main process exits (and its tree was killed), how long we keep reading pipes
-that some escaped holder still keeps open before closing them ourselves."""
-
-_FALLBACK_REAP_S = 0.02
-"""Without a pidfd (macOS, old kernels) the exit is noticed by polling this often."""
-
-Stream = Literal["stdout", "stderr"]
-
-
-def truncation_marker(stream: Stream, cap: int) -> bytes:
-    """The chunk appended once when `stream` crosses its cap."""
-    return f"\n[panday: {stream} exceeded {cap} bytes; the rest was discarded]\n".encode()
-
-
-class _ExitWatch:
-    """Says, without reaping it, whether a child has exited, where `os.waitid` is missing.
-
-    CPython leaves `os.waitid` out on macOS, so WNOWAIT cannot be asked for there. A kqueue
-    with EVFILT_PROC/NOTE_EXIT on the pid reports the exit and leaves the child a zombie, so
-    its pid and process group stay reserved until `ChildProcess.reap`, as with waitid.
-    """
-
-    __slots__ = ("_close", "_poll", "_seen")
-
-    def __init__(self, pid: int) -> None:
-        self._seen = False
-        self._poll: Callable[[], bool] = lambda: False
-        self._close: Callable[[], None] = lambda: None
-        if sys.platform != "linux" and sys.platform != "win32":
-            kq = select.kqueue()
-            note = select.kevent(
-                pid,
-                filter=select.KQ_FILTER_PROC,
-                flags=select.KQ_EV_ADD | select.KQ_EV_ONESHOT,
-                fflags=select.KQ_NOTE_EXIT,
-            )
-            try:
-                kq.control([note], 0, 0)
-            except ProcessLookupError:  # exited before it could be watched
-                self._seen = True
-            self._poll = lambda: bool(kq.control(None, 1, 0))
-            self._close = kq.close
-
-    def exited(self) -> bool:
-        if not self._seen:
-            self._seen = self._poll()  # the event fires once; remember it
-        return self._seen
-
-    def close(self) -> None:
-        self._close()
-
-
-class ChildProcess:
-    """A spawned command: its pid, a pidfd when the OS has one, and our ends of its pipes."""
-
-    __slots__ = ("exit_watch", "pid", "pidfd", "started", "status", "stderr", "stdin", "stdout")
-
-    def __init__(
-        self,
-        *,
-        pid: int,
-        pidfd: int | None,
-        stdin: int | None,
-        stdout: int,
-        stderr: int,
-        started: float,
-        exit_watch: _ExitWatch | None = None,
-    ) -> None:
-        # Each descriptor is None once closed.
-        self.pid = pid
-        self.pidfd = pidfd
-        self.exit_watch = exit_watch
-        self.stdin: int | None = stdin
-        self.stdout: int | None = stdout
-        self.stderr: int | None = stderr
-        self.started = started
-        self.status: int | None = None
-        """The raw wait status once reaped. After that the pid may be reused: never signal it."""
-
-    def reap(self, *, block: bool) -> bool:
-        """Collect the exit status; True once the process has been reaped."""
-        if self.status is not None:
-            return True
-        try:
-            pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
-        except ChildProcessError:  # reaped elsewhere (a SIGCHLD handler); status is lost
-            self.status = 255 << 8
-            return True
-        if pid == 0:
-            return False
-        self.status = status
-        return True
-
-    def exited(self) -> bool:
-        """Whether the process has exited, without reaping it (for hosts with no pidfd)."""
-        if self.status is not None:
-            return True
-        if self.exit_watch is not None:
-            return self.exit_watch.exited()
-        try:
-            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:  # already reaped elsewhere
-            return True
-        return info is not None
-
-    def signal_group(self, sig: int) -> None:
-        """Signal the process group the child leads (it was spawned with `setsid`)."""
-        if self.status is not None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, sig)
-
-    def close(self) -> None:
-        for fd in (self.stdin, self.stdout, self.stderr, self.pidfd):
-            if fd is not None:
-                os.close(fd)
-        self.stdin = self.stdout = self.stderr = self.pidfd = None
-        if self.exit_watch is not None:
-            self.exit_watch.close()
-            self.exit_watch = None
+    from panday_core.process import Stream
+    from panday_core.types import ExecEvent, ExecExit, ExecResult, LimitBreach
 
 
 class Supervisor:
@@ -192,128 +84,11 @@ class Supervisor:
 
     def kill(self, proc: ChildProcess) -> None:
         """Kill everything the command started. Must be idempotent and must not block long."""
-        proc.signal_group(signal.SIGKILL)
+        proc.signal_group(_signal.SIGKILL)
 
     def finished(self, proc: ChildProcess) -> LimitBreach | None:  # noqa: ARG002 - hook signature
         """Called once after the command was reaped: which ceiling, if any, ended it."""
         return None
-
-
-def _high(fd: int) -> int:
-    """Move `fd` above the standard descriptors (a daemon may run with 0-2 closed)."""
-    if fd > 2:  # noqa: PLR2004 - 0, 1 and 2 are stdin, stdout and stderr
-        return fd
-    import fcntl  # noqa: PLC0415 - only on this rare path
-
-    new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
-    os.close(fd)
-    return new
-
-
-def _pipe() -> tuple[int, int]:
-    r, w = os.pipe()
-    return _high(r), _high(w)
-
-
-def _inherited_fds(keep: set[int]) -> list[int]:
-    """Our descriptors that would survive exec (no close-on-exec flag), except `keep`."""
-    listing = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"  # noqa: PTH112 - os is loaded already
-    found: list[int] = []
-    for name in os.listdir(listing):  # noqa: PTH208 - pathlib costs start-up time here
-        fd = int(name)
-        if fd <= 2 or fd in keep:  # noqa: PLR2004 - the standard descriptors are replaced anyway
-            continue
-        try:
-            if os.get_inheritable(fd):
-                found.append(fd)
-        except OSError:  # the listing's own descriptor, already closed
-            continue
-    return found
-
-
-def _file_actions(
-    stdin_fd: int | None, out_w: int, err_w: int, pass_fds: Sequence[int], ours: Sequence[int]
-) -> list[tuple[int, ...] | tuple[int, int, str, int, int]]:
-    actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = []
-    if stdin_fd is None:
-        actions.append((os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0))
-    else:
-        actions.append((os.POSIX_SPAWN_DUP2, stdin_fd, 0))
-    actions += [(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
-    # Hand-over in two hops (to slots above every source and target, then into place) so
-    # that no dup2 overwrites a descriptor still to be moved. dup2 clears close-on-exec on
-    # its target, which is what lets exactly these descriptors through exec.
-    base = max([*pass_fds, *ours, 2 + len(pass_fds)]) + 1
-    actions += [(os.POSIX_SPAWN_DUP2, fd, base + i) for i, fd in enumerate(pass_fds)]
-    for i in range(len(pass_fds)):
-        actions += [(os.POSIX_SPAWN_DUP2, base + i, 3 + i), (os.POSIX_SPAWN_CLOSE, base + i)]
-    keep = {*pass_fds, *ours, *range(3, 3 + len(pass_fds))}
-    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inherited_fds(keep)]
-    return actions
-
-
-def _pidfd(pid: int) -> int | None:
-    if not hasattr(os, "pidfd_open"):
-        return None
-    try:
-        return os.pidfd_open(pid)
-    except OSError:  # kernels before 5.3
-        return None
-
-
-def spawn(
-    argv: Sequence[str],
-    *,
-    env: Mapping[str, str],
-    stdin: bool = False,
-    pass_fds: Sequence[int] = (),
-) -> ChildProcess:
-    """Start `argv` (argv[0] an absolute path) in a new session, with pipes for its output.
-
-    `pass_fds` are our descriptors to hand over; the child sees them as 3, 4, 5, ... in
-    order. Its stdin is a pipe when `stdin` is true, else /dev/null. Signals Python ignores
-    (SIGPIPE, SIGXFSZ) are reset to their defaults, so the command behaves as it would from
-    a shell.
-    """
-    if not argv or not os.path.isabs(argv[0]):  # noqa: PTH117 - os is loaded already
-        raise ValueError("spawn needs argv[0] to be an absolute path")
-    in_r, in_w = _pipe() if stdin else (None, None)
-    out_r, out_w = _pipe()
-    err_r, err_w = _pipe()
-    ours = [fd for fd in (in_r, in_w, out_r, out_w, err_r, err_w) if fd is not None]
-    started = time.monotonic()
-    try:
-        actions = _file_actions(in_r, out_w, err_w, pass_fds, ours)
-        pid = os.posix_spawn(
-            argv[0],
-            list(argv),
-            env,
-            file_actions=actions,
-            setsid=True,
-            setsigmask=(),
-            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
-        )
-    except BaseException:
-        for fd in ours:
-            os.close(fd)
-        raise
-    for fd in (in_r, out_w, err_w):
-        if fd is not None:
-            os.close(fd)
-    for fd in (in_w, out_r, err_r):
-        if fd is not None:
-            os.set_blocking(fd, False)
-    pidfd = _pidfd(pid)
-    watch = _ExitWatch(pid) if pidfd is None and not hasattr(os, "waitid") else None
-    return ChildProcess(
-        pid=pid,
-        pidfd=pidfd,
-        stdin=in_w,
-        stdout=out_r,
-        stderr=err_r,
-        started=started,
-        exit_watch=watch,
-    )
 
 
 class _Pump:
@@ -379,7 +154,7 @@ class _Pump:
             if self.next_tick is not None and self.kill_breach is None:
                 due.append(self.next_tick)
             if self.proc.pidfd is None:
-                due.append(now + _FALLBACK_REAP_S)
+                due.append(now + FALLBACK_REAP_S)
         elif self.drain_until is not None:
             due.append(self.drain_until)
         if not due:
@@ -418,6 +193,8 @@ class _Pump:
         if not data:
             self._close_stream(fd)
             return
+        from panday_core.types import LimitBreach, LimitKind, OutputChunk  # noqa: PLC0415 - see the imports
+
         if self.cap is None:
             events.append(OutputChunk(stream=stream, data=data))
             return
@@ -430,7 +207,7 @@ class _Pump:
             self.truncated[stream] = True
             events.append(OutputChunk(stream=stream, data=truncation_marker(stream, self.cap)))
             if self.output_breach is None:
-                detail = f"{stream} exceeded limits.output_bytes={self.cap}; truncated"
+                detail = output_breach_detail(stream, self.cap)
                 self.output_breach = LimitBreach(kind=LimitKind.OUTPUT, detail=detail)
 
     def _write(self) -> None:
@@ -460,7 +237,7 @@ class _Pump:
         fd = self.proc.stdin
         if fd is None:
             return
-        with contextlib.suppress(KeyError):
+        with suppress(KeyError):
             self.poller.unregister(fd)
         os.close(fd)
         self.proc.stdin = None
@@ -469,7 +246,9 @@ class _Pump:
         if self.kill_breach is not None:
             return
         if self.deadline is not None and now >= self.deadline:
-            detail = f"still running after {self.timeout_ms} ms; the whole process tree was killed"
+            from panday_core.types import LimitBreach, LimitKind  # noqa: PLC0415 - see the imports
+
+            detail = wall_clock_detail(self.timeout_ms)
             self._kill(LimitBreach(kind=LimitKind.WALL_CLOCK, detail=detail))
             return
         if self.next_tick is not None and now >= self.next_tick:
@@ -505,6 +284,8 @@ class _Pump:
         code = os.waitstatus_to_exitcode(status)
         breach = self.kill_breach or self.sup.finished(self.proc) or self.output_breach
         exited = self.exited_at or time.monotonic()
+        from panday_core.types import ExecExit  # noqa: PLC0415 - see the imports
+
         self.result = ExecExit(
             exit_code=code if code >= 0 else None,
             signal=-code if code < 0 else None,
@@ -605,12 +386,16 @@ class _Collector:
         self.exit: ExecExit | None = None
 
     def add(self, event: ExecEvent) -> None:
+        from panday_core.types import OutputChunk  # noqa: PLC0415 - see the imports
+
         if isinstance(event, OutputChunk):
             (self.out if event.stream == "stdout" else self.err).write(event.data)
         else:
             self.exit = event
 
     def result(self) -> ExecResult:
+        from panday_core.types import ExecResult  # noqa: PLC0415 - see the imports
+
         if self.exit is None:
             raise RuntimeError("the command's event stream ended without an ExecExit")
         e = self.exit

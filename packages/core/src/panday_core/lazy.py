@@ -7,7 +7,7 @@ does not pay for all of them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, MutableMapping

@@ -33,7 +33,10 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from typing import Final, Literal, NamedTuple
+
+TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
+if TYPE_CHECKING:
+    from typing import Final, Literal
 
 # ------------------------------------------------------------------------------ roots
 
@@ -225,34 +228,73 @@ def root_refusal(path: str, *, writable: bool, allow_home: bool) -> str | None:
     for top in _NEVER_BENEATH:
         if _beneath(path, top):
             return f"{path!r} lies in {top}, which no jail may see (host state and secrets)"
-    if writable:
-        for top in _NEVER_WRITABLE_BENEATH:
-            if _beneath(path, top):
-                return (
-                    f"{path!r} lies in {top}, which holds the host's programs; stage it read-only"
-                )
+    return _writable_refusal(path) if writable else None
+
+
+def _writable_refusal(path: str) -> str | None:
+    """Why `path` may be staged read-only but never written."""
+    for top in _NEVER_WRITABLE_BENEATH:
+        if _beneath(path, top):
+            return f"{path!r} lies in {top}, which holds the host's programs; stage it read-only"
+    # A workspace that holds panday's state gets it as a protected entry; one inside it
+    # would let a jail rewrite the cached seccomp programs and jail plans themselves.
+    for state in state_directories():
+        real = os.path.realpath(state)
+        if _beneath(path, real):
+            return (
+                f"{path!r} lies in panday's own state ({real}: cached jail plans and seccomp "
+                "programs, /etc views, the default policy), which decides every later jail; "
+                "stage it read-only"
+            )
     return None
 
 
 # --------------------------------------------------------------------------- protected
 
 
-class Entry(NamedTuple):
-    """A path inside a writable root that a jail may read but never write or create."""
+class Entry:
+    """A path inside a writable root that a jail may read but never write or create.
 
-    rel: str
-    """Relative to the root, without ``..`` or a leading slash."""
-    kind: Literal["dir", "file"]
-    """What stands in for it when it is missing (a read-only empty placeholder, on tiers
-    that need one to block creation). A file holds the name as well as a directory does,
-    and costs a fraction as much to create and remove (a directory has a data block to
-    free); ``.git`` needs a directory, which git treats as absent, where an empty ``.git``
-    file would stop every git command above it."""
-    why: str
-    create: bool = True
-    """Whether a missing one must not be created either. False only where creating it is
-    harmless until something already protected refers to it (say, a hook manager's
-    configuration that only a protected git hook would read)."""
+    A plain slotted class rather than a NamedTuple: this module is on `panday run`'s
+    start-up path, and NamedTuple needs typing (milliseconds to import).
+    """
+
+    __slots__ = ("create", "kind", "rel", "why")
+
+    def __init__(
+        self,
+        rel: str,
+        kind: Literal["dir", "file"],
+        why: str,
+        create: bool = True,  # noqa: FBT001, FBT002 - the NamedTuple's positional signature
+    ) -> None:
+        self.rel = rel
+        """Relative to the root, without ``..`` or a leading slash."""
+        self.kind: Literal["dir", "file"] = kind
+        """What stands in for it when it is missing (a read-only empty placeholder, on tiers
+        that need one to block creation). A file holds the name as well as a directory
+        does, and costs a fraction as much to create and remove (a directory has a data
+        block to free); ``.git`` needs a directory, which git treats as absent, where an
+        empty ``.git`` file would stop every git command above it."""
+        self.why = why
+        self.create = create
+        """Whether a missing one must not be created either. False only where creating it
+        is harmless until something already protected refers to it (say, a hook manager's
+        configuration that only a protected git hook would read)."""
+
+    def _fields(self) -> tuple[str, str, str, bool]:
+        return (self.rel, self.kind, self.why, self.create)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Entry) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"Entry(rel={self.rel!r}, kind={self.kind!r}, why={self.why!r}, create={self.create})"
+        )
 
 
 DEFAULT_ENTRIES: Final = (
@@ -393,12 +435,19 @@ def interpreter_paths() -> tuple[str, ...]:
 
 
 def state_directories() -> tuple[str, ...]:
-    """panday's own per-user state (cached seccomp programs, /etc views; the user's default
-    policy): a jail that rewrote them would widen every later jail."""
+    """panday's own per-user state (cached seccomp programs, /etc views and jail plans; the
+    user's default policy): a jail that rewrote them would widen every later jail."""
     home = os.path.expanduser("~")
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
-    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
-    return tuple(os.path.join(base, "panday") for base in (cache, config) if os.path.isabs(base))
+    out: list[str] = []
+    # As the caches and the per-user policy look them up: the XDG variable when it is an
+    # absolute path, else the default under the home directory.
+    for variable, default in (("XDG_CACHE_HOME", ".cache"), ("XDG_CONFIG_HOME", ".config")):
+        base = os.environ.get(variable, "")
+        if not os.path.isabs(base):
+            base = os.path.join(home, default)
+        if os.path.isabs(base):
+            out.append(os.path.join(base, "panday"))
+    return tuple(out)
 
 
 def sys_path_refusal(workspace: str, *, writable: bool) -> str | None:
@@ -453,7 +502,7 @@ def protected_entries(
     for path in state_directories():
         rel = _inside(os.path.realpath(path), workspace)
         if rel is not None:
-            entries.append(Entry(rel, "dir", "panday's own state (filter cache, policy)"))
+            entries.append(Entry(rel, "dir", "panday's own state (filter cache, plans, policy)"))
     for home in home_directories():
         base = workspace if home == workspace else None
         rel_home = _inside(home, workspace)

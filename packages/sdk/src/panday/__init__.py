@@ -13,9 +13,9 @@ only for what a command uses.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from panday_core.lazy import lazy_getattr
+
+TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 
 if TYPE_CHECKING:
     from panday import aio

@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING, NoReturn
 
 from panday import exitcodes
+from panday.stdio import OutputError
 
 if TYPE_CHECKING:
     import argparse
@@ -58,65 +59,12 @@ class InvalidInputError(Exception):
     """A policy or manifest document is malformed; the line names the file: exit 65."""
 
 
-class OutputError(Exception):
-    """panday could not write its own output (a full disk, an I/O error) or build its
-    `--json` document: one line, exit 74, never a silently shortened result."""
-
-    def __init__(self, fd: int, left: int, exc: OSError) -> None:
-        where = {1: "standard output", 2: "standard error"}.get(fd, f"descriptor {fd}")
-        super().__init__(
-            f"cannot write {where}: {exc.strerror or exc}; {left} bytes were not written, "
-            "so what was written is incomplete"
-        )
-
-
 class Terminated(BaseException):
     """SIGTERM or SIGHUP arrived: unwind (killing the jailed tree), then exit 128 + N."""
 
     def __init__(self, signum: int) -> None:
         self.signum = signum
         super().__init__(f"signal {signum}")
-
-
-def repair_std_fds() -> tuple[int, ...]:
-    """Give each of descriptors 0, 1 and 2 that is closed or unusable /dev/null instead.
-
-    A caller may start us with one closed (``panday run ... >&-``, a daemon's children) or
-    opened the wrong way round (``1</dev/null``). Left alone, the next descriptor we open
-    (a bwrap option pipe, a policy file) would take that number and be mistaken for a
-    standard stream, and Python's own ``sys.stdout`` is None. So before anything else each
-    one is checked with one ``fcntl`` (closed: EBADF; stdin must be readable, stdout and
-    stderr writable; an ``O_PATH`` descriptor is neither) and replaced where it fails; a
-    missing ``sys`` stream is rebuilt over the repaired descriptor. Returns the repaired
-    numbers. Cheap: three system calls when nothing is wrong.
-    """
-    import fcntl  # noqa: PLC0415 - loaded by the run path anyway (binds.py); 0.2 ms otherwise
-
-    repaired: list[int] = []
-    for fd in (0, 1, 2):
-        try:
-            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-        except OSError:
-            flags = -1
-        mode = flags & os.O_ACCMODE if flags >= 0 else -1
-        usable = flags >= 0 and not flags & getattr(os, "O_PATH", 0)
-        usable = usable and (mode in {os.O_RDONLY, os.O_RDWR} if fd == 0 else mode != os.O_RDONLY)
-        if usable:
-            continue
-        new = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
-        if new != fd:
-            os.dup2(new, fd)
-            os.close(new)
-        os.set_inheritable(fd, True)  # noqa: FBT003 - positional-only in os
-        repaired.append(fd)
-    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
-        if fd in repaired and getattr(sys, name) is None:
-            errors = "backslashreplace" if fd == 2 else "strict"  # noqa: PLR2004 - stderr
-            stream = open(  # noqa: SIM115 - a standard stream, kept for the process
-                fd, "r" if fd == 0 else "w", encoding="utf-8", errors=errors, closefd=False
-            )
-            setattr(sys, name, stream)
-    return tuple(repaired)
 
 
 def console() -> NoReturn:
@@ -127,8 +75,10 @@ def console() -> NoReturn:
     signals). What would remain is the interpreter tearing down the modules `run` loaded,
     which costs about as much as the jail itself (docs/benchmarks.md), so the streams are
     flushed and the process leaves with `os._exit`. Nothing of panday's uses atexit.
+
+    The console script enters at `panday.cli_fast.console`, which has repaired the
+    standard descriptors (`panday.stdio.repair_std_fds`) before it hands over to this.
     """
-    repair_std_fds()  # first: nothing may be opened onto a closed 0, 1 or 2
     try:
         code = main()
     except SystemExit as exc:  # argparse's --help, or a SystemExit from below

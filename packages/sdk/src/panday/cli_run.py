@@ -13,7 +13,8 @@ import sys
 from typing import TYPE_CHECKING
 
 from panday import exitcodes
-from panday.cli import NoInputError, OutputError, Terminated, UsageError
+from panday.cli import NoInputError, Terminated, UsageError
+from panday.stdio import OutputError, sanitizing, write_all
 
 if TYPE_CHECKING:
     from panday.session import Session
@@ -343,32 +344,6 @@ def exit_code_of(end: ExecExit | ExecResult) -> int:
     return exitcodes.SIGNAL_BASE + (end.signal or 0)
 
 
-def write_all(fd: int, data: bytes | memoryview) -> None:
-    """Write all of `data` to `fd`, whatever its size: a write returns early at 2 GiB on
-    Linux (and earlier on a pipe or a full disk), and a descriptor the caller left
-    non-blocking answers EAGAIN rather than waiting. Nothing is dropped silently: a write
-    that fails for good raises (`OutputError`, or BrokenPipeError when the reader left)."""
-    import select  # noqa: PLC0415 - loaded by the exec machinery anyway
-
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view) :]
-        except BlockingIOError:
-            select.select([], [fd], [])
-        except BrokenPipeError:
-            raise
-        except OSError as exc:
-            raise OutputError(fd, len(view), exc) from exc
-
-
-def _sanitizing(opts: RunOptions, fd: int) -> bool:
-    """Whether control sequences in what goes to `fd` are made inert (panday.terminal)."""
-    if "--no-sanitize" in opts.flags:
-        return False
-    return "--sanitize" in opts.flags or os.isatty(fd)
-
-
 def _breach_line(end: ExecExit) -> str:
     assert end.breach is not None  # noqa: S101 - only called with a breach
     ended = (
@@ -384,7 +359,7 @@ def _stream(session: Session, spec: ExecSpec, opts: RunOptions) -> int:
 
     filters: dict[int, Filter] = {}
     for fd in (1, 2):
-        if _sanitizing(opts, fd):
+        if sanitizing(opts.flags, fd):
             from panday.terminal import Filter  # noqa: PLC0415 - only for a terminal
 
             filters[fd] = Filter()

@@ -20,14 +20,14 @@ A per-user default (`user_policy_path`) replaces it for `panday run` when it exi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from panday_core.policy import DEFAULT_OUTPUT_BYTES, DEFAULT_WALL_CLOCK_MS
-
+# `panday run`'s cached start-up (panday.cli_fast) reads `passthrough_env` and
+# `user_policy_path` from here, so loading this module imports neither typing nor the
+# policy model (msgspec): the model's defaults are re-exported on first use (`__getattr__`).
+TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from panday_core.policy import SandboxPolicy
+    from panday_core.policy import DEFAULT_OUTPUT_BYTES, DEFAULT_WALL_CLOCK_MS, SandboxPolicy
 
 __all__ = [
     "DEFAULT_OUTPUT_BYTES",
@@ -59,6 +59,16 @@ ENV_PASSTHROUGH = (
 """Caller variables copied into the default policy's environment: the ones that select a
 locale (POSIX and glibc's categories, by name: a prefix match would pass ``LC_SECRET``)
 and the terminal type."""
+
+
+def __getattr__(name: str) -> int:
+    """`DEFAULT_WALL_CLOCK_MS` and `DEFAULT_OUTPUT_BYTES`: the model's own, loaded with it."""
+    if name in {"DEFAULT_WALL_CLOCK_MS", "DEFAULT_OUTPUT_BYTES"}:
+        from panday_core import policy  # noqa: PLC0415 - the model, on first use only
+
+        value: int = getattr(policy, name)
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def passthrough_env(environ: Mapping[str, str]) -> dict[str, str]:

@@ -5,9 +5,9 @@ Names are imported lazily (PEP 562): the CLI's start-up path pays only for what 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from panday_core.lazy import lazy_getattr
+
+TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 
 if TYPE_CHECKING:
     from panday_tier_linux.argv import JailSpec, build_argv

@@ -34,14 +34,10 @@ empty directory where the swapped link pointed.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import stat
-from typing import TYPE_CHECKING, Self
 
-from panday_core.capabilities import Refusal
-from panday_core.errors import PolicyViolation
 from panday_core.protect import (
     Entry,
     RootRefused,
@@ -51,9 +47,32 @@ from panday_core.protect import (
     root_refusal,
     sys_path_refusal,
 )
+from panday_core.startup import suppress
 
+TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 if TYPE_CHECKING:
-    from panday_core.policy import FsPolicy
+    from typing import Protocol, Self
+
+    from panday_core.capabilities import Refusal
+    from panday_core.errors import PolicyViolation
+
+    class RootsPolicy(Protocol):
+        """What `Roots.open` reads of a policy's ``fs`` section: a `FsPolicy`, or the
+        same fields from a cached jail plan (`panday_tier_linux.plan`)."""
+
+        @property
+        def workspace(self) -> str | None: ...
+        @property
+        def access(self) -> str: ...
+        @property
+        def staged_ro(self) -> tuple[str, ...]: ...
+        @property
+        def protect(self) -> tuple[str, ...]: ...
+        @property
+        def unprotect(self) -> tuple[str, ...]: ...
+        @property
+        def allow_home(self) -> bool: ...
+
 
 TIER = "t2-linux"
 _O_PATH = os.O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -154,7 +173,7 @@ class _Placeholder:
 
     def _close(self) -> None:
         for fd in (self.lock_fd, self.parent_fd):
-            with contextlib.suppress(OSError):
+            with suppress(OSError):
                 os.close(fd)
         self.lock_fd = self.parent_fd = -1
 
@@ -212,7 +231,7 @@ class CommandBinds:
     def spawned(self) -> None:
         """bwrap holds its own copies now (and closes each once mounted): drop ours."""
         for fd in self._fds:
-            with contextlib.suppress(OSError):
+            with suppress(OSError):
                 os.close(fd)
         self._fds = []
 
@@ -251,10 +270,14 @@ class Roots:
     # ------------------------------------------------------------------ opening
 
     @classmethod
-    def open(cls, fs: FsPolicy) -> tuple[Roots | None, list[Refusal]]:
+    def open(
+        cls, fs: RootsPolicy, *, check_entries: bool = True
+    ) -> tuple[Roots | None, list[Refusal]]:
         """Open the policy's roots, or say (by field) why each one cannot be a root.
 
-        Nothing is spawned; on refusal nothing stays open.
+        Nothing is spawned; on refusal nothing stays open. `check_entries` also resolves
+        the protected entries once (a session opening refuses what is wrong already);
+        without it the caller makes a command's binds at once, which refuses the same.
         """
         refusals: list[Refusal] = []
         held: list[Held] = []
@@ -263,20 +286,16 @@ class Roots:
             (f"fs.staged_ro[{i}]", p, False) for i, p in enumerate(fs.staged_ro)
         ]
         if fs.workspace is None:
-            refusals.append(
-                Refusal(field="fs.workspace", reason="not set; every session needs a workspace")
-            )
+            refusals.append(_refusal("fs.workspace", "not set; every session needs a workspace"))
             paths = paths[1:]
         for field, path, rw in paths:
             item = _open_root(field, path or "", writable=rw, allow_home=fs.allow_home)
-            if isinstance(item, Refusal):
-                refusals.append(item)
-            else:
+            if isinstance(item, Held):
                 held.append(item)
+            else:
+                refusals.append(item)
         if fs.workspace is not None and not refusals and not held[0].is_dir:
-            refusals.append(
-                Refusal(field="fs.workspace", reason=f"{fs.workspace!r} is not a directory")
-            )
+            refusals.append(_refusal("fs.workspace", f"{fs.workspace!r} is not a directory"))
         if refusals:
             for item in held:
                 item.close()
@@ -288,6 +307,10 @@ class Roots:
             protect=fs.protect,
             unprotect=fs.unprotect,
         )
+        if not check_entries:
+            return roots, []
+        from panday_core.errors import PolicyViolation  # noqa: PLC0415 - see `_refusal`
+
         try:
             # Fail at open, not at the first command, for what is wrong already.
             roots.command_binds(dry_run=True).close()
@@ -441,18 +464,28 @@ def _open_root(field: str, path: str, *, writable: bool, allow_home: bool) -> He
     try:
         fd = open_root(path)
     except RootRefused as exc:
-        return Refusal(field=field, reason=exc.reason)
+        return _refusal(field, exc.reason)
     why = root_refusal(path, writable=writable, allow_home=allow_home)
     if why is None and field == "fs.workspace":
         why = sys_path_refusal(path, writable=writable)
     if why is not None:
         os.close(fd)
-        return Refusal(field=field, reason=why)
+        return _refusal(field, why)
     return Held(path, fd)
 
 
+def _refusal(field: str, reason: str) -> Refusal:
+    # Imported here: the capability model needs msgspec, which `panday run`'s start-up path
+    # never loads unless something is refused (nor the errors, unless something fails).
+    from panday_core.capabilities import Refusal  # noqa: PLC0415
+
+    return Refusal(field=field, reason=reason)
+
+
 def _violation(field: str, reason: str) -> PolicyViolation:
-    return PolicyViolation(TIER, [Refusal(field=field, reason=reason)])
+    from panday_core.errors import PolicyViolation  # noqa: PLC0415 - see `_refusal`
+
+    return PolicyViolation(TIER, [_refusal(field, reason)])
 
 
 def _walk(
@@ -493,7 +526,7 @@ def _walk(
             os.close(parent)
             parent = fd
     except BaseException:
-        with contextlib.suppress(OSError):
+        with suppress(OSError):
             os.close(parent)
         raise
     os.close(parent)
@@ -506,7 +539,7 @@ def _hold_shared(binds: CommandBinds, parent_fd: int, name: str, path_fd: int) -
     st = os.fstat(path_fd)
     lock_fd = -1
     if stat.S_ISDIR(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_size == 0):
-        with contextlib.suppress(OSError):
+        with suppress(OSError):
             lock_fd = os.open(f"/proc/self/fd/{path_fd}", os.O_RDONLY | os.O_CLOEXEC)
     if lock_fd < 0:
         os.close(parent_fd)
@@ -543,7 +576,7 @@ def _make_placeholder(parent_fd: int, name: str, kind: str) -> tuple[int, int] |
             )
     except FileExistsError:
         return None
-    with contextlib.suppress(OSError):
+    with suppress(OSError):
         os.setxattr(lock_fd, _MARK, _self_mark())
     fcntl.flock(lock_fd, fcntl.LOCK_SH)
     # Another session may have removed it between our mkdir and our lock (it saw a marked,

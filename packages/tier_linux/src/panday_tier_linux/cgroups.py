@@ -17,12 +17,15 @@ belongs to a process that started at another time (`sweep_stale`).
 
 from __future__ import annotations
 
-import contextlib
+import _signal  # pyright: ignore[reportMissingModuleSource] - signal without its enum (panday_core.startup)
 import os
-import signal
 import time
-from typing import TYPE_CHECKING
 
+from panday_core.startup import suppress
+
+# `panday run`'s cached start-up makes a session's cgroups with this module, so it imports
+# neither typing nor contextlib nor signal (panday_core.startup).
+TYPE_CHECKING = False  # typing's flag without importing typing
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -195,8 +198,8 @@ def _remove_tree(path: str, deadline: float) -> bool:
 def _kill_members(path: str) -> None:
     for line in (_read(os.path.join(path, "cgroup.procs")) or "").split():
         if line.isdigit():
-            with contextlib.suppress(OSError):
-                os.kill(int(line), signal.SIGKILL)
+            with suppress(OSError):
+                os.kill(int(line), _signal.SIGKILL)
 
 
 def _reap_stale(parent: str) -> None:
@@ -311,7 +314,7 @@ class ExecCgroup:
         if path is None:
             return
         if self.version == 2 and os.path.exists(os.path.join(path, "cgroup.kill")):  # noqa: PLR2004 - as above
-            with contextlib.suppress(OSError):
+            with suppress(OSError):
                 _write(os.path.join(path, "cgroup.kill"), "1")
             return
         for p in dict.fromkeys(self.dirs.values()):
@@ -393,7 +396,7 @@ def _try_v2(own: str, mount_root: str, needs: set[str], name: str) -> SessionCgr
         if not _writable(parent):
             continue
         if not needs <= controllers and parent == mount_root:
-            with contextlib.suppress(OSError):
+            with suppress(OSError):
                 _write(
                     os.path.join(parent, "cgroup.subtree_control"), " ".join(f"+{c}" for c in needs)
                 )

@@ -20,8 +20,8 @@ import contextlib
 import os
 import stat
 
-from panday_tier_linux.host import ETC_ALLOWLIST
-from panday_tier_linux.seccomp import cache_dir
+from panday_tier_linux.host import ETC_ALLOWLIST, cache_dir, private_dir
+from panday_tier_linux.host import etc_view_key as view_key
 
 MAX_BYTES = 32 << 20
 """A view larger than this is not made (binding entries one by one still works)."""
@@ -32,27 +32,8 @@ class _TooLarge(Exception):  # noqa: N818 - internal signal, never leaves this m
     pass
 
 
-def _identity(path: str) -> str | None:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    return f"{path} {stat.S_IFMT(st.st_mode):o} {st.st_size} {st.st_mtime_ns} {st.st_ino}"
-
-
-def view_key() -> str:
-    import zlib  # noqa: PLC0415 - cheap; the key is only needed when opening a session
-
-    text = "\n".join(i for n in ETC_ALLOWLIST if (i := _identity(f"/etc/{n}")) is not None)
-    return f"{zlib.crc32(text.encode()):08x}{len(text):04x}"
-
-
 def _safe(path: str) -> bool:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+    return private_dir(path)
 
 
 class _Copier:

@@ -224,3 +224,73 @@ def host_layout() -> HostLayout:
 
 def is_linux() -> bool:
     return sys.platform.startswith("linux")
+
+
+# ---------------------------------------------------------------- panday's own per-user state
+# Here rather than beside the seccomp compiler and the /etc view builder: a cached jail plan
+# (`plan`) is keyed by them, and `panday run` reads that key before it imports either.
+
+
+def cache_dir() -> str | None:
+    """``$XDG_CACHE_HOME/panday/seccomp`` (or ``~/.cache/...``), None without a home."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base or not os.path.isabs(base):
+        home = os.path.expanduser("~")
+        if not os.path.isabs(home):
+            return None
+        base = os.path.join(home, ".cache")
+    return os.path.join(base, "panday", "seccomp")
+
+
+def library_identity() -> str | None:
+    """Which libseccomp build would compile the filter (path, size, mtime), found cheaply."""
+    arch = getattr(sys.implementation, "_multiarch", None)
+    dirs = [f"/usr/lib/{arch}", f"/lib/{arch}"] if arch else []
+    dirs += ["/usr/lib64", "/lib64", "/usr/lib", "/lib", "/usr/local/lib"]
+    for d in dirs:
+        path = f"{d}/libseccomp.so.2"
+        try:
+            real = os.path.realpath(path)
+            st = os.stat(real)
+        except OSError:
+            continue
+        return f"{real} {st.st_size} {st.st_mtime_ns}"
+    return None
+
+
+def private_dir(path: str) -> bool:
+    """`path` is a directory (never a link) of ours that nobody else may write."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _identity(path: str) -> str | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return f"{path} {stat.S_IFMT(st.st_mode):o} {st.st_size} {st.st_mtime_ns} {st.st_ino}"
+
+
+def etc_view_key() -> str:
+    """The /etc view's key (`etcview`): every allowlisted source's type, size, mtime and
+    inode, so a changed host file makes a new view."""
+    import zlib  # noqa: PLC0415 - cheap; the key is only needed when opening a session
+
+    text = "\n".join(i for n in ETC_ALLOWLIST if (i := _identity(f"/etc/{n}")) is not None)
+    return f"{zlib.crc32(text.encode()):08x}{len(text):04x}"
+
+
+def existing_etc_view() -> str | None:
+    """The view `etcview.etc_view` would return for /etc as it is now, if it was made
+    already and is still safe to use; never builds one (a cached jail plan names it)."""
+    base = cache_dir()
+    if base is None:
+        return None
+    parent = os.path.join(os.path.dirname(base), "etc")
+    target = os.path.join(parent, f"etc-{etc_view_key()}")
+    ok = private_dir(os.path.dirname(parent)) and private_dir(parent) and private_dir(target)
+    return target if ok else None

@@ -26,7 +26,14 @@ name, where no cgroup can hold them).
 from __future__ import annotations
 
 import os
-from typing import Final
+
+# `panday run`'s cached start-up bounds its jail with this module (plan_ceilings), so it
+# imports nothing costly at load time: no typing (panday_core.startup).
+TYPE_CHECKING = False  # typing's flag without importing typing
+if TYPE_CHECKING:
+    from typing import Final
+
+    from panday_tier_linux.cgroups import SessionCgroup
 
 PIDS: Final = 4096
 """Tasks (processes and threads) a command tree may hold at once when the policy sets no
@@ -115,3 +122,34 @@ def plan(explicit: set[str], held: set[str]) -> Rlimits:
     tasks = "pids" not in explicit and "pids" not in held and os.geteuid() != 0
     memory = "mem_bytes" not in explicit and "mem_bytes" not in held
     return Rlimits(tasks=tasks, address_space=memory)
+
+
+def open_cgroups(
+    explicit: dict[str, int], sid: str
+) -> tuple[SessionCgroup | None, dict[str, int], dict[str, str]]:
+    """A session's cgroups: the policy's ceilings (`explicit`), plus the host-protection
+    ceilings (`ceilings`) for the pid and memory ceilings it leaves out, as many of those
+    as a cgroup here can hold. Returns the cgroup (None without one), the ceilings it holds,
+    and, when the policy's own ceilings cannot be held, field -> why (a refusal).
+
+    One function for a session's open and for `panday run`'s cached start-up
+    (`plan_ceilings`), so a planned jail is bounded exactly as a session's would be now.
+    """
+    from panday_tier_linux import cgroups  # noqa: PLC0415 - loaded when a session opens
+
+    defaults = {k: v for k, v in ceilings().items() if k not in explicit}
+    attempts = [{**explicit, **defaults}]
+    if "mem_bytes" in defaults:  # a pid bound is worth having without the memory one
+        attempts.append({**explicit, **{k: v for k, v in defaults.items() if k != "mem_bytes"}})
+    if defaults and explicit:
+        attempts.append(dict(explicit))
+    mounts = cgroups.discover()
+    reason = ""
+    for wanted in attempts:
+        if not wanted:
+            continue
+        try:
+            return cgroups.open_session(wanted, sid, mounts), wanted, {}
+        except cgroups.CgroupUnavailable as exc:
+            reason = exc.reason
+    return None, {}, {f"limits.{k}": reason for k in explicit}

@@ -88,7 +88,7 @@ def host_report() -> dict[str, str]:
     """What `panday doctor` shows for T2 Linux: which bwrap and version, user namespaces,
     libseccomp, the cgroup ceilings this caller can hold, and whether a jail runs."""
     from panday_tier_linux.capabilities import probe_bridge, probe_cgroups  # noqa: PLC0415 - reports only
-    from panday_tier_linux.seccomp import library_identity  # noqa: PLC0415 - as above
+    from panday_tier_linux.host import library_identity  # noqa: PLC0415 - as above
 
     binary = host.find_bwrap() if host.is_linux() else None
     cgroups = probe_cgroups()

@@ -37,7 +37,7 @@ collections) would cost more than the interpreter's own start.
 
 from __future__ import annotations
 
-import _signal  # pyright: ignore[reportMissingImports] - the C half of `signal`, which has no stub
+import _signal  # pyright: ignore[reportMissingModuleSource] - CPython's C half of `signal` (typings/_signal.pyi)
 import _socket as socket
 import os
 import select
@@ -207,7 +207,7 @@ def _default_signals() -> None:
     for name in ("SIGPIPE", "SIGXFSZ"):
         number: int | None = getattr(_signal, name, None)
         if number is not None:
-            _signal.signal(number, _signal.SIG_DFL)  # pyright: ignore[reportUnknownMemberType] - no stub
+            _signal.signal(number, _signal.SIG_DFL)
 
 
 def _detach(listeners: list[socket.socket], path: str, ready_fd: int) -> None:

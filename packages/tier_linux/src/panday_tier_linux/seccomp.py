@@ -22,9 +22,9 @@ import contextlib
 import itertools
 import os
 import stat
-import sys
 
 from panday_core.errors import TierUnavailable
+from panday_tier_linux.host import cache_dir, library_identity
 
 CACHE_MAGIC = b"panday-seccomp-bpf 1\n"
 _MAX_CACHE_BYTES = 1 << 20
@@ -250,37 +250,10 @@ def _machine() -> str:
     return os.uname().machine
 
 
-def library_identity() -> str | None:
-    """Which libseccomp build would compile the filter (path, size, mtime), found cheaply."""
-    arch = getattr(sys.implementation, "_multiarch", None)
-    dirs = [f"/usr/lib/{arch}", f"/lib/{arch}"] if arch else []
-    dirs += ["/usr/lib64", "/lib64", "/usr/lib", "/lib", "/usr/local/lib"]
-    for d in dirs:
-        path = f"{d}/libseccomp.so.2"
-        try:
-            real = os.path.realpath(path)
-            st = os.stat(real)
-        except OSError:
-            continue
-        return f"{real} {st.st_size} {st.st_mtime_ns}"
-    return None
-
-
 def _crc(text: str) -> str:
     import zlib  # noqa: PLC0415 - cheap, but only needed for the cache name
 
     return f"{zlib.crc32(text.encode()):08x}"
-
-
-def cache_dir() -> str | None:
-    """``$XDG_CACHE_HOME/panday/seccomp`` (or ``~/.cache/...``), None without a home."""
-    base = os.environ.get("XDG_CACHE_HOME")
-    if not base or not os.path.isabs(base):
-        home = os.path.expanduser("~")
-        if not os.path.isabs(home):
-            return None
-        base = os.path.join(home, ".cache")
-    return os.path.join(base, "panday", "seccomp")
 
 
 def _safe_dir(path: str) -> bool:

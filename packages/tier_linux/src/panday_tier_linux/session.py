@@ -485,7 +485,9 @@ def open_session(
     held: dict[str, int] = {}
     cgroup_reasons: dict[str, str] = {}
     if not refusals:
-        session_cgroup, held, cgroup_reasons = _open_cgroups(explicit, sid)
+        from panday_tier_linux import hostguard  # noqa: PLC0415 - loaded when a session opens
+
+        session_cgroup, held, cgroup_reasons = hostguard.open_cgroups(explicit, sid)
     caps = host_capabilities(cgroup_reasons, bridge_reason=_bridge_reason(policy))
     refusals += check_policy(policy, caps)
     if refusals or roots is None:
@@ -517,33 +519,6 @@ def open_session(
             session_cgroup.remove()
         roots.close()
         raise
-
-
-def _open_cgroups(
-    explicit: dict[str, int], sid: str
-) -> tuple[SessionCgroup | None, dict[str, int], dict[str, str]]:
-    """The session's cgroups: the policy's ceilings (`explicit`), plus the host-protection
-    ceilings (`hostguard`) for the pid and memory ceilings it leaves out, as many of those
-    as a cgroup here can hold. Returns the cgroup (None without one), the ceilings it holds,
-    and, when the policy's own ceilings cannot be held, field -> why (a refusal)."""
-    from panday_tier_linux import cgroups, hostguard  # noqa: PLC0415 - loaded when a session opens
-
-    defaults = {k: v for k, v in hostguard.ceilings().items() if k not in explicit}
-    attempts = [{**explicit, **defaults}]
-    if "mem_bytes" in defaults:  # a pid bound is worth having without the memory one
-        attempts.append({**explicit, **{k: v for k, v in defaults.items() if k != "mem_bytes"}})
-    if defaults and explicit:
-        attempts.append(dict(explicit))
-    mounts = cgroups.discover()
-    reason = ""
-    for wanted in attempts:
-        if not wanted:
-            continue
-        try:
-            return cgroups.open_session(wanted, sid, mounts), wanted, {}
-        except cgroups.CgroupUnavailable as exc:
-            reason = exc.reason
-    return None, {}, {f"limits.{k}": reason for k in explicit}
 
 
 class _Guard:

@@ -176,7 +176,8 @@ GUARANTEES = (
         mechanism="the protected entries (docs/threat-model.md) are bound read-only over a "
         "writable workspace before every command, a missing one as a read-only placeholder, "
         "the directories above them bound onto themselves (a mount point cannot be renamed); "
-        "panday's per-user state (filter cache, /etc views, policy) likewise",
+        "panday's per-user state (filter cache, /etc views, jail plans, policy) likewise, "
+        "and a writable workspace inside that state is refused",
         support=Support.STRICT,
         note="a command can still write the workspace's own source code and create new "
         "repositories in subdirectories: running those later is running the workspace's code",

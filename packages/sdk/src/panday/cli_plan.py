@@ -1,0 +1,67 @@
+"""Making `panday run`'s jail plan on a miss of its cache (`panday.cli_fast`): the full
+path's own parser, policy, tier choice and session open, then the plan stored under the
+run's key. Never on the start-up path of a run whose plan is cached.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing's flag without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from panday_tier_linux.plan import Plan
+
+
+def make(
+    args: list[str],
+    options: list[str],
+    command: list[str],
+    inputs: list[str],
+    *,
+    again: Callable[[list[str]], list[str] | None],
+) -> Plan | None:
+    """Plan this run the full path's way (its parser, its policy, its tier choice, the
+    tier's session open with every refusal), store the plan under `inputs` (the run's key
+    lines, computed again by `again` once the plan is made) and return it; None (with
+    nothing spawned) when the full path should run instead."""
+    from panday import cli_run, tiers  # noqa: PLC0415 - the full path, on a miss only
+    from panday._shared import exec_spec  # noqa: PLC0415
+    from panday_tier_linux import plan as jail  # noqa: PLC0415
+    from panday_tier_linux import planning  # noqa: PLC0415
+    from panday_tier_linux.session import open_session  # noqa: PLC0415
+
+    opts = cli_run.parse(args)
+    if opts.command != command or not set(opts.flags) <= {"--sanitize", "--no-sanitize"}:
+        return None
+    exec_spec(command, stdin=None, cwd=None, timeout=None)
+    policy = cli_run.build_policy(opts)
+    if not planning.plannable(policy) or tiers.choose(policy, opts.one("--tier") or "auto") != (
+        "t2-linux"
+    ):
+        return None
+    session = open_session(policy)
+    try:
+        made = planning.plan_of(session, caller_env=caller_env(options))
+    finally:
+        session.close()
+    if made is None:
+        return None
+    # Keyed by the inputs and facts as they are *after* the open (the session made the /etc
+    # view if it was missing), and only when the inputs did not change while it was made (a
+    # policy file edited meanwhile): a plan is never stored under inputs it was not made of.
+    facts = jail.host_facts()
+    if facts is not None and again(options) == inputs:
+        planning.store("\n".join([*inputs, *facts]), made)
+    return made
+
+
+def caller_env(options: list[str]) -> list[str]:
+    """The names whose values come from the environment: those whose last ``--env`` is
+    ``--env NAME`` rather than ``--env NAME=VALUE`` (the last one wins, as in
+    `panday.cli_run`)."""
+    last: dict[str, bool] = {}
+    for i in range(0, len(options), 2):
+        if options[i] == "--env":
+            name, eq, _value = options[i + 1].partition("=")
+            last[name] = not eq
+    return sorted(name for name, from_environ in last.items() if from_environ)
