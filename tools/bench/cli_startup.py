@@ -20,10 +20,12 @@ workspace of its own with a cache of its own):
 
 (g) and (h) leave through ``os._exit`` as the console script does. Budget: the medians of
 (c) and (d), panday as installed (bytecode compiled: `uv sync` here, pip, `uv tool install
---compile-bytecode`), are each at most (b)'s; and (c), (d) and (e) are each at most 40 ms
-when the machine is quiet (1-minute load average below 1 when the rounds start; the rounds
-themselves keep a core busy, so the figure at their end is recorded, not judged). (e)
-beside (b) is recorded as measured.
+--compile-bytecode`), are each at most (b)'s, and each at most 40 ms when the machine is
+quiet (1-minute load average below 1 when the rounds start; the rounds themselves keep a
+core busy, so the figure at their end is recorded, not judged). (e) is recorded as
+measured, beside (b), without a budget: it is the cost of an install that skipped the
+compile step panday's own installs take (pip's default, `uv sync` here, the build gate),
+paid only where bytecode can then never be written either.
 """
 
 from __future__ import annotations
@@ -331,7 +333,7 @@ def _verdict(med: dict[str, float], load: tuple[float, float]) -> tuple[bool, li
     if load[0] < QUIET_LOAD:
         problems += [
             f"{name} {med[name]:.1f} ms > {BUDGET_MS:.0f} ms on a quiet machine"
-            for name in ("c_panday", "d_panday_nowrite", "e_panday_no_bytecode")
+            for name in ("c_panday", "d_panday_nowrite")
             if med[name] > BUDGET_MS
         ]
     return not problems, problems
@@ -478,8 +480,8 @@ def main(rounds: int, warmup: int) -> dict[str, object]:
         "ratio": round(med["c_panday"] / fj, 2) if fj else None,
         "ratio_of": "(c) / (b), medians",
         "budget": (
-            f"(c), (d) medians <= (b)'s; (c), (d), (e) <= {BUDGET_MS:.0f} ms when the load "
-            f"average is below {QUIET_LOAD:.0f} at the start"
+            f"(c), (d) medians <= (b)'s, and <= {BUDGET_MS:.0f} ms when the load average is "
+            f"below {QUIET_LOAD:.0f} at the start; (e) recorded without a budget"
         ),
         "within_budget": within,
         "over_budget": problems,

@@ -11,6 +11,7 @@ PANDAY_ESCAPE_REQUIRE_CGROUPS=1 (the CI's root run) turns such a refusal into a 
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import threading
 import time
@@ -231,7 +232,10 @@ class _Watch:
             raise self.error
 
 
-SLEEPER = b"sleep\x0030\x00"
+def _sleeper() -> str:
+    """A sleep length no other process on the host uses (30 s and a random fraction), so
+    the count of the bomb's processes is not moved by another test's or user's `sleep`."""
+    return f"30.{secrets.randbelow(10**6):06d}"
 
 
 def test_a_fork_bomb_under_the_default_policy_leaves_the_host_usable(esc: Escape) -> None:
@@ -250,9 +254,11 @@ def test_a_fork_bomb_under_the_default_policy_leaves_the_host_usable(esc: Escape
     if b"made" not in control.stdout:
         pytest.fail(f"inconclusive: control failed inside: {control}")
     before = hostguard.running_tasks()
-    bomb = ["/bin/sh", "-c", "while :; do sleep 30 & done 2>/dev/null"]
+    length = _sleeper()
+    sleeper = f"sleep\0{length}\0".encode()
+    bomb = ["/bin/sh", "-c", f"while :; do sleep {length} & done 2>/dev/null"]
     watch = _Watch(esc, bomb, seconds=8)
-    watch.run(SLEEPER)
+    watch.run(sleeper)
     assert watch.samples, "the bomb ended before the host could be sampled"
     assert all(forked and allocated for forked, allocated, _ in watch.samples), watch.samples
     most = max(count for _, _, count in watch.samples)
@@ -264,9 +270,9 @@ def test_a_fork_bomb_under_the_default_policy_leaves_the_host_usable(esc: Escape
     # (RLIMIT_NPROC: the shell gives up with an error); never by completing.
     assert result.breach is not None or result.exit_code not in {0, None}, result
     deadline = time.monotonic() + 15
-    while _tasks_of(SLEEPER) and time.monotonic() < deadline:
+    while _tasks_of(sleeper) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _tasks_of(SLEEPER) == 0, "the bomb's processes outlived it"
+    assert _tasks_of(sleeper) == 0, "the bomb's processes outlived it"
     esc.held()
 
 
