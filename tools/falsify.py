@@ -19,6 +19,15 @@ unmutated duration (never under `TIMEOUT_FLOOR_S`), so a mutation that makes a t
 rather than after the test's own minute-long wait. Mutations run `--jobs` at a time, each
 in its own copy, and each prints its line as soon as it finishes.
 
+A mutation killed before is remembered (`.nox/falsify-killed.json`) under a key that covers
+every byte of the tree it ran on (each tracked or unignored file, `uv.lock` included), the
+mutation itself, the interpreter, the kernel release, the caller's uid and the bwrap
+binary, and the timeouts: a warm run on a byte-identical tree and host reports it as killed
+without running it again, naming it "remembered". Any change to any file runs every
+mutation again, and so does `--fresh` or `--only` (to watch a mutation fail, it must run).
+A clean clone (CI) has nothing remembered. Survivors, stale entries and errors are never
+remembered.
+
 A mutation whose tests need an optional extra (``extra = "ray"``) runs only with
 ``--extra ray``, with the interpreter of an environment synced from uv.lock with that extra
 (``.nox/_<extra>``, the one the extra's own nox session uses; `nox -s falsify_ray`).
@@ -29,7 +38,10 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import hashlib
+import json
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -48,6 +60,7 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[1]
 REGISTRY = REPO / "tools" / "mutations.toml"
+MEMORY = REPO / ".nox" / "falsify-killed.json"
 PYTEST_TIMEOUT_S = 900
 TIMEOUT_FLOOR_S = 10.0
 TIMEOUT_FACTOR = 3.0
@@ -136,6 +149,53 @@ def apply(mutation: Mutation, root: Path) -> str | None:
         return f"snippet occurs {count} times in {mutation.file} (must be exactly once)"
     path.write_text(text.replace(mutation.find, mutation.replace), encoding="utf-8")
     return None
+
+
+def tree_key(root: Path, python: str) -> str:
+    """What a mutation's outcome can depend on besides the mutation: every file of the copy
+    (path and bytes), the interpreter, and the host facts the tests read (kernel release,
+    uid, the bwrap binary)."""
+    digest = hashlib.sha256()
+    for rel in sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()):
+        digest.update(rel.encode() + b"\0")
+        digest.update(hashlib.sha256((root / rel).read_bytes()).digest())
+    bwrap = shutil.which("bwrap")
+    bwrap_id = ""
+    if bwrap is not None:
+        st = Path(bwrap).stat()
+        bwrap_id = f"{Path(bwrap).resolve()}:{st.st_size}:{st.st_mtime_ns}"
+    host = [python, sys.version, platform.release(), str(os.geteuid()), bwrap_id]
+    digest.update("\0".join(host).encode())
+    digest.update(f"{TIMEOUT_FACTOR}:{TIMEOUT_FLOOR_S}".encode())
+    return digest.hexdigest()
+
+
+def mutation_key(mutation: Mutation, tree: str) -> str:
+    fields = [tree, mutation.name, mutation.file, mutation.find, mutation.replace]
+    fields += [*mutation.tests, mutation.extra]
+    return hashlib.sha256("\0".join(fields).encode()).hexdigest()
+
+
+def remembered(path: Path = MEMORY) -> dict[str, str]:
+    """Keys of mutations killed before -> when; an unreadable file remembers nothing."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    items = cast("dict[object, object]", data).items()
+    return {k: v for k, v in items if isinstance(k, str) and isinstance(v, str)}
+
+
+def remember(keys: Sequence[str], path: Path = MEMORY) -> None:
+    """Add the keys of mutations just killed (the tree's older keys are dropped with it:
+    only the current tree's are kept, so the file never grows past one registry)."""
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(dict.fromkeys(keys, when), indent=0) + "\n", encoding="utf-8")
+    tmp.replace(path)
 
 
 def _env(root: Path) -> dict[str, str]:
@@ -332,6 +392,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=max(2, os.cpu_count() or 2))
     parser.add_argument("--only", action="append", default=[], help="run only these names")
     parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="run every mutation, also those killed before on a byte-identical tree",
+    )
+    parser.add_argument(
         "--extra",
         default="",
         help="run the mutations whose tests need this optional extra (e.g. ray), in its "
@@ -357,6 +422,30 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "falsify: the scratch copy does not shadow the installed packages", file=sys.stderr
             )
             return 1
+        tree = tree_key(base, python)
+        keys = {m.name: mutation_key(m, tree) for m in mutations}
+        memory_path = MEMORY.with_name(
+            f"falsify-killed{'-' + args.extra if args.extra else ''}.json"
+        )
+        memory = {} if args.fresh or args.only else remembered(memory_path)
+        known = [m for m in mutations if keys[m.name] in memory]
+        for done, m in enumerate(known, 1):
+            outcomes.append(Outcome(m, "killed", "remembered", 0.0))
+            print(
+                f"falsify: [{done}/{len(mutations)}] killed   {m.name} (remembered: killed "
+                f"on this byte-identical tree at {memory[keys[m.name]]})",
+                flush=True,
+            )
+        mutations = [m for m in mutations if keys[m.name] not in memory]
+        if not mutations:
+            return _finish(
+                outcomes,
+                known,
+                elsewhere=elsewhere,
+                only=args.only,
+                memory_path=memory_path,
+                keys=keys,
+            )
         union = sorted({t for m in mutations for t in m.tests})
         start = time.monotonic()
         code, tail, durations = baseline(base, union, jobs, python)
@@ -377,20 +466,41 @@ def main(argv: Sequence[str] | None = None) -> int:
             futures = [
                 pool.submit(run_one, m, base, timeout_for(m, durations), python) for m in mutations
             ]
-            for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+            total = len(known) + len(mutations)
+            for done, future in enumerate(concurrent.futures.as_completed(futures), len(known) + 1):
                 outcome = future.result()
                 outcomes.append(outcome)
-                print(_line(outcome, done, len(mutations)), flush=True)
+                print(_line(outcome, done, total), flush=True)
+    return _finish(
+        outcomes, known, elsewhere=elsewhere, only=args.only, memory_path=memory_path, keys=keys
+    )
+
+
+def _finish(
+    outcomes: list[Outcome],
+    known: Sequence[Mutation],
+    *,
+    elsewhere: Sequence[str],
+    only: Sequence[str],
+    memory_path: Path,
+    keys: dict[str, str],
+) -> int:
     killed = sum(1 for o in outcomes if o.status == "killed")
-    print(f"falsify: {killed}/{len(outcomes)} mutations killed")
-    if elsewhere and not args.only:
+    again = f" ({len(known)} remembered from this byte-identical tree)" if known else ""
+    print(f"falsify: {killed}/{len(outcomes)} mutations killed{again}")
+    if elsewhere and not only:
         others = " and ".join(f"--extra {e}" if e else "without --extra" for e in elsewhere)
         print(f"falsify: the other mutations run {others}")
+    if not only:
+        # Killed now or remembered: all under this tree's keys, so older trees' keys go.
+        remember([keys[o.mutation.name] for o in outcomes if o.status == "killed"], memory_path)
     import results  # noqa: PLC0415 - tools/ is on sys.path when this script runs
 
     status = "ok" if killed == len(outcomes) else "failed"
-    label = f"falsify {killed}/{len(outcomes)}"
-    results.record("falsify", label, status=status, killed=killed, total=len(outcomes))
+    label = f"falsify {killed}/{len(outcomes)}{again}"
+    results.record(
+        "falsify", label, status=status, killed=killed, total=len(outcomes), remembered=len(known)
+    )
     return 0 if killed == len(outcomes) else 1
 
 

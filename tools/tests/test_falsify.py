@@ -88,3 +88,39 @@ def test_an_entry_may_name_the_extra_its_tests_need(tmp_path: Path) -> None:
     (entry,) = falsify.load_registry(path)
     assert entry.extra == "ray"
     assert falsify.python_for("") == sys.executable
+
+
+def test_the_tree_key_covers_every_byte_and_the_interpreter(tmp_path: Path) -> None:
+    one = tiny_tree(tmp_path / "one", TEST)
+    two = tiny_tree(tmp_path / "two", TEST)
+    key = falsify.tree_key(one, sys.executable)
+    assert falsify.tree_key(two, sys.executable) == key  # the same bytes elsewhere
+    (two / "packages/g/tests/test_guard.py").write_text(TEST + "\n")
+    assert falsify.tree_key(two, sys.executable) != key  # one byte more in a test
+    (tmp_path / "one" / "notes.txt").write_text("")
+    assert falsify.tree_key(one, sys.executable) != key  # a new, empty file
+    assert falsify.tree_key(tiny_tree(tmp_path / "three", TEST), "/other/python") != key
+
+
+def test_a_mutation_key_changes_with_any_part_of_the_mutation() -> None:
+    base = mutation(("packages/g/tests/test_guard.py",))
+    key = falsify.mutation_key(base, "tree")
+    assert falsify.mutation_key(base, "other tree") != key
+    changed = (
+        falsify.Mutation(base.name, base.file, base.find, "return False", base.tests),
+        falsify.Mutation(base.name, base.file, base.find, base.replace, ("t.py",)),
+        falsify.Mutation("renamed", base.file, base.find, base.replace, base.tests),
+    )
+    assert all(falsify.mutation_key(m, "tree") != key for m in changed)
+
+
+def test_remembered_kills_round_trip_and_garbage_remembers_nothing(tmp_path: Path) -> None:
+    path = tmp_path / ".nox" / "falsify-killed.json"
+    assert falsify.remembered(path) == {}
+    falsify.remember(["a", "b"], path)
+    assert set(falsify.remembered(path)) == {"a", "b"}
+    falsify.remember(["c"], path)  # only the current tree's keys are kept
+    assert set(falsify.remembered(path)) == {"c"}
+    for junk in ("not json", "[1, 2]", '{"a": 1}'):
+        path.write_text(junk)
+        assert falsify.remembered(path) == {}
