@@ -61,6 +61,9 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[1]
 REGISTRY = REPO / "tools" / "mutations.toml"
 MEMORY = REPO / ".nox" / "falsify-killed.json"
+GATE_OUTPUT = "RUN-REPORT.md"
+"""Written from the gates' results after a run: outside the tree key (committing it must not
+make the next run forget), inside the key of a mutation whose tests read it."""
 PYTEST_TIMEOUT_S = 900
 TIMEOUT_FLOOR_S = 10.0
 TIMEOUT_FACTOR = 3.0
@@ -156,7 +159,8 @@ def tree_key(root: Path, python: str) -> str:
     (path and bytes), the interpreter, and the host facts the tests read (kernel release,
     uid, the bwrap binary)."""
     digest = hashlib.sha256()
-    for rel in sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()):
+    files = (str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    for rel in sorted(f for f in files if f != GATE_OUTPUT):
         digest.update(rel.encode() + b"\0")
         digest.update(hashlib.sha256((root / rel).read_bytes()).digest())
     bwrap = shutil.which("bwrap")
@@ -170,9 +174,12 @@ def tree_key(root: Path, python: str) -> str:
     return digest.hexdigest()
 
 
-def mutation_key(mutation: Mutation, tree: str) -> str:
+def mutation_key(mutation: Mutation, tree: str, root: Path | None = None) -> str:
     fields = [tree, mutation.name, mutation.file, mutation.find, mutation.replace]
     fields += [*mutation.tests, mutation.extra]
+    output = None if root is None else root / GATE_OUTPUT
+    if output is not None and output.is_file() and any("report" in t for t in mutation.tests):
+        fields.append(hashlib.sha256(output.read_bytes()).hexdigest())
     return hashlib.sha256("\0".join(fields).encode()).hexdigest()
 
 
@@ -423,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 1
         tree = tree_key(base, python)
-        keys = {m.name: mutation_key(m, tree) for m in mutations}
+        keys = {m.name: mutation_key(m, tree, base) for m in mutations}
         memory_path = MEMORY.with_name(
             f"falsify-killed{'-' + args.extra if args.extra else ''}.json"
         )

@@ -124,3 +124,16 @@ def test_remembered_kills_round_trip_and_garbage_remembers_nothing(tmp_path: Pat
     for junk in ("not json", "[1, 2]", '{"a": 1}'):
         path.write_text(junk)
         assert falsify.remembered(path) == {}
+
+
+def test_the_run_report_counts_only_for_mutations_whose_tests_read_it(tmp_path: Path) -> None:
+    root = tiny_tree(tmp_path / "t", TEST)
+    (root / "RUN-REPORT.md").write_text("one\n")
+    tree = falsify.tree_key(root, sys.executable)
+    plain = mutation(("packages/g/tests/test_guard.py",))
+    reader = mutation(("tools/tests/test_report.py",))
+    before = falsify.mutation_key(plain, tree, root), falsify.mutation_key(reader, tree, root)
+    (root / "RUN-REPORT.md").write_text("two\n")
+    assert falsify.tree_key(root, sys.executable) == tree
+    assert falsify.mutation_key(plain, tree, root) == before[0]
+    assert falsify.mutation_key(reader, tree, root) != before[1]
