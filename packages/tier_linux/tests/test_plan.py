@@ -399,8 +399,10 @@ def test_a_planned_command_is_held_by_its_cgroup_ceilings(ws: Path) -> None:
     _out, _err, ended = captured(made, ["/bin/sh", "-c", bomb])
     assert ended.breach is not None
     assert ended.breach[0] == "pids"
-    hog = "x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo ${#x}"
-    _out, _err, ended = captured(made, ["/bin/sh", "-c", hog])
+    # Touches 300 MB in a few milliseconds of CPU: the memory ceiling, not cpu_ms, ends it
+    # (a shell filling a variable byte by byte crossed the 300 ms first under load).
+    hog = "x = b'a' * (300 << 20); print(len(x))"
+    _out, _err, ended = captured(made, ["/usr/bin/python3", "-c", hog])
     assert ended.breach is not None
     assert ended.breach[0] == "memory"
     _out, _err, ended = captured(made, ["/bin/sh", "-c", "while :; do :; done"])

@@ -173,6 +173,23 @@ def test_the_report_reads_ceilings_back_from_the_cgroup(tmp_path: Path) -> None:
 
 
 @linux
+def test_get_holds_a_file_to_the_policys_output_ceiling(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "fits").write_bytes(b"x" * 4096)
+    (ws / "over").write_bytes(b"x" * 4097)
+    # Control: the default ceiling (16 MiB) returns both files whole.
+    with open_session(policy(ws)) as session:
+        assert len(session.get("over", max_bytes=1 << 20)) == 4097
+    bounded = SandboxPolicy(
+        fs=FsPolicy(workspace=str(ws)), limits=Limits(output_bytes=4096, wall_clock_ms=60_000)
+    )
+    with open_session(bounded) as session:
+        assert len(session.get("fits", max_bytes=1 << 20)) == 4096
+        with pytest.raises(LimitExceeded):  # the caller's larger max_bytes does not widen it
+            session.get("over", max_bytes=1 << 20)
+
+
 def test_put_get_and_snapshot_stay_inside(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()

@@ -120,9 +120,10 @@ def live_nodes() -> set[str]:
 
 
 def cgroup_dirs(pids: Iterable[int]) -> set[str]:
-    """The tier's cgroup directories (``panday-<pid>-<session>``) of the processes `pids`."""
+    """The tier's cgroup directories (``panday-<pid>.<start time>-<session>``) of the
+    processes `pids`."""
     root = Path("/sys/fs/cgroup")
-    return {str(p) for pid in pids for p in root.glob(f"**/panday-{pid}-*")}
+    return {str(p) for pid in pids for p in root.glob(f"**/panday-{pid}.*-*")}
 
 
 def unix_socket_paths(pids: Iterable[int]) -> set[str]:

@@ -398,7 +398,12 @@ class LinuxSession:
                 workspace=self.workspace,
                 staged_ro=tuple(h.path for h in self.roots.staged if h.is_dir),
             )
-            self._t0 = T0Session(SandboxPolicy(fs=fs), session_id=self.id)
+            # get() holds each file to the policy's output ceiling, as T0 does: the files
+            # session carries it (its other limits are the tier's to enforce, not T0's).
+            limits = msgspec.structs.replace(
+                SandboxPolicy().limits, output_bytes=self.policy.limits.output_bytes
+            )
+            self._t0 = T0Session(SandboxPolicy(fs=fs, limits=limits), session_id=self.id)
         return self._t0
 
     def put(self, path: str, data: bytes) -> None:

@@ -10,6 +10,8 @@ PANDAY_ESCAPE_REQUIRE_CGROUPS=1 (the CI's root run) turns such a refusal into a 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import secrets
 import subprocess
@@ -33,6 +35,8 @@ class Ceilings(TypedDict, total=False):
 
 
 if TYPE_CHECKING:
+    from collections.abc import Generator
+
     from conftest import Escape  # the suite's fixture type (tests get it as `esc`)
 
     from panday_core.types import ExecResult
@@ -232,6 +236,30 @@ class _Watch:
             raise self.error
 
 
+BOMB_LOCK = "/tmp/panday-escape-bombs.lock"  # a fixed name: both passes share it
+
+
+@contextlib.contextmanager
+def one_bomb_on_the_host() -> Generator[None]:
+    """The root and unprivileged passes run side by side (nox -s escape): each bomb may take
+    the host's protection ceiling (half the RAM, 4096 tasks) for itself, so two at once
+    would measure each other. Taken read-only (flock needs no write access), so either
+    pass may create the file and the other still opens it under fs.protected_regular."""
+    try:
+        fd = os.open(BOMB_LOCK, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        try:
+            fd = os.open(BOMB_LOCK, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            os.fchmod(fd, 0o644)
+        except FileExistsError:
+            fd = os.open(BOMB_LOCK, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def _sleeper() -> str:
     """A sleep length no other process on the host uses (30 s and a random fraction), so
     the count of the bomb's processes is not moved by another test's or user's `sleep`."""
@@ -253,6 +281,11 @@ def test_a_fork_bomb_under_the_default_policy_leaves_the_host_usable(esc: Escape
     control = esc.run(["/bin/sh", "-c", "for i in $(seq 200); do sleep 30 & done; echo made"])
     if b"made" not in control.stdout:
         pytest.fail(f"inconclusive: control failed inside: {control}")
+    with one_bomb_on_the_host():
+        _fork_bomb(esc, bound)
+
+
+def _fork_bomb(esc: Escape, bound: int) -> None:
     before = hostguard.running_tasks()
     length = _sleeper()
     sleeper = f"sleep\0{length}\0".encode()
@@ -299,7 +332,8 @@ def test_a_memory_bomb_under_the_default_policy_leaves_the_host_usable(esc: Esca
     if b"allocated" not in control.stdout:
         pytest.fail(f"inconclusive: control failed: {control}")
     watch = _Watch(esc, [*program, str(1 << 50)], seconds=120)  # a petabyte: a bomb
-    watch.run(b"")
+    with one_bomb_on_the_host():
+        watch.run(b"")
     assert all(forked and allocated for forked, allocated, _ in watch.samples), watch.samples
     result = watch.result
     assert result is not None

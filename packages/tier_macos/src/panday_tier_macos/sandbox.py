@@ -345,7 +345,13 @@ class T2MacosSandbox:
         profile = SeatbeltProfile.from_policy(
             policy, endpoint, protected=len(roots.protected), ancestors=len(roots.ancestors)
         )
-        files_policy = SandboxPolicy(fs=msgspec.structs.replace(policy.fs, workspace=workspace))
+        # get() holds each file to the policy's output ceiling, as T0 does.
+        limits = msgspec.structs.replace(
+            SandboxPolicy().limits, output_bytes=policy.limits.output_bytes
+        )
+        files_policy = SandboxPolicy(
+            fs=msgspec.structs.replace(policy.fs, workspace=workspace), limits=limits
+        )
         files = await self._files.create(SessionSpec(policy=files_policy, session_id=session_id))
         try:
             import tempfile  # noqa: PLC0415 - only sessions need it
