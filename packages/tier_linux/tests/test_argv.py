@@ -224,3 +224,27 @@ def test_the_relay_is_told_its_report_descriptor() -> None:
     assert command[sep - 1] == "7"
     assert command[sep - 2] == SOCKET_IN_JAIL
     assert command[sep + 1 :] == ["/bin/true"]
+
+
+def test_the_whole_command_line_carries_the_descriptors_and_the_proxy_variables() -> None:
+    args = build_argv(
+        spec(),
+        ["/bin/true"],
+        bwrap="/usr/bin/bwrap",
+        cwd="/work/ws",
+        seccomp_fd=4,
+        block_fd=5,
+        status_fd=6,
+        env={"HTTP_PROXY": "http://127.0.0.1:3128"},
+    )
+    assert pairs(args, "--block-fd") == ["5"]
+    assert pairs(args, "--json-status-fd") == ["6"]
+    assert pairs(args, "HTTP_PROXY") == ["http://127.0.0.1:3128"]
+
+
+def test_proc_is_the_jails_own_and_read_only() -> None:
+    # A root caller's jail is the host's uid 0 to procfs: a writable /proc would let it
+    # write host-wide sysctls (the escape suite checks the kernel's answer).
+    args = argv()
+    start = args.index("--proc")
+    assert args[start : start + 4] == ["--proc", "/proc", "--remount-ro", "/proc"]
