@@ -162,6 +162,26 @@ class ChildProcess:
             self.exit_watch = None
 
 
+PIPE_CAPACITY = 65536
+"""Bytes a fresh pipe holds without a reader (Linux's default): `data_fd`'s limit."""
+
+
+def data_fd(data: bytes) -> int:
+    """A readable descriptor holding `data`, for a child to read once (bwrap's ``--args``
+    and ``--seccomp``): a pipe when it fits, else a memfd (Linux only)."""
+    if len(data) <= PIPE_CAPACITY:
+        r, w = os.pipe()
+        try:
+            os.write(w, data)
+        finally:
+            os.close(w)
+        return r
+    fd = os.memfd_create("panday-args", os.MFD_CLOEXEC)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def _high(fd: int) -> int:
     """Move `fd` above the standard descriptors (a daemon may run with 0-2 closed)."""
     if fd > 2:  # noqa: PLR2004 - 0, 1 and 2 are stdin, stdout and stderr

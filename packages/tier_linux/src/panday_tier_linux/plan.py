@@ -47,6 +47,7 @@ from panday_core.process import (
     FALLBACK_REAP_S,
     READ_SIZE,
     ChildProcess,
+    data_fd,
     output_breach_detail,
     spawn,
     truncation_marker,
@@ -70,7 +71,6 @@ FORMAT = 3
 """The plan file's layout; part of the key."""
 MAGIC = b"panday-jail-plan 1\n"
 MAX_PLAN_BYTES = 16 << 20
-_PIPE_CAPACITY = 65536
 
 
 class Plan:
@@ -498,22 +498,6 @@ class Launched:
             guard.remove()
 
 
-def _data_fd(data: bytes) -> int:
-    """A readable descriptor holding `data` (as `session._data_fd`: a pipe when it fits,
-    else a memfd)."""
-    if len(data) <= _PIPE_CAPACITY:
-        r, w = os.pipe()
-        try:
-            os.write(w, data)
-        finally:
-            os.close(w)
-        return r
-    fd = os.memfd_create("panday-args", os.MFD_CLOEXEC)
-    os.write(fd, data)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
-
-
 def launch(plan: Plan, argv: Sequence[str], environ: Mapping[str, str]) -> Launched | None:
     """Open the roots and the protected entries again (every per-command check), bind them,
     bound the jail as a session would now (its cgroups, or the host's rlimits), spawn the
@@ -589,10 +573,8 @@ def _start(
         # As `LinuxSession.launch`: 3 the options, 4 the seccomp program, [5 block,] the
         # status, then the binds.
         options = [*plan.head, *binds.options(7 if plan.block else 6), *tail]
-        fds.append(
-            _data_fd(b"".join(o.encode("utf-8", "surrogateescape") + b"\0" for o in options))
-        )
-        fds.append(_data_fd(plan.program))
+        fds.append(data_fd(b"".join(o.encode("utf-8", "surrogateescape") + b"\0" for o in options)))
+        fds.append(data_fd(plan.program))
         if plan.block:
             block_r, block_w = os.pipe()
             fds.append(block_r)

@@ -29,6 +29,7 @@ import msgspec
 from panday_core.capabilities import Refusal, check_policy, no_egress_proxy
 from panday_core.errors import Internal, PolicyViolation, TierUnavailable, WorkspaceUnusable
 from panday_core.execution import ChildProcess, astream, collect, spawn, stream
+from panday_core.process import data_fd
 from panday_core.protect import is_env_hook
 from panday_core.types import ExecSpec, SandboxTier
 from panday_tier_linux import host
@@ -56,7 +57,6 @@ if TYPE_CHECKING:
 
 TIER = SandboxTier.T2_LINUX
 _CHILD_PID_TIMEOUT_S = 30.0
-_PIPE_CAPACITY = 65536
 
 
 def _sanitize_id(session_id: str | None) -> str:
@@ -72,21 +72,6 @@ def _cgroup_limits(policy: SandboxPolicy) -> dict[str, int]:
     limits = policy.limits
     wanted = {"mem_bytes": limits.mem_bytes, "pids": limits.pids, "cpu_ms": limits.cpu_ms}
     return {k: v for k, v in wanted.items() if v is not None}
-
-
-def _data_fd(data: bytes) -> int:
-    """A readable descriptor holding `data` (a pipe when it fits, else a memfd)."""
-    if len(data) <= _PIPE_CAPACITY:
-        r, w = os.pipe()
-        try:
-            os.write(w, data)
-        finally:
-            os.close(w)
-        return r
-    fd = os.memfd_create("panday-args", os.MFD_CLOEXEC)
-    os.write(fd, data)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
 
 
 class _StreamOptions(TypedDict):
@@ -216,9 +201,9 @@ class LinuxSession:
         ours: list[int] = []
         try:
             given.append(
-                _data_fd(b"".join(o.encode("utf-8", "surrogateescape") + b"\0" for o in options))
+                data_fd(b"".join(o.encode("utf-8", "surrogateescape") + b"\0" for o in options))
             )
-            given.append(_data_fd(self.program))
+            given.append(data_fd(self.program))
             block_w = status_r = report_r = -1
             if block:
                 block_r, block_w = os.pipe()
