@@ -13,12 +13,16 @@ import os
 import subprocess
 import sys
 import time
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 import pytest
 
 from panday_tier_linux import cgroups
 from panday_tier_linux.cgroups import CgroupUnavailable, ExecCgroup, Mounts, open_session
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux cgroups")
 
@@ -375,3 +379,295 @@ def test_removing_twice_is_fine_and_a_busy_directory_is_given_up_on(tmp_path: Pa
     (parent / "child" / "member").write_text("")
     assert not remove_tree(str(parent), time.monotonic() + 0.1)
     assert (parent / "child").is_dir()
+
+
+# ---------------------------------------------------------------------- messages
+
+
+def test_every_hierarchy_tried_is_in_the_reason(tmp_path: Path) -> None:
+    # A hybrid host: v2 delegates nothing, and v1 lacks the pids controller.
+    v2 = v2_tree(tmp_path / "v2", controllers="cpu")
+    v1 = v1_tree(tmp_path / "v1", ("memory",))
+    with pytest.raises(CgroupUnavailable) as info:
+        open_session(LIMITS, "s", Mounts(v1.v1, v2.v2, v2.v2_mount))
+    assert info.value.reason == (
+        f"cgroup v2: no writable cgroup above {tmp_path / 'v2' / 'app' / 'term'} hands down "
+        "memory, pids (no delegated subtree); cgroup v1: the pids controller is not mounted"
+    )
+
+
+def test_no_cgroup_file_system_is_the_whole_reason() -> None:
+    with pytest.raises(CgroupUnavailable) as info:
+        open_session(LIMITS, "s", Mounts({}, None))
+    assert info.value.reason == "no cgroup file system is mounted"
+
+
+def test_v2_a_cpu_ceiling_alone_asks_for_a_cgroup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # cpu_ms needs no v2 controller (usage is read from cpu.stat), only a cgroup we may write.
+    mounts = v2_tree(tmp_path)
+    monkeypatch.setattr(cgroups, "_writable", lambda path: False)  # pyright: ignore[reportUnknownLambdaType]
+    with pytest.raises(CgroupUnavailable) as info:
+        open_session({"cpu_ms": 500}, "s", mounts)
+    assert info.value.reason == (
+        f"cgroup v2: no writable cgroup above {tmp_path / 'app' / 'term'} hands down "
+        "a cgroup (no delegated subtree)"
+    )
+
+
+# ---------------------------------------------------------------------- waiting for a busy cgroup
+
+
+class Clock:
+    """Stands in for the module's `time`: a sleep advances the clock at once, and
+    `on_sleep(elapsed)` runs after each one (to let a busy directory empty at a given time)."""
+
+    def __init__(self, on_sleep: Callable[[float], None] | None = None) -> None:
+        self.start = self.now = 1000.0
+        self.sleeps: list[float] = []
+        self.on_sleep = on_sleep
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+        if self.on_sleep is not None:
+            self.on_sleep(self.now - self.start)
+
+
+def busy_dir(path: Path) -> Path:
+    """A directory rmdir refuses, as the kernel refuses a cgroup that still holds a process."""
+    path.mkdir(parents=True)
+    (path / "member").write_text("")
+    return path
+
+
+def leaves_at(directory: Path, seconds: float) -> Callable[[float], None]:
+    """The last member of `directory` leaves once `seconds` have passed."""
+
+    def check(elapsed: float) -> None:
+        if elapsed >= seconds:
+            (directory / "member").unlink(missing_ok=True)
+
+    return check
+
+
+remove_tree = cgroups._remove_tree  # pyright: ignore[reportPrivateUsage] - the unit under test
+
+
+def test_a_busy_cgroup_is_retried_soon_then_every_10ms(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A killed tree's last processes usually leave within a millisecond: the first retry
+    # comes after 0.2 ms, the wait doubles, and is never more than 10 ms.
+    clock = Clock()
+    monkeypatch.setattr(cgroups, "time", clock)
+    busy = busy_dir(tmp_path / "busy")
+    assert not remove_tree(str(busy), clock.now + 0.05)
+    expected = [0.0002, 0.0004, 0.0008, 0.0016, 0.0032, 0.0064, 0.01, 0.01, 0.01]
+    assert clock.sleeps[: len(expected)] == pytest.approx(expected)  # pyright: ignore[reportUnknownMemberType]
+    assert all(s == pytest.approx(0.01) for s in clock.sleeps[len(expected) :])  # pyright: ignore[reportUnknownMemberType]
+    assert sum(clock.sleeps[:-1]) < 0.05 <= sum(clock.sleeps)  # gives up at the deadline
+    assert busy.is_dir()
+
+
+def test_a_deadline_already_reached_is_not_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(cgroups, "time", clock)
+    busy = busy_dir(tmp_path / "busy")
+    assert not remove_tree(str(busy), clock.now)
+    assert clock.sleeps == []
+
+
+def test_a_cgroup_that_empties_while_waited_for_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    busy = busy_dir(tmp_path / "busy")
+    clock = Clock(leaves_at(busy, 0.001))
+    monkeypatch.setattr(cgroups, "time", clock)
+    assert remove_tree(str(busy), clock.now + 0.5)
+    assert not busy.exists()
+    assert len(clock.sleeps) == 3  # 0.2 + 0.4 + 0.8 ms
+
+
+def test_a_cgroup_another_remover_takes_meanwhile_counts_as_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    busy = busy_dir(tmp_path / "busy")
+
+    def other_remover(elapsed: float) -> None:
+        del elapsed
+        (busy / "member").unlink()
+        busy.rmdir()
+
+    clock = Clock(other_remover)
+    monkeypatch.setattr(cgroups, "time", clock)
+    assert remove_tree(str(busy), clock.now + 0.5)
+    assert len(clock.sleeps) == 1
+
+
+@pytest.mark.parametrize("kind", ["exec", "session"])
+def test_removing_a_cgroup_waits_two_seconds_for_its_members_to_leave(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    def make(dirs: dict[str, str]) -> ExecCgroup | cgroups.SessionCgroup:
+        if kind == "exec":
+            return ExecCgroup(1, dirs, {})
+        return cgroups.SessionCgroup(1, dirs, "")
+
+    slow = busy_dir(tmp_path / "slow")  # its last member leaves after 1.5 s: removed
+    clock = Clock(leaves_at(slow, 1.5))
+    monkeypatch.setattr(cgroups, "time", clock)
+    assert make({"memory": str(slow)}).remove()
+    assert not slow.exists()
+    stuck = busy_dir(tmp_path / "stuck")  # never empties: given up on after 2 s
+    clock = Clock()
+    monkeypatch.setattr(cgroups, "time", clock)
+    assert not make({"memory": str(stuck)}).remove()
+    assert 2.0 <= clock.now - clock.start < 2.02
+    assert stuck.is_dir()
+
+
+def test_a_stale_cgroup_is_waited_for_half_a_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reap = cgroups._reap_stale  # pyright: ignore[reportPrivateUsage] - the unit under test
+    soon = busy_dir(tmp_path / "a" / f"panday-{dead_pid()}-soon")
+    monkeypatch.setattr(cgroups, "time", Clock(leaves_at(soon, 0.1)))
+    reap(str(tmp_path / "a"))
+    assert not soon.exists()
+    # A crashed caller's tree still busy after half a second is left to a later sweep
+    # (a session does not wait long for another's leftovers).
+    late = busy_dir(tmp_path / "b" / f"panday-{dead_pid()}-late")
+    clock = Clock(leaves_at(late, 1.0))
+    monkeypatch.setattr(cgroups, "time", clock)
+    reap(str(tmp_path / "b"))
+    assert late.is_dir()
+    assert 0.5 <= clock.now - clock.start < 0.52
+
+
+# ---------------------------------------------------------------------- who a name stands for
+
+
+def start_time_of_self() -> str:
+    return Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()[19]
+
+
+def test_a_name_means_its_pid_and_start_time(tmp_path: Path) -> None:
+    mounts = v2_tree(tmp_path)
+    parent = tmp_path / "app"
+    me = os.getpid()
+    reaped = {
+        "dead with its start time": parent / f"panday-{dead_pid()}.12345-x",
+        "our pid, another start time (a reused pid)": parent / f"panday-{me}.1-x",
+    }
+    kept = {
+        "our pid and start time": parent / f"panday-{me}.{start_time_of_self()}-x",
+        "our pid, an old name without a start time": parent / f"panday-{me}-x",
+        "no pid at all": parent / "panday-notapid-x",
+    }
+    for path in (*reaped.values(), *kept.values()):
+        path.mkdir()
+    open_session(LIMITS, "s", mounts)
+    assert [why for why, path in reaped.items() if path.exists()] == []
+    assert [why for why, path in kept.items() if not path.is_dir()] == []
+
+
+def test_start_time_reads_past_a_command_name_with_parentheses() -> None:
+    # The command name (field 2) is free text a process may set; the fields are counted
+    # from its last ")".
+    start_time = cgroups._start_time  # pyright: ignore[reportPrivateUsage] - the unit under test
+    me = os.getpid()
+    before = start_time(me)
+    comm = Path("/proc/self/comm")
+    old = comm.read_text().rstrip("\n")
+    comm.write_text("x) 1 2) 3 4")
+    try:
+        renamed = Path(f"/proc/{me}/stat").read_text()
+        during = start_time(me)
+    finally:
+        comm.write_text(old)
+    assert "(x) 1 2) 3 4)" in renamed  # control: the name really has the parentheses
+    assert before == start_time_of_self()
+    assert during == before
+    assert start_time(dead_pid()) is None
+
+
+# ---------------------------------------------------------------------- where the sweep looks
+
+
+def test_the_sweep_stays_below_the_v2_mount(tmp_path: Path) -> None:
+    mounts = v2_tree(tmp_path / "cg")
+    above = tmp_path / f"panday-{dead_pid()}-above"  # beside the mount point, not in it
+    inside = tmp_path / "cg" / f"panday-{dead_pid()}-inside"
+    above.mkdir()
+    inside.mkdir()
+    cgroups.sweep_stale(mounts)
+    assert above.is_dir()
+    assert not inside.exists()
+
+
+@pytest.mark.parametrize("mount", ["{root}", "{root}/"])
+def test_the_sweep_covers_the_v2_root_cgroup_we_live_in(tmp_path: Path, mount: str) -> None:
+    stale = tmp_path / f"panday-{dead_pid()}-x"
+    stale.mkdir()
+    cgroups.sweep_stale(Mounts({}, str(tmp_path), mount.format(root=tmp_path)))
+    assert not stale.exists()
+
+
+def test_a_hybrid_host_is_swept_in_both_versions(tmp_path: Path) -> None:
+    v2 = v2_tree(tmp_path / "v2")
+    v1 = v1_tree(tmp_path / "v1")
+    in_v1 = tmp_path / "v1" / "pids" / "user" / f"panday-{dead_pid()}-x"
+    in_v2 = tmp_path / "v2" / "app" / f"panday-{dead_pid()}-x"
+    in_v1.mkdir()
+    in_v2.mkdir()
+    cgroups.sweep_stale(Mounts(v1.v1, v2.v2, v2.v2_mount))
+    assert not in_v1.exists()
+    assert not in_v2.exists()
+
+
+def test_each_place_is_swept_once_per_process(tmp_path: Path) -> None:
+    mounts = v1_tree(tmp_path)
+    base = tmp_path / "memory" / "user"
+    cgroups.sweep_stale(mounts)
+    later = base / f"panday-{dead_pid()}-later"  # left after this process swept
+    later.mkdir()
+    cgroups.sweep_stale(mounts)
+    assert later.is_dir()  # not scanned again by the same process
+    child = os.fork()
+    if child == 0:  # another process (a fork of this one) sweeps the same places
+        code = 1
+        try:
+            cgroups.sweep_stale(mounts)
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert not later.exists()
+
+
+def test_v1_sweeps_the_nearest_writable_cgroup_below_the_hierarchy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Unprivileged, our own v1 cgroup may be read-only while a delegated ancestor is not.
+    # Paths under /sys/fs/cgroup that do not exist: nothing on this host is touched.
+    own = "/sys/fs/cgroup/memory/no-such-cgroup/own"
+    monkeypatch.setattr(cgroups, "_writable", lambda path: path == os.path.dirname(own))  # pyright: ignore[reportUnknownLambdaType]
+    swept: list[str] = []
+    monkeypatch.setattr(cgroups, "_reap_stale", swept.append)
+    monkeypatch.setattr(cgroups, "_SWEPT", set())
+    cgroups.sweep_stale(Mounts({"memory": own}, None))
+    assert swept == [os.path.dirname(own)]
+    with pytest.raises(CgroupUnavailable) as info:
+        open_session({"mem_bytes": 1 << 20}, "s", Mounts({"memory": own}, None))
+    assert info.value.reason.startswith(
+        f"cgroup v1: cannot create {os.path.dirname(own)}/panday-"
+    )
+    assert info.value.reason.endswith(": No such file or directory")
