@@ -87,3 +87,16 @@ def test_without_a_writable_ancestor_the_reason_names_the_hierarchy(tmp_path: Pa
     mounts = discover(mountinfo, "0::/a\n")
     with pytest.raises(CgroupUnavailable, match="cgroup v2"):
         open_session({"pids": 10}, "t", mounts)
+
+
+def test_a_hierarchy_is_known_by_its_type_not_its_source() -> None:
+    # mountinfo after " - ": type, source, super options. The source is free text: a
+    # hand-made mount (`mount -t cgroup none ...`) calls it "none".
+    mountinfo = (
+        "35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup none rw,memory\n"
+        "41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 none rw\n"
+        "42 31 0:39 / /mnt/fake rw - tmpfs cgroup rw,pids\n"  # a source named cgroup: not one
+    )
+    m = discover(mountinfo, "9:pids:/p\n4:memory:/m\n0::/u\n")
+    assert m.v1 == {"memory": "/sys/fs/cgroup/memory/m"}
+    assert m.v2 == "/sys/fs/cgroup/unified/u"

@@ -184,3 +184,29 @@ def test_a_removed_cgroup_is_not_killed_again(
     cgroup.removed = True
     cgroup.kill()
     assert procs[0].poll() is None
+
+
+def test_a_member_already_gone_does_not_stop_the_kill(
+    tmp_path: Path, members: Callable[[int], list[subprocess.Popen[bytes]]]
+) -> None:
+    # cgroup.procs can still list a process that has just exited; the ones after it die.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    memory = cgroup_dir(tmp_path / "memory" / "exec-1", V1_MEMORY)
+    procs = members(1)
+    Path(memory, "cgroup.procs").write_text(f"{gone.pid}\n{procs[0].pid}\n")
+    if procs[0].poll() is not None:
+        pytest.fail("inconclusive: the member died before the kill")
+    ExecCgroup(1, {"memory": memory}, {}).kill()
+    assert dead(procs[0])
+    assert procs[0].returncode == -9
+
+
+def test_v2_a_cgroup_kill_the_kernel_refuses_is_not_an_error(tmp_path: Path) -> None:
+    # The kill is best effort (the cgroup may be going away): a refused write raises nothing.
+    files = {k: v for k, v in V2_FILES.items() if k != "cgroup.kill"}
+    leaf = cgroup_dir(tmp_path / "exec-1", files)
+    (tmp_path / "exec-1" / "cgroup.kill").mkdir()  # opening it for writing fails (EISDIR)
+    with pytest.raises(IsADirectoryError):  # control: writing it does fail
+        Path(leaf, "cgroup.kill").write_text("1")
+    ExecCgroup(2, {"memory": leaf, "pids": leaf, "kill": leaf}, {}).kill()

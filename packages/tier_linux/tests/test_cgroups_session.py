@@ -10,6 +10,7 @@ run against the real hierarchy in the escape suite.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -671,3 +672,92 @@ def test_v1_sweeps_the_nearest_writable_cgroup_below_the_hierarchy(
         f"cgroup v1: cannot create {os.path.dirname(own)}/panday-"
     )
     assert info.value.reason.endswith(": No such file or directory")
+
+
+# ---------------------------------------------------------------------- v2 parents
+
+
+def test_v2_an_ancestor_we_may_not_write_is_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Unprivileged, the parent of our cgroup may be read-only while the mount root (say, a
+    # container's delegated root) is ours: the session goes there.
+    mounts = v2_tree(tmp_path)
+    monkeypatch.setattr(cgroups, "_writable", lambda path: path != str(tmp_path / "app"))  # pyright: ignore[reportUnknownLambdaType]
+    session = open_session(LIMITS, "s", mounts)
+    assert Path(session.dirs["memory"]).parent == tmp_path
+
+
+def test_v2_a_mount_root_that_refuses_to_hand_down_is_a_reason(tmp_path: Path) -> None:
+    (tmp_path / "app" / "term").mkdir(parents=True)
+    (tmp_path / "cgroup.subtree_control").mkdir()  # writing "+memory +pids" fails (EISDIR)
+    mounts = cgroups.discover(
+        f"30 23 0:26 / {tmp_path} rw - cgroup2 cgroup2 rw\n", "0::/app/term\n"
+    )
+    with pytest.raises(CgroupUnavailable) as info:
+        open_session(LIMITS, "s", mounts)
+    assert info.value.reason.startswith("cgroup v2: no writable cgroup above ")
+
+
+def test_a_process_of_another_user_is_alive() -> None:
+    # kill(pid, 0) answers EPERM for another user's process: alive, its leftovers are kept.
+    alive = cgroups._alive  # pyright: ignore[reportPrivateUsage] - the unit under test
+    target = os.getpid()
+    child = os.fork()
+    if child == 0:
+        code = 1
+        try:
+            if os.geteuid() == 0:
+                os.setgid(65534)
+                os.setuid(65534)  # nobody: our parent is now another user's process
+            try:
+                os.kill(target, 0)
+                code = 2  # inconclusive: the signal was allowed
+            except PermissionError:
+                code = 0 if alive(target) else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code == 2:  # noqa: PLR2004 - the child's "inconclusive"
+        pytest.fail("inconclusive: kill(pid, 0) on another user's process was allowed")
+    assert code == 0
+    assert not alive(dead_pid())
+
+
+# ---------------------------------------------------------------------- probe
+
+
+def test_probe_makes_and_removes_a_throwaway_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mounts = v1_tree(tmp_path)
+    monkeypatch.setattr(cgroups, "discover", lambda: mounts)
+    made: list[str] = []
+    real_mkdir = os.mkdir
+
+    def mkdir(path: str, mode: int = 0o777) -> None:
+        made.append(path)
+        real_mkdir(path, mode)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    assert cgroups.probe(LIMITS) is None
+    assert len(made) == 2  # memory and pids
+    name = Path(made[0]).name
+    assert re.fullmatch(rf"{re.escape(own('probe-'))}[0-9a-f]{{6}}", name)
+    for c in ("memory", "pids", "cpuacct"):
+        assert list((tmp_path / c / "user").iterdir()) == []  # nothing left
+    assert cgroups.probe(LIMITS) is None
+    assert Path(made[2]).name != name  # a fresh name each time
+
+
+def test_probe_says_why_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cgroups, "discover", lambda: Mounts({}, None))
+    assert cgroups.probe(LIMITS) == "no cgroup file system is mounted"
+
+    def refused(*args: object) -> None:
+        del args
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(cgroups, "open_session", refused)
+    assert cgroups.probe(LIMITS) == "cgroup: Permission denied"
