@@ -3,8 +3,15 @@ what is left over from a crashed caller, what a failure leaves behind, and the c
 
 The stand-in is plain directories and files laid out as the kernel lays them out (see
 test_cgroups_apply.py for the ceilings themselves). What a kernel does on its own (moving
-a process, enabling a controller when "+memory" is written) is not imitated: those paths
-run against the real hierarchy in the escape suite.
+a process, killing one) is not imitated: those paths run against the real hierarchy in the
+escape suite. Where a test needs more of the kernel it says so: how ``cgroup.subtree_control``
+answers "+memory" (`kernel_subtree_control`), a refused write (a directory where the file
+is), time passing while a cgroup's last members leave (`Clock`).
+
+No test here may reach the host's real hierarchy, even through a mutant (tools/mutmut_run.py
+runs these tests against mutated code, as root on the shared host): every Mounts points
+into a temporary directory, and the one test whose paths must be under /sys/fs/cgroup
+makes no directory there.
 """
 
 from __future__ import annotations
@@ -14,8 +21,8 @@ import re
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -51,6 +58,16 @@ def own(session_id: str) -> str:
     stat = Path(f"/proc/{os.getpid()}/stat").read_text()
     start = stat.rsplit(")", 1)[1].split()[19]
     return f"panday-{os.getpid()}.{start}-{session_id}"
+
+
+def writable_only(*paths: str) -> Callable[[str], bool]:
+    """Stands in for `_writable` as an unprivileged caller sees it: only `paths` are ours
+    (as root, os.access calls every directory writable)."""
+
+    def writable(path: str) -> bool:
+        return path in paths
+
+    return writable
 
 
 def dead_pid() -> int:
@@ -408,7 +425,7 @@ def test_v2_a_cpu_ceiling_alone_asks_for_a_cgroup(
 ) -> None:
     # cpu_ms needs no v2 controller (usage is read from cpu.stat), only a cgroup we may write.
     mounts = v2_tree(tmp_path)
-    monkeypatch.setattr(cgroups, "_writable", lambda path: False)  # pyright: ignore[reportUnknownLambdaType]
+    monkeypatch.setattr(cgroups, "_writable", writable_only())
     with pytest.raises(CgroupUnavailable) as info:
         open_session({"cpu_ms": 500}, "s", mounts)
     assert info.value.reason == (
@@ -469,8 +486,8 @@ def test_a_busy_cgroup_is_retried_soon_then_every_10ms(
     busy = busy_dir(tmp_path / "busy")
     assert not remove_tree(str(busy), clock.now + 0.05)
     expected = [0.0002, 0.0004, 0.0008, 0.0016, 0.0032, 0.0064, 0.01, 0.01, 0.01]
-    assert clock.sleeps[: len(expected)] == pytest.approx(expected)  # pyright: ignore[reportUnknownMemberType]
-    assert all(s == pytest.approx(0.01) for s in clock.sleeps[len(expected) :])  # pyright: ignore[reportUnknownMemberType]
+    assert clock.sleeps[: len(expected)] == pytest.approx(expected)
+    assert all(s == pytest.approx(0.01) for s in clock.sleeps[len(expected) :])
     assert sum(clock.sleeps[:-1]) < 0.05 <= sum(clock.sleeps)  # gives up at the deadline
     assert busy.is_dir()
 
@@ -654,24 +671,33 @@ def test_each_place_is_swept_once_per_process(tmp_path: Path) -> None:
     assert not later.exists()
 
 
-def test_v1_sweeps_the_nearest_writable_cgroup_below_the_hierarchy(
+def test_v1_uses_the_nearest_writable_cgroup_below_the_hierarchy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Unprivileged, our own v1 cgroup may be read-only while a delegated ancestor is not.
-    # Paths under /sys/fs/cgroup that do not exist: nothing on this host is touched.
-    own = "/sys/fs/cgroup/memory/no-such-cgroup/own"
-    monkeypatch.setattr(cgroups, "_writable", lambda path: path == os.path.dirname(own))  # pyright: ignore[reportUnknownLambdaType]
+    # Unprivileged, our own v1 cgroup may be read-only while a delegated ancestor is not:
+    # both the sweep and the session go there. The hierarchy's place is fixed
+    # (/sys/fs/cgroup), so the paths are there, and nothing on this host may be touched
+    # (a mutant writing the real hierarchy would leave cgroups behind): every mkdir is
+    # refused as for a missing parent, and the sweep is only recorded.
+    ours = "/sys/fs/cgroup/memory/no-such-cgroup/ours"
+    parent = str(Path(ours).parent)
+    monkeypatch.setattr(cgroups, "_writable", writable_only(parent))
     swept: list[str] = []
     monkeypatch.setattr(cgroups, "_reap_stale", swept.append)
-    monkeypatch.setattr(cgroups, "_SWEPT", set())
-    cgroups.sweep_stale(Mounts({"memory": own}, None))
-    assert swept == [os.path.dirname(own)]
+    monkeypatch.setattr(cgroups, "_SWEPT", set[tuple[int, str]]())
+    made: list[str] = []
+
+    def mkdir(path: str, mode: int = 0o777) -> None:
+        del mode
+        made.append(path)
+        raise FileNotFoundError(2, "No such file or directory", path)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
     with pytest.raises(CgroupUnavailable) as info:
-        open_session({"mem_bytes": 1 << 20}, "s", Mounts({"memory": own}, None))
-    assert info.value.reason.startswith(
-        f"cgroup v1: cannot create {os.path.dirname(own)}/panday-"
-    )
-    assert info.value.reason.endswith(": No such file or directory")
+        open_session({"mem_bytes": 1 << 20}, "s", Mounts({"memory": ours}, None))
+    assert swept == [parent]
+    assert made == [f"{parent}/{own('s')}"]
+    assert info.value.reason == f"cgroup v1: cannot create {made[0]}: No such file or directory"
 
 
 # ---------------------------------------------------------------------- v2 parents
@@ -683,7 +709,7 @@ def test_v2_an_ancestor_we_may_not_write_is_passed_over(
     # Unprivileged, the parent of our cgroup may be read-only while the mount root (say, a
     # container's delegated root) is ours: the session goes there.
     mounts = v2_tree(tmp_path)
-    monkeypatch.setattr(cgroups, "_writable", lambda path: path != str(tmp_path / "app"))  # pyright: ignore[reportUnknownLambdaType]
+    monkeypatch.setattr(cgroups, "_writable", writable_only(str(tmp_path)))
     session = open_session(LIMITS, "s", mounts)
     assert Path(session.dirs["memory"]).parent == tmp_path
 
@@ -719,7 +745,7 @@ def test_a_process_of_another_user_is_alive() -> None:
             os._exit(code)
     _, status = os.waitpid(child, 0)
     code = os.waitstatus_to_exitcode(status)
-    if code == 2:  # noqa: PLR2004 - the child's "inconclusive"
+    if code == 2:
         pytest.fail("inconclusive: kill(pid, 0) on another user's process was allowed")
     assert code == 0
     assert not alive(dead_pid())
@@ -751,7 +777,7 @@ def test_probe_makes_and_removes_a_throwaway_session(
     assert Path(made[2]).name != name  # a fresh name each time
 
 
-def test_probe_says_why_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_probe_says_why_not(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cgroups, "discover", lambda: Mounts({}, None))
     assert cgroups.probe(LIMITS) == "no cgroup file system is mounted"
 
@@ -761,3 +787,80 @@ def test_probe_says_why_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(cgroups, "open_session", refused)
     assert cgroups.probe(LIMITS) == "cgroup: Permission denied"
+
+
+def test_a_leftover_another_sweeper_took_first_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two sessions may sweep at once: a directory listed by this one can be gone by the
+    # time it is looked at. It is skipped, and the sweep goes on to the rest.
+    parent = tmp_path / "p"
+    taken = parent / f"panday-{dead_pid()}-taken"
+    rest = [parent / f"panday-{dead_pid()}-rest{i}" for i in range(2)]
+    for path in (taken, *rest):
+        path.mkdir(parents=True, exist_ok=True)
+    real_scandir = os.scandir
+
+    def scandir(path: str) -> list[os.DirEntry[str]]:
+        with real_scandir(path) as it:
+            entries = sorted(it, key=lambda e: e.name != taken.name)  # the taken one first
+        if path == str(parent):
+            taken.rmdir()  # the other sweeper, between the listing and the look
+        return entries
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    cgroups._reap_stale(str(parent))  # pyright: ignore[reportPrivateUsage] - the unit under test
+    assert [p.name for p in rest if p.exists()] == []
+
+
+def kernel_subtree_control(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the stand-in answer a write to ``cgroup.subtree_control`` as the kernel does:
+    ``+memory +pids`` enables those controllers, and the file then lists them by name."""
+    real_write = cgroups._write  # pyright: ignore[reportPrivateUsage] - wrapped, not replaced
+
+    def write(path: str, value: str) -> None:
+        if Path(path).name != "cgroup.subtree_control":
+            real_write(path, value)
+            return
+        enabled = set((cgroups._read(path) or "").split())  # pyright: ignore[reportPrivateUsage]
+        for word in value.split():
+            (enabled.add if word[0] == "+" else enabled.discard)(word[1:])
+        real_write(path, " ".join(sorted(enabled)) + "\n")
+
+    monkeypatch.setattr(cgroups, "_write", write)
+
+
+def test_v2_the_mount_root_is_asked_to_hand_controllers_down(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # We live right below the root, which hands nothing down yet: it is asked to (the root
+    # cgroup may enable controllers although it holds processes), then used.
+    (tmp_path / "term").mkdir()
+    (tmp_path / "cgroup.subtree_control").write_text("\n")
+    kernel_subtree_control(monkeypatch)
+    mounts = cgroups.discover(f"30 23 0:26 / {tmp_path} rw - cgroup2 cgroup2 rw\n", "0::/term\n")
+    session = open_session(LIMITS, "s", mounts)
+    assert (tmp_path / "cgroup.subtree_control").read_text() == "memory pids\n"
+    assert session.dirs["memory"] == str(tmp_path / own("s"))
+    assert (tmp_path / own("s") / "cgroup.subtree_control").read_text() == "memory pids\n"
+
+
+def test_v2_a_session_directory_that_cannot_hand_down_is_removed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The kernel may refuse to enable a controller in the new directory; it must not stay.
+    mounts = v2_tree(tmp_path / "cg")
+    real_mkdir = os.mkdir
+
+    def mkdir(path: str, mode: int = 0o777) -> None:
+        real_mkdir(path, mode)
+        if Path(path).name.startswith("panday-"):  # a stand-in for the refusal
+            real_mkdir(Path(path, "cgroup.subtree_control"))
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    monkeypatch.chdir(tmp_path)  # nothing relative to the working directory is touched
+    path = tmp_path / "cg" / "app" / own("s")
+    with pytest.raises(CgroupUnavailable) as info:
+        open_session(LIMITS, "s", mounts)
+    assert info.value.reason == f"cgroup v2: cannot create {path}: Is a directory"
+    assert not path.exists()
