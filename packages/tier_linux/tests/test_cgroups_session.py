@@ -858,7 +858,8 @@ def test_v2_a_session_directory_that_cannot_hand_down_is_removed_again(
             real_mkdir(Path(path, "cgroup.subtree_control"))
 
     monkeypatch.setattr(os, "mkdir", mkdir)
-    monkeypatch.chdir(tmp_path)  # nothing relative to the working directory is touched
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")  # empty: a path lost on the way finds nothing here
     path = tmp_path / "cg" / "app" / own("s")
     with pytest.raises(CgroupUnavailable) as info:
         open_session(LIMITS, "s", mounts)
