@@ -20,7 +20,7 @@ import os
 import re
 import subprocess
 import sys
-import time
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -381,21 +381,24 @@ def test_reaping_knows_our_names_and_never_follows_links(tmp_path: Path) -> None
     assert outside.is_dir()
 
 
-def test_removing_twice_is_fine_and_a_busy_directory_is_given_up_on(tmp_path: Path) -> None:
+def test_removing_twice_is_fine_and_a_busy_directory_is_given_up_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     session = open_session(LIMITS, "s", v1_tree(tmp_path))
     assert session.remove()
     assert session.remove()  # already gone: removed is removed
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "member").write_text("")  # a stand-in for a cgroup that still holds a process
-    remove_tree = cgroups._remove_tree  # pyright: ignore[reportPrivateUsage] - the unit under test
-    assert not remove_tree(str(busy), time.monotonic() + 0.1)
+    clock = Clock()  # the waits below pass without taking time
+    monkeypatch.setattr(cgroups, "time", clock)
+    assert not remove_tree(str(busy), clock.now + 0.1)
     assert busy.is_dir()
     # A busy child keeps its parent too: the tree is reported as not removed.
     parent = tmp_path / "parent"
     (parent / "child").mkdir(parents=True)
     (parent / "child" / "member").write_text("")
-    assert not remove_tree(str(parent), time.monotonic() + 0.1)
+    assert not remove_tree(str(parent), clock.now + 0.1)
     assert (parent / "child").is_dir()
 
 
@@ -865,3 +868,27 @@ def test_v2_a_session_directory_that_cannot_hand_down_is_removed_again(
         open_session(LIMITS, "s", mounts)
     assert info.value.reason == f"cgroup v2: cannot create {path}: Is a directory"
     assert not path.exists()
+
+
+def test_writable_means_we_may_make_directories_in_it() -> None:
+    # What an unprivileged caller meets: a cgroup it can see but not write is not a place
+    # for its session. As root every directory passes, so the check runs as nobody, with a
+    # directory of its own (the control) and the root directory, which it may only read.
+    writable = cgroups._writable  # pyright: ignore[reportPrivateUsage] - the unit under test
+    nobody = 65534
+    with tempfile.TemporaryDirectory() as scratch:  # under /tmp: searchable by anyone
+        ours = Path(scratch)
+        if os.geteuid() == 0:
+            os.chown(ours, nobody, nobody)
+        child = os.fork()
+        if child == 0:
+            code = 1
+            try:
+                if os.geteuid() == 0:
+                    os.setgid(nobody)
+                    os.setuid(nobody)
+                code = 0 if (writable(str(ours)), writable("/")) == (True, False) else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
