@@ -891,4 +891,7 @@ def test_writable_means_we_may_make_directories_in_it() -> None:
             finally:
                 os._exit(code)
         _, status = os.waitpid(child, 0)
+        # Also called here, not only in the child: mutmut picks the tests to run against a
+        # mutant by the calls it saw, and a forked child's calls are not seen.
+        assert writable(scratch)  # ours too (as its owner, or as root)
     assert os.waitstatus_to_exitcode(status) == 0
