@@ -247,9 +247,16 @@ def fd_path(fd: int) -> str | None:
         import fcntl  # noqa: PLC0415 - only where /proc is missing (macOS)
 
         raw = fcntl.fcntl(fd, getattr(fcntl, "F_GETPATH", 50), b"\0" * 1024)
-        return raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+        return c_string(raw)
     except OSError:
         return None
+
+
+def c_string(buf: bytes) -> str:
+    """The NUL-terminated path at the start of a C buffer (what F_GETPATH fills in), decoded
+    as the file system's names are (undecodable bytes kept, as surrogate escapes). Apart from
+    `fd_path` so that Linux, which never takes that branch, still tests it."""
+    return buf.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
 
 
 class PathResolver:
