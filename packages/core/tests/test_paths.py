@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import posixpath
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -827,3 +828,68 @@ def test_walk_tree_names_a_staged_roots_entries_absolutely(tree: Tree, name: str
         with PathResolver(str(tree.ws), staged_ro=[str(staged)], backend=backend) as r:
             rels = [e.rel for e in walk_tree(r, r.resolve(str(staged)))]
             assert rels == [f"{staged}/in", f"{staged}/in/f.txt"]
+
+
+# ------------------------------------------------------------------ smaller pieces
+
+
+def test_lstat_names_the_entry_itself_and_makes_nothing(tree: Tree, resolver: PathResolver) -> None:
+    tree.link("s", "sub")
+    assert stat.S_ISLNK(resolver.lstat(resolver.resolve("s")).st_mode)
+    assert stat.S_ISDIR(resolver.stat(resolver.resolve("s")).st_mode)  # control: stat follows
+    assert resolver.lstat(resolver.resolve(".")).st_ino == tree.ws.stat().st_ino
+    for path in ("sub/nope", "nodir/x"):
+        with pytest.raises(FileNotFoundError) as missing:
+            resolver.lstat(resolver.resolve(path))
+        assert (missing.value.errno, missing.value.filename) == (errno.ENOENT, path)
+    assert not (tree.ws / "nodir").exists()
+
+
+def test_a_child_and_the_reprs(tree: Tree, resolver: PathResolver) -> None:
+    child = resolver.resolve("./sub").child("inner.txt")
+    assert (child.root, child.parts, child.user_path) == (
+        resolver.workspace,
+        ("sub", "inner.txt"),
+        "./sub",
+    )
+    assert repr(child) == f"Resolved({str(tree.ws)!r}, 'sub/inner.txt')"
+    assert repr(resolver.workspace) == f"Root({str(tree.ws)!r}, kind='workspace', writable=True)"
+
+
+def test_a_missing_directory_is_named_by_the_callers_path_and_made_0755_only_when_asked(
+    tree: Tree, resolver: PathResolver
+) -> None:
+    with pytest.raises(FileNotFoundError) as missing:
+        write(resolver, "./no/such/file.txt")
+    assert (missing.value.errno, missing.value.filename) == (errno.ENOENT, "./no/such/file.txt")
+    old = os.umask(0)
+    try:
+        replace_file(resolver, resolver.resolve("made/deeper/f"), b"x", make_parents=True)
+    finally:
+        os.umask(old)
+    for made in (tree.ws / "made", tree.ws / "made" / "deeper"):
+        assert made.stat().st_mode & 0o7777 == 0o755
+
+
+def test_the_longest_root_wins_whichever_is_nested(tree: Tree) -> None:
+    sub = tree.ws / "sub"
+    for backend in BACKENDS:
+        # A staged root inside the workspace: paths beneath it are the staged root's.
+        with PathResolver(str(tree.ws), staged_ro=[str(sub)], backend=backend) as r:
+            assert r.resolve(str(sub / "inner.txt")).root.kind == "staged"
+            assert r.resolve(str(tree.ws / "inside.txt")).root is r.workspace
+            with pytest.raises(PathRefused, match="read-only staged"):
+                write(r, str(sub / "inner.txt"))
+        # The workspace inside a staged root: paths beneath it are the workspace's.
+        with PathResolver(str(tree.ws), staged_ro=[str(tree.base)], backend=backend) as r:
+            assert r.resolve(str(tree.ws / "inside.txt")).root is r.workspace
+            assert r.resolve(str(tree.outside / "secret.txt")).root.kind == "staged"
+            write(r, str(tree.ws / "written.txt"))
+    assert (sub / "inner.txt").read_bytes() == INSIDE
+
+
+def test_the_root_itself_opens_with_the_flags_asked(resolver: PathResolver) -> None:
+    os.close(resolver.open(resolver.resolve("."), os.O_RDONLY | os.O_DIRECTORY))  # control
+    with pytest.raises(IsADirectoryError) as caught:
+        os.close(resolver.open(resolver.resolve("."), os.O_WRONLY))
+    assert caught.value.filename == "."
