@@ -893,3 +893,16 @@ def test_the_root_itself_opens_with_the_flags_asked(resolver: PathResolver) -> N
     with pytest.raises(IsADirectoryError) as caught:
         os.close(resolver.open(resolver.resolve("."), os.O_WRONLY))
     assert caught.value.filename == "."
+
+
+def test_a_longest_name_of_multibyte_characters_is_written(
+    tree: Tree, resolver: PathResolver
+) -> None:
+    """The temporary file beside the target must fit NAME_MAX too (it once was cut to 200
+    characters, which is up to 800 bytes)."""
+    name = "\u00e9" * (MAX_NAME_BYTES // 2)  # 254 bytes in UTF-8
+    assert len(os.fsencode(name)) == MAX_NAME_BYTES - 1
+    control("the name itself is valid", lambda: (tree.ws / name).write_bytes(b"old"))
+    write(resolver, name, b"new")
+    assert (tree.ws / name).read_bytes() == b"new"
+    assert sorted(p.name for p in tree.ws.iterdir()) == sorted([name, "inside.txt", "sub"])
