@@ -768,6 +768,15 @@ def test_a_host_without_openat2_walks_and_refuses_openat2_by_name(
     )
 
 
+def test_a_host_other_than_linux_never_probes_for_openat2(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(paths, "_LINUX", False)
+    monkeypatch.setattr(paths, "_openat2_probed", False)
+    monkeypatch.setattr(paths, "_openat2", None)
+    assert not openat2_available()
+    assert paths._openat2 is None  # pyright: ignore[reportPrivateUsage] - nothing was bound
+    assert default_backend() == "walk"
+
+
 def test_the_openat2_probe_once_per_process(tree: Tree, monkeypatch: pytest.MonkeyPatch) -> None:
     """The probe and the binding it makes, run afresh (the module caches the first result)."""
     if not LINUX:
