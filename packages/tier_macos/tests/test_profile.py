@@ -676,9 +676,40 @@ def test_workspace_guards_are_the_directories_holding_what_is_protected() -> Non
     assert workspace_guards(ws, (f"{ws}x/.git",), (), ()) == ()
 
 
+def test_workspace_guards_take_the_workspace_as_spelled_or_with_a_trailing_slash() -> None:
+    # A trailing slash is not part of the name: the guard is the directory itself.
+    assert workspace_guards("/Users/a/p/", (), ("/Users/a/p/in/x",), ()) == (
+        "/Users/a/p",
+        "/Users/a/p/in",
+    )
+    # Only slashes are trimmed from the name, nothing else at its end.
+    assert workspace_guards("/Volumes/BOX", ("/Volumes/BOX/sub/.git",), (), ()) == (
+        "/Volumes/BOX",
+        "/Volumes/BOX/sub",
+    )
+    # The root as workspace: every directory above an anchor, up to "/".
+    assert workspace_guards("/", ("/a/b/.git",), (), ()) == ("/", "/a", "/a/b")
+
+
+def test_an_anchor_outside_the_workspace_does_not_end_the_search() -> None:
+    ws = "/Users/a/p"
+    got = workspace_guards(ws, ("/etc/outside", f"{ws}/d/.git"), ("/opt/x", f"{ws}/s/in"), ())
+    assert got == (ws, f"{ws}/d", f"{ws}/s")
+
+
 def test_the_counts_must_be_counts() -> None:
-    with pytest.raises(ValueError, match="counts"):
+    # Positive control: zero of each is a profile.
+    assert SeatbeltProfile.from_policy(policy(), protected=0, ancestors=0).text
+    with pytest.raises(ValueError, match=r"^protected and ancestors are counts$"):
         SeatbeltProfile.from_policy(policy(), protected=-1)
+    with pytest.raises(ValueError, match=r"^protected and ancestors are counts$"):
+        SeatbeltProfile.from_policy(policy(), ancestors=-1)
+
+
+def test_without_counts_the_profile_has_no_protected_entry_or_ancestor() -> None:
+    plain = SeatbeltProfile.from_policy(policy())
+    assert plain == SeatbeltProfile.from_policy(policy(), protected=0, ancestors=0)
+    assert not [p for p in plain.params if p.startswith(("PROTECTED_", "ANCESTOR_"))]
 
 
 # --------------------------------------------------------------------------- golden

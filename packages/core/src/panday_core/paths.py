@@ -247,9 +247,16 @@ def fd_path(fd: int) -> str | None:
         import fcntl  # noqa: PLC0415 - only where /proc is missing (macOS)
 
         raw = fcntl.fcntl(fd, getattr(fcntl, "F_GETPATH", 50), b"\0" * 1024)
-        return raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+        return c_string(raw)
     except OSError:
         return None
+
+
+def c_string(buf: bytes) -> str:
+    """The NUL-terminated path at the start of a C buffer (what F_GETPATH fills in), decoded
+    as the file system's names are (undecodable bytes kept, as surrogate escapes). Apart from
+    `fd_path` so that Linux, which never takes that branch, still tests it."""
+    return buf.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
 
 
 class PathResolver:
@@ -572,7 +579,11 @@ def replace_file(
         what = "a read-only staged path" if resolved.root.kind == "staged" else "read-only"
         raise PathRefused(resolved.user_path, f"is in {what}; this session may not write there")
     dirfd, name = resolver.open_parent(resolved, make_parents=make_parents)
-    tmp = f".{name[:200]}.panday-{secrets.token_hex(6)}.tmp"
+    # Cut in bytes, not characters: the name may be 255 bytes of multi-byte characters, and
+    # the temporary name (24 bytes longer than its stem) must still fit NAME_MAX. A cut
+    # through a character survives as surrogate escapes, which encode back to the same bytes.
+    stem = os.fsdecode(os.fsencode(name)[:200])
+    tmp = f".{stem}.panday-{secrets.token_hex(6)}.tmp"
     try:
         resolver.check_protected(dirfd, name, resolved.user_path)
         perm = 0o644

@@ -73,6 +73,81 @@ def test_non_public_addresses_are_refused(addr: str, word: str) -> None:
     assert word in reason
 
 
+def test_a_site_local_address_is_named_as_such() -> None:
+    # Python's ipaddress calls fec0::/10 global, so this refusal is ours alone; its text is
+    # what a user sees in the proxy's 403.
+    assert address_refusal(ipaddress.ip_address("fec0::1")) == (
+        "fec0::1 is a site-local address (not globally routable)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("addr", "reason"),
+    [
+        ("::ffff:10.1.2.3", "is IPv4-mapped for 10.1.2.3 is a private address"),
+        ("2002:a00:1::", "is 6to4 for 10.0.0.1 is a private address"),
+        ("64:ff9b::7f00:1", "is NAT64 for 127.0.0.1 is a loopback address"),
+    ],
+)
+def test_an_embedded_ipv4_address_is_named_with_its_embedding(addr: str, reason: str) -> None:
+    # The refusal names how the IPv4 address is embedded (str() of an IPv4-mapped address
+    # differs across Python versions, hence the address as Python prints it).
+    ip = ipaddress.ip_address(addr)
+    assert address_refusal(ip) == f"{ip} {reason}"
+
+
+class _UnclassifiedV6(ipaddress.IPv6Address):
+    """An IPv6 address as an `ipaddress` whose tables miss its range would see it.
+
+    Python 3.11's tables happen to call every address outside 2000::/3 (but site-local)
+    reserved, private, link-local or multicast, so the 2000::/3 rule is never the one that
+    refuses there; a later `ipaddress` may reclassify a range. This stand-in clears every
+    classification, so only the address's value can get it refused.
+    """
+
+    @property
+    def is_unspecified(self) -> bool:
+        return False
+
+    @property
+    def is_loopback(self) -> bool:
+        return False
+
+    @property
+    def is_link_local(self) -> bool:
+        return False
+
+    @property
+    def is_multicast(self) -> bool:
+        return False
+
+    @property
+    def is_reserved(self) -> bool:
+        return False
+
+    @property
+    def is_private(self) -> bool:
+        return False
+
+    @property
+    def is_global(self) -> bool:
+        return True
+
+
+def test_outside_2000_3_is_refused_whatever_ipaddress_calls_it() -> None:
+    # Positive control: a global unicast address passes through the same stand-in.
+    assert address_refusal(_UnclassifiedV6("2606:4700::1111")) is None
+    assert address_refusal(_UnclassifiedV6("4000::1")) == (
+        "4000::1 is outside the global unicast space 2000::/3 (not globally routable)"
+    )
+    assert address_refusal(_UnclassifiedV6("fe00::1")) == (
+        "fe00::1 is outside the global unicast space 2000::/3 (not globally routable)"
+    )
+    assert address_refusal(_UnclassifiedV6("fec0::1")) == (
+        "fec0::1 is a site-local address (not globally routable)"
+    )
+
+
 @pytest.mark.parametrize(
     "addr", ["93.184.216.34", "1.1.1.1", "2606:4700::1111", "::ffff:1.1.1.1", "64:ff9b::101:101"]
 )

@@ -35,7 +35,7 @@ class Ceilings(TypedDict, total=False):
 
 
 if TYPE_CHECKING:
-    from collections.abc import Generator
+    from collections.abc import Callable, Generator
 
     from conftest import Escape  # the suite's fixture type (tests get it as `esc`)
 
@@ -196,6 +196,12 @@ def _tasks_of(marker: bytes) -> int:
     return count
 
 
+HOLD_S = 3.0
+"""How long the host watches a fork bomb held at its bound before stopping it. A bomb with
+no ceiling forks hundreds of processes a second even on a loaded 2-core host, so it would
+pass the bound (and fail the test) within this hold."""
+
+
 class _Watch:
     """Runs `argv` in a default-policy session on a thread; samples the host meanwhile."""
 
@@ -223,11 +229,24 @@ class _Watch:
             allocated = False
         return forked, allocated, _tasks_of(marker)
 
-    def run(self, marker: bytes, *, every_s: float = 0.5) -> None:
+    def run(
+        self, marker: bytes, *, every_s: float = 0.5, stop: Callable[[], None] | None = None
+    ) -> None:
+        """Samples until the command ends. With `stop`: calls it once the count has held at
+        90% of the host's bound or more for `HOLD_S` (so a loaded host that forks slowly
+        still reaches the bound, and an idle one is not kept waiting for the wall clock)."""
+        bound = hostguard.ceilings()["pids"]
+        held_since: float | None = None
         self.thread.start()
         try:
             while self.thread.is_alive():
                 self.samples.append(self.sample(marker))
+                if stop is not None and held_since is None and self.samples[-1][2] >= bound * 0.9:
+                    held_since = time.monotonic()
+                if held_since is not None and time.monotonic() - held_since >= HOLD_S:
+                    assert stop is not None
+                    stop()
+                    stop, held_since = None, None
                 self.thread.join(every_s)
         finally:
             self.thread.join(180)
@@ -289,9 +308,17 @@ def _fork_bomb(esc: Escape, bound: int) -> None:
     before = hostguard.running_tasks()
     length = _sleeper()
     sleeper = f"sleep\0{length}\0".encode()
-    bomb = ["/bin/sh", "-c", f"while :; do sleep {length} & done 2>/dev/null"]
-    watch = _Watch(esc, bomb, seconds=8)
-    watch.run(sleeper)
+    # The bomb forks until the bound refuses it or, once the host has watched it held at
+    # the bound for HOLD_S, the test creates `stopped` (exit 7): without a ceiling it would
+    # pass the bound within that hold. The wall clock is only a backstop for a slow host.
+    stopped = esc.ws / "stopped"
+    bomb = [
+        "/bin/sh",
+        "-c",
+        f"while [ ! -e {stopped} ]; do sleep {length} & done 2>/dev/null; exit 7",
+    ]
+    watch = _Watch(esc, bomb, seconds=45)
+    watch.run(sleeper, stop=stopped.touch)
     assert watch.samples, "the bomb ended before the host could be sampled"
     assert all(forked and allocated for forked, allocated, _ in watch.samples), watch.samples
     most = max(count for _, _, count in watch.samples)

@@ -216,21 +216,19 @@ Part = str | Param
 
 
 def _expr(parts: Sequence[Part]) -> str:
-    """The SBPL expression for `parts` joined: a literal when every part is a constant,
-    else ``(string-append ...)`` (a lone parameter stays ``(param ...)``)."""
-    merged: list[Part] = []
-    for part in parts:
-        if isinstance(part, str) and merged and isinstance(merged[-1], str):
-            merged[-1] += part
-        elif part:
-            merged.append(part)
-    if len(merged) == 1 and isinstance(merged[0], Param):
-        return _param(merged[0].name)
-    if all(isinstance(part, str) for part in merged):
-        return sbpl_string("".join(str(part) for part in merged))
+    """The SBPL expression for `parts` joined: ``(string-append ...)``, or ``(param ...)`` for
+    a lone parameter; empty constants are left out.
+
+    Every path expression here holds a parameter (no host path reaches the text) and no two
+    constants in a row, so there is nothing to fold into one literal; two constants would
+    still be a correct ``string-append``, just not the shortest.
+    """
+    present = [part for part in parts if part]
+    if len(present) == 1 and isinstance(present[0], Param):
+        return _param(present[0].name)
     return _form(
         "string-append",
-        *(_param(part.name) if isinstance(part, Param) else sbpl_string(part) for part in merged),
+        *(_param(part.name) if isinstance(part, Param) else sbpl_string(part) for part in present),
     )
 
 
