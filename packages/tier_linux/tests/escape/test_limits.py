@@ -255,23 +255,27 @@ class _Watch:
             raise self.error
 
 
-BOMB_LOCK = "/tmp/panday-escape-bombs.lock"  # a fixed name: both passes share it
+BOMB_LOCKS = "/tmp/panday-escape-{kind}-bombs.lock"  # fixed names: both passes share them
 
 
 @contextlib.contextmanager
-def one_bomb_on_the_host() -> Generator[None]:
+def one_bomb_on_the_host(kind: str) -> Generator[None]:
     """The root and unprivileged passes run side by side (nox -s escape): each bomb may take
-    the host's protection ceiling (half the RAM, 4096 tasks) for itself, so two at once
-    would measure each other. Taken read-only (flock needs no write access), so either
-    pass may create the file and the other still opens it under fs.protected_regular."""
+    one of the host's protection ceilings (half the RAM, or 4096 tasks) for itself, so two
+    bombs of the same `kind` at once would measure each other. Bombs of different kinds
+    may overlap: a fork bomb's few hundred MiB leave the memory bomb's host room to
+    allocate, and a memory bomb's one process moves no task count. Taken read-only (flock
+    needs no write access), so either pass may create the file and the other still opens
+    it under fs.protected_regular."""
+    lock = BOMB_LOCKS.format(kind=kind)
     try:
-        fd = os.open(BOMB_LOCK, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         try:
-            fd = os.open(BOMB_LOCK, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            fd = os.open(lock, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             os.fchmod(fd, 0o644)
         except FileExistsError:
-            fd = os.open(BOMB_LOCK, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -300,7 +304,7 @@ def test_a_fork_bomb_under_the_default_policy_leaves_the_host_usable(esc: Escape
     control = esc.run(["/bin/sh", "-c", "for i in $(seq 200); do sleep 30 & done; echo made"])
     if b"made" not in control.stdout:
         pytest.fail(f"inconclusive: control failed inside: {control}")
-    with one_bomb_on_the_host():
+    with one_bomb_on_the_host("fork"):
         _fork_bomb(esc, bound)
 
 
@@ -359,7 +363,7 @@ def test_a_memory_bomb_under_the_default_policy_leaves_the_host_usable(esc: Esca
     if b"allocated" not in control.stdout:
         pytest.fail(f"inconclusive: control failed: {control}")
     watch = _Watch(esc, [*program, str(1 << 50)], seconds=120)  # a petabyte: a bomb
-    with one_bomb_on_the_host():
+    with one_bomb_on_the_host("memory"):
         watch.run(b"")
     assert all(forked and allocated for forked, allocated, _ in watch.samples), watch.samples
     result = watch.result
