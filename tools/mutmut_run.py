@@ -24,6 +24,8 @@ Re-measure after changing a module or its tests::
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import hashlib
 import json
 import shutil
 import subprocess
@@ -145,10 +147,29 @@ class Measured:
     survivors: list[Survivor]
     other: dict[str, int]
     """Mutants neither killed nor survived (timeouts count as killed; see `_stats`)."""
+    inputs: str = ""
+    """`inputs_digest` of the module and its tests when measured ("" if not recorded)."""
+    measured_at: str = ""
+    """When (UTC, ISO 8601) the measurement started ("" if not recorded)."""
 
     @property
     def rate(self) -> float:
         return 100.0 * self.killed / self.total if self.total else 0.0
+
+
+def inputs_digest(name: str) -> str:
+    """SHA-256 over the module's source and its unit tests: what decides a measurement.
+
+    (The other modules are copied too, but a change there moves no mutant of this one
+    unless a test of this one reaches it.) A saved measurement whose digest differs from
+    today's files describes an older module or older tests: re-measure it."""
+    module, tests = MODULES[name]
+    sources = sorted(REPO.glob(f"packages/*/src/{module}"))
+    digest = hashlib.sha256()
+    for path in [*sources, *(REPO / t for t in tests)]:
+        digest.update(str(path.relative_to(REPO)).encode() + b"\0")
+        digest.update(path.read_bytes() if path.is_file() else b"(missing)\0")
+    return digest.hexdigest()
 
 
 def _scratch(root: Path, module: str, tests: Sequence[str]) -> None:
@@ -193,6 +214,8 @@ def _stats(root: Path, mutmut: str) -> dict[str, int]:
 
 def measure(name: str, jobs: int) -> Measured:
     module, tests = MODULES[name]
+    inputs = inputs_digest(name)
+    started = dt.datetime.now(tz=dt.UTC).isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix=f"panday-mutmut-{name}-") as tmp:
         root = Path(tmp)
         _scratch(root, module, tests)
@@ -225,7 +248,7 @@ def measure(name: str, jobs: int) -> Measured:
     other = {
         k: v for k, v in stats.items() if k not in {"killed", "timeout", "survived", "total"} and v
     }
-    return Measured(name, killed, total, survivors, other)
+    return Measured(name, killed, total, survivors, other, inputs, started)
 
 
 def save(m: Measured) -> None:
@@ -234,13 +257,15 @@ def save(m: Measured) -> None:
         "killed": m.killed,
         "total": m.total,
         "other": m.other,
+        "inputs": m.inputs,
+        "measured_at": m.measured_at,
         "survivors": [[s.function, s.change] for s in m.survivors],
     }
     (LAST / f"{m.name}.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 
-def load_last(name: str) -> Measured:
-    path = LAST / f"{name}.json"
+def load_last(name: str, last: Path = LAST) -> Measured:
+    path = last / f"{name}.json"
     if not path.is_file():
         raise SystemExit(f"mutmut: {name}: no saved measurement ({path}); run it first")
     doc = cast("dict[str, object]", json.loads(path.read_text(encoding="utf-8")))
@@ -254,6 +279,8 @@ def load_last(name: str) -> Measured:
         cast("int", doc["total"]),
         survivors,
         cast("dict[str, int]", doc["other"]),
+        str(doc.get("inputs", "")),
+        str(doc.get("measured_at", "")),
     )
 
 
@@ -400,6 +427,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{len(m.survivors)} survived{extra}",
             flush=True,
         )
+        if args.from_last and m.inputs != inputs_digest(name):
+            print(
+                f"mutmut: {name}: NOTE the module or its tests changed since this measurement "
+                f"({m.measured_at or 'undated'}): re-measure with `nox -s mutmut -- {name}`",
+                flush=True,
+            )
         for s in m.survivors:
             entry = listed.get(s.key)
             reason = entry.reason if entry else "NOT LISTED"

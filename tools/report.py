@@ -4,10 +4,13 @@ The report says which commit the gates ran on (and whether the tree had uncommit
 changes), what that run verified (a verification line in the style of the seed's run
 report, with any missed benchmark budget counted as a failure), what this host could not
 verify and which CI job is its authority (and whether a CI run's results exist for it),
-the guarantee table of each tier as it holds on this host, and the benchmark ratios. Its
-only inputs are the result records the gates wrote (tools/results.py), the tiers'
-capability data, benchmarks/results.json and, optionally, a CI run's results
-(``PANDAY_CI_RUN``, the JSON of ``gh run view RUN --json headSha,url,jobs``).
+the guarantee table of each tier as it holds on this host, the benchmark ratios, and the
+mutation-testing measurements (kill rate against floor per guard module, whether each still
+matches today's module and tests, and every survivor with its reason). Its only inputs are
+the result records the gates wrote (tools/results.py), the tiers' capability data,
+benchmarks/results.json, the measurements `nox -s mutmut` saved in .nox/mutmut with the
+committed floors and survivors, and, optionally, a CI run's results (``PANDAY_CI_RUN``, the
+JSON of ``gh run view RUN --json headSha,url,jobs``).
 
 A plain `nox` does not rewrite it (it is a committed file): `nox -s report` does, from the
 newest run's records. `--check` (the `report_fresh` gate) fails when the committed report is
@@ -28,6 +31,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+import mutmut_run
 import results
 
 if TYPE_CHECKING:
@@ -53,6 +57,7 @@ HEADINGS = (
     "## Not verified on this host",
     "## Guarantees on this host",
     "## Benchmarks",
+    "## Mutation testing",
 )
 
 
@@ -292,6 +297,66 @@ def benchmarks() -> list[str]:
     return lines
 
 
+def mutation_testing(last: Path = mutmut_run.LAST) -> list[str]:
+    """Each guard module's latest `nox -s mutmut` measurement on this machine, its floor,
+    whether it still matches today's module and tests, and every survivor with its reason.
+
+    mutmut is not a default gate (CI's mutation job runs it), so this section reads the
+    measurements it saved rather than this run's records, and says when each was taken."""
+    floors = mutmut_run.load_floors()
+    listed = mutmut_run.load_survivors()
+    rows: list[str] = []
+    survivors: list[str] = []
+    for name in mutmut_run.MODULES:
+        if not (last / f"{name}.json").is_file():
+            rows.append(f"| {name} | not measured here | | | | | |")
+            continue
+        m = mutmut_run.load_last(name, last)
+        floor = floors.get(name)
+        meets = floor is not None and m.rate + 1e-9 >= floor
+        current = "yes" if m.inputs == mutmut_run.inputs_digest(name) else "no: re-measure"
+        unlisted = sum(
+            1
+            for x in m.survivors
+            if listed.get(x.key) is None or listed[x.key].reason in {"", mutmut_run.UNREVIEWED}
+        )
+        rows.append(
+            f"| {name} | {m.killed}/{m.total} | {m.rate:.1f}% | "
+            f"{'none' if floor is None else f'{floor:.1f}%'}{'' if meets else ' (below)'} | "
+            f"{len(m.survivors)}{f' ({unlisted} without a reason)' if unlisted else ''} | "
+            f"{m.measured_at[:10] or 'undated'} | {current} |"
+        )
+        for x in m.survivors:
+            entry = listed.get(x.key)
+            reason = entry.reason if entry else "NOT LISTED"
+            change = "<br>".join(f"`{_cell(line)}`" for line in x.change.splitlines())
+            survivors.append(f"| {name} | {_cell(x.function)} | {change} | {_cell(reason)} |")
+    return [
+        (
+            "`uv run --locked nox -s mutmut` mutates each guard module and runs its unit tests "
+            "against every mutant (not a default gate: CI's mutation job runs it). Its latest "
+            "measurements on this machine (`.nox/mutmut/`), against the committed floors "
+            "(`tools/mutmut-floors.toml`, which only go up); *matches this tree* says whether "
+            "the module and its tests are still the ones measured."
+        ),
+        "",
+        "| module | killed | rate | floor | survivors | measured | matches this tree |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        (
+            "<details><summary>Every surviving mutant and why it survives "
+            f"({len(survivors)}, from <code>tools/mutmut-survivors.toml</code>)</summary>"
+        ),
+        "",
+        "| module | function | change | reason |",
+        "|---|---|---|---|",
+        *survivors,
+        "",
+        "</details>",
+    ]
+
+
 def _names(items: list[str]) -> str:
     return ", ".join(items) or "none"
 
@@ -368,6 +433,10 @@ def render(
         HEADINGS[4],
         "",
         *benchmarks(),
+        "",
+        HEADINGS[5],
+        "",
+        *mutation_testing(),
     ]
     return "\n".join(lines).rstrip() + "\n"
 

@@ -158,3 +158,42 @@ def test_a_dirty_or_unstamped_report_is_stale(tmp_path: Path) -> None:
     assert report.staleness(unstamped, tmp_path) == [
         "RUN-REPORT.md names no commit: it cannot say what it verified"
     ]
+
+
+def test_the_mutation_section_shows_each_measurement_against_its_floor_and_tree(
+    tmp_path: Path,
+) -> None:
+    import mutmut_run  # noqa: PLC0415 - the tools directory is on the path only for tests
+
+    def measured(name: str, inputs: str, survivors: list[mutmut_run.Survivor]) -> None:
+        mutmut_run.save(
+            mutmut_run.Measured(name, 90, 100, survivors, {}, inputs, "2026-11-30T10:00:00+00:00"),
+        )
+
+    listed = next(iter(mutmut_run.load_survivors().values()))  # a reviewed survivor
+    unknown = mutmut_run.Survivor(listed.module, "nowhere", "-    a = 1\n+    a = 2")
+    last = tmp_path / "last"
+    original = mutmut_run.LAST
+    mutmut_run.LAST = last  # where save() writes
+    try:
+        measured(listed.module, mutmut_run.inputs_digest(listed.module), [listed, unknown])
+        other = next(n for n in mutmut_run.MODULES if n != listed.module)
+        measured(other, "an older tree", [])
+    finally:
+        mutmut_run.LAST = original
+    text = "\n".join(report.mutation_testing(last))
+    floor = mutmut_run.load_floors()[listed.module]
+    rows: dict[str, str] = {}  # the first row naming each module: the summary table's
+    for line in text.splitlines():
+        rows.setdefault(line.split(" | ")[0].removeprefix("| "), line)
+    below = "" if floor <= 90.0 else " (below)"
+    assert rows[listed.module] == (
+        f"| {listed.module} | 90/100 | 90.0% | {floor:.1f}%{below} | 2 (1 without a reason) | "
+        "2026-11-30 | yes |"
+    )
+    assert rows[other].endswith("| 0 | 2026-11-30 | no: re-measure |")
+    never = next(n for n in mutmut_run.MODULES if n not in {listed.module, other})
+    assert rows[never] == f"| {never} | not measured here | | | | | |"
+    assert f"| {listed.module} | nowhere | `-    a = 1`<br>`+    a = 2` | NOT LISTED |" in text
+    assert listed.reason.replace("|", "\\|").replace("\n", " ") in text
+    assert "(2, from <code>tools/mutmut-survivors.toml</code>)" in text
