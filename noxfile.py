@@ -196,28 +196,41 @@ def tests(session: nox.Session) -> None:
     everything = os.environ.get("CI") == "true" or os.environ.get("PANDAY_SLOW_TESTS") == "1"
     if not everything:
         print("tests: tests marked slow are deselected here (CI runs them; PANDAY_SLOW_TESTS=1)")
-    session.run(
-        "pytest",
+    common = [
         *dirs,
         "--ignore-glob=*/tests/escape",
         "--ignore-glob=*/tests/escape/*",
         "--ignore-glob=*/tests/ray",  # the `ray` session's, with Ray installed
         "--ignore-glob=*/tests/ray/*",
-        f"--junitxml={junit}",
         "-p",
         "no:cacheprovider",
-        # One worker per core (pytest-xdist): most of these tests wait on a jail, a socket
-        # or a clock, so two workers on two cores take ~0.55x the time of one.
-        "--numprocesses=auto",
-        *([] if everything else ["-m", "not slow"]),
-        *session.posargs,
-        success_codes=[0, 5],  # 5 (nothing collected) is turned into a failure below
-        # The tools' tests call their `main`; without a run id they record nothing.
-        env={results.RUN_ENV: ""},
-    )
-    suites = ET.parse(junit).getroot()  # noqa: S314 - pytest's own report, written just now
+    ]
+    slow = "" if everything else " and not slow"
+    junits = [venv / "junit.xml", venv / "junit-serial.xml"]
+    # One worker per core (pytest-xdist): most of these tests wait on a jail, a socket or a
+    # clock, so two workers on two cores take ~0.55x the time of one. Tests marked `serial`
+    # watch what any panday of this user changes on the host (a SIGKILLed panday's cgroups,
+    # which the next session of any worker sweeps), so they run after, on their own.
+    for junit, options in (
+        (junits[0], ["--numprocesses=auto", "-m", f"not serial{slow}"]),
+        (junits[1], ["-m", f"serial{slow}"]),
+    ):
+        session.run(
+            "pytest",
+            *common,
+            f"--junitxml={junit}",
+            *options,
+            *session.posargs,
+            success_codes=[0, 5],  # 5 (nothing collected) is turned into a failure below
+            # The tools' tests call their `main`; without a run id they record nothing.
+            env={results.RUN_ENV: ""},
+        )
     totals = {
-        k: sum(int(s.get(k, "0")) for s in suites.iter("testsuite"))
+        k: sum(
+            int(s.get(k, "0"))
+            for junit in junits
+            for s in ET.parse(junit).getroot().iter("testsuite")  # noqa: S314 - pytest's own report
+        )
         for k in ("tests", "skipped", "failures", "errors")
     }
     if totals["tests"] == 0:
@@ -229,7 +242,7 @@ def tests(session: nox.Session) -> None:
         f"test directories on {sys.platform}"
     )
     failed = totals["failures"] + totals["errors"]
-    floor_problems = _floors(session, "tests", [junit], dirs)
+    floor_problems = _floors(session, "tests", junits, dirs)
     results.record(
         "tests",
         f"{totals['tests']} tests, {failed} failed" + (", below a floor" if floor_problems else ""),

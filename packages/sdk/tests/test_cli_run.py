@@ -336,9 +336,13 @@ def test_help_is_printed(cli: Cli) -> None:
 
 
 def _start_sleeper(
-    exe: str, extra: list[str], token: str, procs: Procs, finished: Finish
+    exe: str, extra: list[str], token: str, procs: Procs, finished: Finish, *, where: Path
 ) -> tuple[subprocess.Popen[bytes], list[int]]:
-    """`panday run` holding a jailed tree (a shell and two sleeps); its processes, once seen."""
+    """`panday run` holding a jailed tree (a shell and two sleeps); its processes, once seen.
+
+    It runs in `where` (its workspace, read-write): never in the test run's own directory,
+    the checkout, whose protected-entry placeholders a SIGKILLed panday would leave behind
+    until the next session there."""
     script = f"echo ready; sleep 300 & sleep 300; : {token}"
     # A process started with SIGINT ignored keeps ignoring it (POSIX; Python installs its
     # KeyboardInterrupt handler only over the default disposition), and a test run started
@@ -353,6 +357,7 @@ def _start_sleeper(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
+            cwd=where,
         )
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -383,13 +388,14 @@ def _ignored_signals(pid: int) -> set[int]:
 @pytest.mark.parametrize("path", ["cached", "full"])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_to_panday_kills_the_jailed_tree_and_leaves_nothing(
-    sig: int, path: str, procs: Procs, exe: str, finished: Finish
+    sig: int, path: str, *, procs: Procs, exe: str, finished: Finish, tmp_path: Path
 ) -> None:
     # `run` from a cached plan (panday.cli_fast), and the full path (--debug, which the
     # cached path leaves alone): each installs its own handlers.
     extra = ["--pids", "256"] if _cgroups_here() else []
     extra += ["--debug"] if path == "full" else []
-    proc, tree = _start_sleeper(exe, extra, f"panday-signal-test-{os.getpid()}", procs, finished)
+    token = f"panday-signal-test-{os.getpid()}"
+    proc, tree = _start_sleeper(exe, extra, token, procs, finished, where=tmp_path)
     try:
         # Control: the tree (and, with a ceiling, its cgroup) exists before the signal.
         if len(tree) < 4:
@@ -413,19 +419,23 @@ def test_a_signal_to_panday_kills_the_jailed_tree_and_leaves_nothing(
     assert procs.cgroups_of(proc.pid) == [], "a session cgroup outlived panday"
 
 
+@pytest.mark.serial  # another worker's panday would sweep the cgroups it watches first
 def test_a_sigkilled_pandays_cgroups_are_swept_by_the_next_session_in_every_hierarchy(
-    cli: Cli, procs: Procs, exe: str, finished: Finish
+    cli: Cli, procs: Procs, exe: str, finished: Finish, tmp_path: Path
 ) -> None:
     # The first panday uses the memory, pids and cpuacct hierarchies (--cpu adds the last);
     # the next one uses only memory and pids (the host's own bounds): it must still sweep
     # all three. Without a writable cgroup nothing is created, so nothing can be left.
     if not _cgroups_here():
-        proc, _tree = _start_sleeper(exe, ["--cpu", "1h"], "no-cgroup", procs, finished)
+        proc, _tree = _start_sleeper(
+            exe, ["--cpu", "1h"], "no-cgroup", procs, finished, where=tmp_path
+        )
         proc.kill()
         finished(proc)
         assert procs.cgroups_of(proc.pid) == []
         return
-    proc, tree = _start_sleeper(exe, ["--cpu", "1h"], f"sweep-{os.getpid()}", procs, finished)
+    token = f"sweep-{os.getpid()}"
+    proc, tree = _start_sleeper(exe, ["--cpu", "1h"], token, procs, finished, where=tmp_path)
     try:
         made = procs.cgroups_of(proc.pid)
         hierarchies = {Path(p).relative_to("/sys/fs/cgroup").parts[0] for p in made}
