@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from panday_core import userstate
 from panday_tier_linux import etcview
 from panday_tier_linux.host import ETC_ALLOWLIST
 
@@ -33,8 +34,11 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Li
 
 @pytest.fixture(autouse=True)
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    return tmp_path
+    """A password-file home of this test's own: its ``.cache`` holds panday's state."""
+    home = tmp_path / "pwhome"
+    (home / ".cache").mkdir(parents=True)
+    monkeypatch.setattr(userstate, "passwd_home", lambda: str(home))
+    return home / ".cache"
 
 
 def test_the_view_holds_the_allowlist_and_nothing_else(cache: Path) -> None:

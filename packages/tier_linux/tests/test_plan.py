@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from panday_core import userstate
 from panday_core.errors import PolicyViolation, SandboxError
 from panday_core.policy import FsPolicy, Limits, SandboxPolicy
 from panday_core.types import ExecExit, LimitBreach, LimitKind, OutputChunk
@@ -35,10 +36,12 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(autouse=True)
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A cache of this test's own (plans, seccomp programs, /etc views)."""
-    where = tmp_path / "cache"
-    where.mkdir()
-    monkeypatch.setenv("XDG_CACHE_HOME", str(where))
+    """A cache of this test's own (plans, seccomp programs, /etc views, the key): the state
+    directory of a password-file home of its own (``<returned>/panday``)."""
+    home = tmp_path / "pwhome"
+    where = home / ".cache"
+    where.mkdir(parents=True)
+    monkeypatch.setattr(userstate, "passwd_home", lambda: str(home))
     return where
 
 
@@ -125,6 +128,102 @@ def test_a_tampered_plan_is_not_used(made: plan.Plan) -> None:
     blob[-5] ^= 0x01
     path.write_bytes(bytes(blob))
     assert plan.load("key") is None
+
+
+def _rewrite(path: Path, key: str, p: plan.Plan, tag: bytes | None = None) -> None:
+    """Write `p` for `key` at `path`: sealed with this user's key, or with `tag` (what an
+    attacker without the key can put in the MAC's place)."""
+    body = planning.encode(p)
+    if tag is None:
+        secret = userstate.key(create=False)
+        assert secret is not None
+        path.write_bytes(plan.seal(secret, key, body))
+    else:
+        path.write_bytes(plan.file_head(key) + tag + body)
+    path.chmod(0o600)
+
+
+def _with(p: plan.Plan, **changes: object) -> plan.Plan:
+    kwargs = {name: getattr(p, name) for name in plan.Plan.__slots__}
+    kwargs.update(changes)
+    return plan.Plan(**kwargs)
+
+
+def test_a_plan_whose_mac_does_not_verify_is_not_used(made: plan.Plan) -> None:
+    """Issue 22 case 3: the jail rewrote the plan and recomputed the unkeyed digest."""
+    from _blake2 import blake2b  # noqa: PLC0415 - this test only
+
+    assert planning.store("key", made)
+    (path,) = plan_files()
+    longer = _with(made, wall_clock_ms=120_000)
+    _rewrite(path, "key", longer)
+    found = plan.load("key")  # control: a body sealed with the user's key is used
+    assert found is not None
+    assert found.wall_clock_ms == 120_000
+    body = planning.encode(longer)
+    head = plan.file_head("key")
+    forgeries = {
+        "unkeyed digest of the body": blake2b(body, digest_size=32).digest(),
+        "unkeyed digest of head and body": blake2b(head + body, digest_size=32).digest(),
+        "another key": userstate.mac(os.urandom(32), userstate.PLAN, head + body),
+        "the seccomp purpose": userstate.mac(
+            userstate.key(create=False) or b"", userstate.SECCOMP, head + body
+        ),
+    }
+    for what, tag in forgeries.items():
+        _rewrite(path, "key", longer, tag)
+        assert plan.load("key") is None, what
+    # Sealed, then a byte of the head (the key) or of the body altered.
+    _rewrite(path, "key", longer)
+    sealed = path.read_bytes()
+    for at in (len(plan.MAGIC) + 1, len(sealed) - 5):
+        blob = bytearray(sealed)
+        blob[at] ^= 0x01
+        path.write_bytes(bytes(blob))
+        assert plan.load("key") is None, at
+    # The previous format (an unkeyed digest of the body after the head).
+    old = b"panday-jail-plan 1\n" + b"key\n\x00"
+    path.write_bytes(old + blake2b(body, digest_size=32).digest() + body)
+    assert plan.load("key") is None
+
+
+def test_without_a_usable_key_nothing_is_cached(made: plan.Plan, cache: Path) -> None:
+    assert planning.store("key", made)
+    assert plan.load("key") is not None  # control
+    key = cache / "panday" / userstate.KEY_NAME
+    key.chmod(0o640)
+    assert plan.load("key") is None
+    assert not planning.store("key", made)
+    key.chmod(0o600)
+    assert plan.load("key") is not None
+
+
+def test_a_plan_for_another_bwrap_than_a_session_would_use_now_is_a_miss(
+    made: plan.Plan, tmp_path: Path
+) -> None:
+    """Even sealed with the user's key: a plan naming another binary, or a bwrap whose
+    identity changed since, is not launched."""
+    assert planning.store("key", made)
+    (path,) = plan_files()
+    assert plan.load("key") is not None  # control
+    script = tmp_path / "bwrap"
+    script.write_text("#!/bin/sh\ntouch /tmp/never\n", encoding="utf-8")
+    script.chmod(0o755)
+    _rewrite(path, "key", _with(made, bwrap=str(script)))
+    assert plan.load("key") is None
+    _rewrite(path, "key", _with(made, bwrap=str(script), bwrap_id=plan.bwrap_identity(str(script))))
+    assert plan.load("key") is None
+    assert made.bwrap_id is not None
+    dev, ino, size, mtime = made.bwrap_id
+    for changed in (
+        (dev, ino + 1, size, mtime),
+        (dev, ino, size + 1, mtime),
+        (dev, ino, size, mtime + 1),
+    ):
+        _rewrite(path, "key", _with(made, bwrap_id=changed))
+        assert plan.load("key") is None, changed
+    _rewrite(path, "key", made)
+    assert plan.load("key") is not None
 
 
 def test_a_plan_others_can_write_is_not_used(made: plan.Plan, cache: Path) -> None:

@@ -9,12 +9,31 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from panday_core import userstate
 from panday_tier_linux import host, seccomp
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="libseccomp is Linux-only")
+
+
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A password-file home of this test's own; its ``.cache`` (the state directory is
+    ``<returned>/panday``, the programs are in ``<returned>/panday/seccomp``)."""
+    home = tmp_path / "pwhome"
+    (home / ".cache").mkdir(parents=True)
+    monkeypatch.setattr(userstate, "passwd_home", lambda: str(home))
+    return home / ".cache"
+
+
+def sealed(spec: seccomp.FilterSpec, program: bytes) -> bytes:
+    """A cache entry for `spec` holding `program`, as panday itself writes one (the MAC
+    under this user's key)."""
+    secret = userstate.key(create=True)
+    assert secret is not None
+    return seccomp.seal(secret, spec.text.encode(), program)
+
 
 # What issue 4 requires the filter to deny (beyond the namespace-flag, ioctl, personality
 # and socket-family rules checked below).
@@ -99,7 +118,7 @@ def test_compiles_to_bpf() -> None:
 def test_the_cache_is_used_only_when_it_is_ours_and_matches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    tmp_path = own_cache(tmp_path, monkeypatch)
     spec = seccomp.FilterSpec()
     compiled = seccomp.program(spec)
     directory = tmp_path / "panday" / "seccomp"
@@ -109,11 +128,11 @@ def test_the_cache_is_used_only_when_it_is_ours_and_matches(
     assert seccomp.program(spec) == compiled
     # A tampered entry (same rules text, different program) written group-writable is
     # not trusted: it is recompiled and replaced.
-    entry.write_bytes(seccomp.CACHE_MAGIC + spec.text.encode() + b"\0" * 8)
+    entry.write_bytes(sealed(spec, b"\0" * 8))
     entry.chmod(0o664)
     assert seccomp.program(spec) == compiled
     # A cache entry for other rules never serves these.
-    entry.write_bytes(seccomp.CACHE_MAGIC + b"other rules\n" + b"\0" * 8)
+    entry.write_bytes(seccomp.seal(userstate.key(create=False) or b"", b"other rules\n", b"\0" * 8))
     entry.chmod(0o600)
     assert seccomp.program(spec) == compiled
     # A directory others can write is not used at all.
@@ -126,10 +145,9 @@ def test_the_cache_is_used_only_when_it_is_ours_and_matches(
 
 @linux
 def test_no_home_means_no_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    monkeypatch.setenv("HOME", "relative/home")
-    monkeypatch.setattr(os.path, "expanduser", lambda _path: "relative/home")  # pyright: ignore[reportUnknownLambdaType, reportUnknownArgumentType] - a stand-in
+    monkeypatch.setattr(userstate, "passwd_home", lambda: None)
     assert host.cache_dir() is None
+    assert userstate.key(create=True) is None
     assert seccomp.program(seccomp.FilterSpec())
 
 
@@ -150,11 +168,11 @@ ALLOW_EVERYTHING = (
 def test_a_cache_entry_owned_by_another_user_is_not_trusted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    tmp_path = own_cache(tmp_path, monkeypatch)
     spec = seccomp.FilterSpec()
     compiled = seccomp.program(spec)
     (entry,) = (tmp_path / "panday" / "seccomp").iterdir()
-    entry.write_bytes(seccomp.CACHE_MAGIC + spec.text.encode() + ALLOW_EVERYTHING)
+    entry.write_bytes(sealed(spec, ALLOW_EVERYTHING))
     entry.chmod(0o600)
     # Control: an entry that is ours, private and matches the rules is served as it is (so
     # the forged program below would reach bwrap if ownership were not checked).
@@ -172,16 +190,18 @@ def test_a_cache_entry_owned_by_another_user_is_not_trusted(
         real = os.geteuid()
         path = str(entry)
         read = seccomp._read_cache  # pyright: ignore[reportPrivateUsage] - the unit under test
-        assert read(path, spec.text.encode()) == ALLOW_EVERYTHING
+        secret = userstate.key(create=False)
+        assert secret is not None
+        assert read(path, spec.text.encode(), secret) == ALLOW_EVERYTHING
         monkeypatch.setattr(os, "geteuid", lambda: real + 1)
-        assert read(path, spec.text.encode()) is None
+        assert read(path, spec.text.encode(), secret) is None
 
 
 @linux
 def test_the_cache_is_private_whatever_the_umask(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    tmp_path = own_cache(tmp_path, monkeypatch)
     old = os.umask(0)
     try:
         compiled = seccomp.program(seccomp.FilterSpec())
@@ -195,9 +215,10 @@ def test_the_cache_is_private_whatever_the_umask(
 
 
 def _forge(directory: Path, spec: seccomp.FilterSpec, program: bytes = ALLOW_EVERYTHING) -> Path:
-    """Replace the one cache entry in `directory` with `program` under the same rules text."""
+    """Replace the one cache entry in `directory` with `program` under the same rules text,
+    sealed as panday seals its own (what reaches this user's key could write)."""
     (entry,) = directory.iterdir()
-    entry.write_bytes(seccomp.CACHE_MAGIC + spec.text.encode() + program)
+    entry.write_bytes(sealed(spec, program))
     entry.chmod(0o600)
     return entry
 
@@ -206,7 +227,7 @@ def _forge(directory: Path, spec: seccomp.FilterSpec, program: bytes = ALLOW_EVE
 def test_a_forged_entry_in_a_directory_others_can_write_is_never_served(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    tmp_path = own_cache(tmp_path, monkeypatch)
     spec = seccomp.FilterSpec()
     compiled = seccomp.program(spec)
     directory = tmp_path / "panday" / "seccomp"
@@ -229,7 +250,7 @@ def test_a_forged_entry_in_a_directory_others_can_write_is_never_served(
 def test_a_symlinked_or_malformed_entry_is_recompiled(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    tmp_path = own_cache(tmp_path, monkeypatch)
     spec = seccomp.FilterSpec()
     compiled = seccomp.program(spec)
     directory = tmp_path / "panday" / "seccomp"
@@ -247,21 +268,64 @@ def test_a_symlinked_or_malformed_entry_is_recompiled(
 
 
 @linux
-def test_the_cache_lives_under_home_without_xdg_cache_home(
+def test_the_cache_lives_under_the_password_files_home_whatever_xdg_cache_home_says(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    assert host.cache_dir() == str(tmp_path / ".cache" / "panday" / "seccomp")
-    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # ignored: not absolute
-    assert host.cache_dir() == str(tmp_path / ".cache" / "panday" / "seccomp")
+    import pwd  # noqa: PLC0415 - this test only
+
+    expected = f"{pwd.getpwuid(os.geteuid()).pw_dir}/.cache/panday/seccomp"
+    assert host.cache_dir() == expected
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert host.cache_dir() == expected
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.delenv("HOME")
+    assert host.cache_dir() == expected
+
+
+@linux
+def test_an_entry_whose_mac_was_recomputed_without_the_key_is_recompiled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attacker of issue 22 case 3: the entry rewritten with an allow-all program and
+    every check a jail could recompute (the format, the text, a digest in the MAC's place)."""
+    from _blake2 import blake2b  # noqa: PLC0415 - this test only
+
+    cache = own_cache(tmp_path, monkeypatch)
+    spec = seccomp.FilterSpec()
+    compiled = seccomp.program(spec)
+    directory = cache / "panday" / "seccomp"
+    entry = _forge(directory, spec)
+    if seccomp.program(spec) != ALLOW_EVERYTHING:  # control: a sealed entry is served
+        pytest.fail("inconclusive: control failed, the cache did not serve a sealed entry")
+    text = spec.text.encode()
+    body = text + ALLOW_EVERYTHING
+    forgeries = {
+        "unkeyed digest": blake2b(body, digest_size=32).digest(),
+        "another key": userstate.mac(os.urandom(32), userstate.SECCOMP, body),
+        "the plan purpose": userstate.mac(userstate.key(create=False) or b"", userstate.PLAN, body),
+    }
+    for what, tag in forgeries.items():
+        entry.write_bytes(seccomp.CACHE_MAGIC + tag + body)
+        entry.chmod(0o600)
+        assert seccomp.program(spec) == compiled, what
+        assert entry.read_bytes() == sealed(spec, compiled), what  # rewritten by the miss
+    # The old format (no MAC at all) and a sealed entry whose text or program was altered.
+    for blob in (
+        b"panday-seccomp-bpf 1\n" + body,
+        sealed(spec, compiled)[:-8] + ALLOW_EVERYTHING,
+        sealed(spec, compiled).replace(b"deny keyctl", b"deny keyctX"),
+    ):
+        entry.write_bytes(blob)
+        entry.chmod(0o600)
+        assert seccomp.program(spec) == compiled
 
 
 @linux
 def test_without_a_known_libseccomp_path_the_program_is_compiled_uncached(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    tmp_path = own_cache(tmp_path, monkeypatch)
     monkeypatch.setattr(seccomp, "library_identity", lambda: None)
     spec = seccomp.FilterSpec()
     assert seccomp.program(spec) == seccomp.compile_program(spec)
@@ -295,7 +359,7 @@ def test_socket_families_must_be_valid_address_families() -> None:
 def test_a_cache_directory_owned_by_another_user_is_not_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    tmp_path = own_cache(tmp_path, monkeypatch)
     spec = seccomp.FilterSpec()
     compiled = seccomp.program(spec)
     directory = tmp_path / "panday" / "seccomp"

@@ -10,6 +10,8 @@ import os
 import stat
 import sys
 
+from panday_core import userstate
+
 SYSTEM_BWRAP = ("/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap")
 """Distribution builds come first: they receive the distribution's security updates."""
 
@@ -232,14 +234,34 @@ def is_linux() -> bool:
 
 
 def cache_dir() -> str | None:
-    """``$XDG_CACHE_HOME/panday/seccomp`` (or ``~/.cache/...``), None without a home."""
-    base = os.environ.get("XDG_CACHE_HOME")
-    if not base or not os.path.isabs(base):
-        home = os.path.expanduser("~")
-        if not os.path.isabs(home):
-            return None
-        base = os.path.join(home, ".cache")
-    return os.path.join(base, "panday", "seccomp")
+    """``<passwd home>/.cache/panday/seccomp`` (`userstate.state_dir`: never from
+    ``$XDG_CACHE_HOME`` or ``$HOME``), None without a home."""
+    state = userstate.state_dir()
+    return None if state is None else os.path.join(state, "seccomp")
+
+
+def state_to_hide(roots: list[str]) -> list[str]:
+    """Where, among the jail's `roots` (host paths, bound at the same paths inside), panday's
+    state directory would be visible: the state directory itself when a root holds it, or a
+    root inside it. Each is covered by an empty read-only tmpfs in the jail, so no jail
+    reads the cache key (`userstate`). A state directory a root holds is made first when
+    missing, so that what the host writes there during the session stays covered."""
+    state = userstate.state_dir()
+    if state is None:
+        return []
+    real = os.path.realpath(state)
+    out: list[str] = []
+    for root in roots:
+        if real == root or real.startswith(root.rstrip("/") + "/"):
+            if not os.path.lexists(real):
+                fd = userstate.open_state(create=True)
+                if fd is not None:
+                    os.close(fd)
+            if os.path.isdir(real) and real not in out:
+                out.append(real)
+        elif root.startswith(real + "/") and root not in out:
+            out.append(root)
+    return out
 
 
 def library_identity() -> str | None:

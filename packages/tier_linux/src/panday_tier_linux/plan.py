@@ -14,10 +14,13 @@ The cache is keyed by everything the plan was made from (the caller passes its o
 `host_facts` adds this host's), and the key is written at the head of the file and must
 match byte for byte, so a changed policy, host or panday makes a fresh plan rather than a
 stale one. A plan file is used only when it is a regular file owned by the caller that
-nobody else may write, in a directory of the same kind reached without a link, and its
-body still has the digest written beside it (anything else is rebuilt, never trusted). The
-directory is beside the seccomp cache under panday's per-user state, which no jail can
-write: it is a protected entry of any workspace that holds it, and a writable workspace
+nobody else may write, in a directory of the same kind reached without a link, its head
+and body verify against the MAC written between them under this user's cache key
+(`panday_core.userstate`: a key no jail can read), and the bwrap it names is the very file
+a session would choose now (anything else is rebuilt, never trusted). Where the file lies
+is not what makes it trusted, but it lies where a jail does not reach: panday's per-user
+state under the password file's home (never ``$XDG_CACHE_HOME``), which is a protected
+entry of any workspace that holds it and hidden in the jail, and a writable workspace
 inside it is refused (`panday_core.protect.root_refusal`).
 
 Memory, pid and CPU ceilings are planned, and so is the host's own protection that every
@@ -42,6 +45,7 @@ import stat
 import time
 from _blake2 import blake2b
 
+from panday_core import userstate
 from panday_core.process import (
     DRAIN_GRACE_S,
     FALLBACK_REAP_S,
@@ -67,9 +71,9 @@ if TYPE_CHECKING:
 
     Stream = Literal["stdout", "stderr"]
 
-FORMAT = 3
+FORMAT = 4
 """The plan file's layout; part of the key."""
-MAGIC = b"panday-jail-plan 1\n"
+MAGIC = b"panday-jail-plan 2\n"
 MAX_PLAN_BYTES = 16 << 20
 
 
@@ -81,6 +85,7 @@ class Plan:
         "allow_home",
         "block",
         "bwrap",
+        "bwrap_id",
         "caller_env",
         "cpu_poll_ms",
         "etc_view",
@@ -118,8 +123,12 @@ class Plan:
         held: tuple[tuple[str, int], ...] = (),
         block: bool = False,
         cpu_poll_ms: int = 10,
+        bwrap_id: tuple[int, int, int, int] | None = None,
     ) -> None:
         self.bwrap = bwrap
+        self.bwrap_id = bwrap_id
+        """`bwrap_identity` of `bwrap` when the plan was made: a plan runs only while the
+        bwrap a session would choose now is that very file (`current_bwrap`)."""
         self.head = head
         """bwrap's options before the binds (namespaces, the read-only root, /etc, /tmp)."""
         self.tail = tail
@@ -158,16 +167,17 @@ class Plan:
     @classmethod
     def decode(cls, body: bytes) -> Plan | None:
         """The plan in `body`, or None when it is not one of this format (each field's type
-        is checked: the digest says the body is what was written, not that it is sane)."""
+        is checked: the MAC says the body is what was written, not that it is sane)."""
         try:
-            loaded: object = marshal.loads(body)  # noqa: S302 - our own file, digest checked first
+            loaded: object = marshal.loads(body)  # noqa: S302 - our own file, MAC checked first
         except (EOFError, ValueError, TypeError):
             return None
         if not isinstance(loaded, tuple):
             return None
         v: tuple[object, ...] = loaded  # pyright: ignore[reportUnknownVariableType] - checked below
-        if len(v) != 19 or v[0] != FORMAT:  # noqa: PLR2004 - the format's field count
+        if len(v) != 20 or v[0] != FORMAT:  # noqa: PLR2004 - the format's field count
             return None
+        bwrap_id = _identity(v[19])
         bwrap, head, tail, caller_env, program, workspace, access = v[1:8]
         staged_ro, protect, unprotect, allow_home, etc_view, output_bytes, wall_clock_ms = v[8:15]
         explicit, held, block, poll = _ceilings(v[15]), _ceilings(v[16]), v[17], _limit(v[18])
@@ -201,6 +211,7 @@ class Plan:
             or held is None
             or not isinstance(block, bool)
             or not isinstance(poll, int)
+            or bwrap_id is None
         ):
             return None
         return cls(
@@ -222,7 +233,18 @@ class Plan:
             held=held,
             block=block,
             cpu_poll_ms=poll,
+            bwrap_id=bwrap_id,
         )
+
+
+def _identity(value: object) -> tuple[int, int, int, int] | None:
+    """A file's (device, inode, size, mtime)."""
+    if not isinstance(value, tuple) or len(value) != 4:  # pyright: ignore[reportUnknownArgumentType] - checked here  # noqa: PLR2004 - four numbers
+        return None
+    a, b, c, d = value  # pyright: ignore[reportUnknownVariableType] - checked next
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (a, b, c, d)):  # pyright: ignore[reportUnknownVariableType] - as above
+        return None
+    return (int(a), int(b), int(c), int(d))  # pyright: ignore[reportUnknownArgumentType] - ints
 
 
 def _ceilings(value: object) -> tuple[tuple[str, int], ...] | None:
@@ -328,43 +350,33 @@ def host_facts() -> list[str] | None:
 
 
 def plan_dir() -> str | None:
-    """``<cache>/panday/plans``, beside the seccomp cache; None without a home."""
-    base = host.cache_dir()
-    return None if base is None else os.path.join(os.path.dirname(base), "plans")
+    """``<state>/plans`` (`userstate.state_dir`), beside the seccomp cache; None without a
+    home."""
+    state = userstate.state_dir()
+    return None if state is None else os.path.join(state, "plans")
 
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _private_fd(fd: int) -> bool:
-    st = os.fstat(fd)
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
 
 
 def open_plan_dir(*, create: bool) -> int | None:
     """A descriptor on `plan_dir`, reached from the cache base without following a link at
     ``panday`` or ``plans``, each a directory of ours nobody else may write; None if not
     (`create`: make what is missing, 0700)."""
-    directory = plan_dir()
-    if directory is None:
+    state = userstate.open_state(create=create)
+    if state is None:
         return None
-    state = os.path.dirname(directory)
-    fd = -1
     try:
-        fd = os.open(os.path.dirname(state), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        for name in (os.path.basename(state), "plans"):
-            if create:
-                with suppress(FileExistsError):
-                    os.mkdir(name, 0o700, dir_fd=fd)
-            child = os.open(name, _DIR, dir_fd=fd)
-            os.close(fd)
-            fd = child
-            if not _private_fd(fd):
-                os.close(fd)
-                return None
+        if create:
+            with suppress(FileExistsError):
+                os.mkdir("plans", 0o700, dir_fd=state)
+        fd = os.open("plans", _DIR, dir_fd=state)
     except OSError:
-        if fd >= 0:
-            os.close(fd)
+        return None
+    finally:
+        os.close(state)
+    if not userstate.private_fd(fd):
+        os.close(fd)
         return None
     return fd
 
@@ -375,6 +387,24 @@ def file_name(key: str) -> str:
 
 def file_head(key: str) -> bytes:
     return MAGIC + key.encode("utf-8", "surrogateescape") + b"\n\x00"
+
+
+def seal(secret: bytes, key: str, body: bytes) -> bytes:
+    """The plan file for `body` under `key`: the head, the MAC of head and body under this
+    user's cache key (`userstate`), the body."""
+    head = file_head(key)
+    return head + userstate.mac(secret, userstate.PLAN, head + body) + body
+
+
+def unseal(secret: bytes, key: str, blob: bytes) -> bytes | None:
+    """The body of a plan file written by `seal` for `key` under `secret`, or None: another
+    key's, or a head or body that is not what was sealed."""
+    head = file_head(key)
+    if not blob.startswith(head):
+        return None
+    at = len(head) + userstate.MAC_BYTES
+    tag, body = blob[len(head) : at], blob[at:]
+    return body if userstate.verify(secret, userstate.PLAN, head + body, tag) else None
 
 
 def _read_plan_file(directory: int, name: str) -> bytes | None:
@@ -402,8 +432,12 @@ def _read_plan_file(directory: int, name: str) -> bytes | None:
 
 
 def load(key: str) -> Plan | None:
-    """The cached plan for `key`, or None: missing, not ours, writable by others, written
-    for another key, a body that no longer matches its digest, or not a plan."""
+    """The cached plan for `key`, or None: no usable cache key (`userstate.key`), missing,
+    not ours, writable by others, written for another key, a MAC that does not verify, not
+    a plan, or a plan for another bwrap than the one a session would use now."""
+    secret = userstate.key(create=False)
+    if secret is None:
+        return None
     directory = open_plan_dir(create=False)
     if directory is None:
         return None
@@ -411,13 +445,29 @@ def load(key: str) -> Plan | None:
         blob = _read_plan_file(directory, file_name(key))
     finally:
         os.close(directory)
-    head = file_head(key)
-    if blob is None or not blob.startswith(head):
+    body = None if blob is None else unseal(secret, key, blob)
+    found = None if body is None else Plan.decode(body)
+    return found if found is not None and current_bwrap(found) else None
+
+
+def bwrap_identity(path: str) -> tuple[int, int, int, int] | None:
+    """(device, inode, size, mtime) of the file at `path` now."""
+    try:
+        st = os.stat(path)
+    except OSError:
         return None
-    digest, body = blob[len(head) : len(head) + 32], blob[len(head) + 32 :]
-    if blake2b(body, digest_size=32).digest() != digest:
-        return None
-    return Plan.decode(body)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def current_bwrap(plan: Plan) -> bool:
+    """Whether `plan` names the bwrap a session would choose now (`host.find_bwrap`), and
+    that file is still the one the plan was made with."""
+    found = host.find_bwrap()
+    return (
+        found is not None
+        and plan.bwrap == found.path
+        and bwrap_identity(found.path) == plan.bwrap_id
+    )
 
 
 # ---------------------------------------------------------------------- running one

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import marshal
 import os
-from _blake2 import blake2b
 
+from panday_core import userstate
 from panday_core.startup import suppress
-from panday_tier_linux.plan import FORMAT, Plan, file_head, file_name, open_plan_dir
+from panday_tier_linux.plan import FORMAT, Plan, bwrap_identity, file_name, open_plan_dir, seal
 
 TYPE_CHECKING = False  # typing's flag without importing typing
 if TYPE_CHECKING:
@@ -101,6 +101,7 @@ def plan_of(session: LinuxSession, *, caller_env: Sequence[str] = ()) -> Plan | 
         held=held,
         block=block,
         cpu_poll_ms=CPU_POLL_MS,
+        bwrap_id=bwrap_identity(session.bwrap.path),
     )
 
 
@@ -127,18 +128,24 @@ def encode(plan: Plan) -> bytes:
             plan.held,
             plan.block,
             plan.cpu_poll_ms,
+            plan.bwrap_id,
         )
     )
 
 
 def store(key: str, plan: Plan) -> bool:
     """Write `plan` for `key` (atomically, 0600, in a 0700 directory of ours); False when
-    it cannot be written safely, which only means the next run plans again."""
+    it cannot be written safely, which only means the next run plans again; sealed with
+    this user's cache key (`userstate`), without which nothing is cached."""
+    if plan.bwrap_id is None:
+        return False
+    secret = userstate.key(create=True)
+    if secret is None:
+        return False
     directory = open_plan_dir(create=True)
     if directory is None:
         return False
-    body = encode(plan)
-    data = file_head(key) + blake2b(body, digest_size=32).digest() + body
+    data = seal(secret, key, encode(plan))
     tmp = f".tmp-{os.getpid()}-{os.urandom(4).hex()}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:

@@ -13,7 +13,10 @@ user's cache directory, keyed by the rules' canonical text (which includes the l
 build, the architecture and this module's own size and mtime, so that editing the
 compiler, not only the rules, compiles afresh). The cache file repeats that text and is
 used only when it matches byte for byte, is a regular file owned by us and writable by
-nobody else: a stale, foreign or corrupt entry is recompiled, never trusted.
+nobody else, and its MAC (under this user's cache key, `panday_core.userstate`, which no
+jail can read) verifies over the text and the program: a stale, foreign, corrupt or
+rewritten entry is recompiled, never trusted. Without a usable key nothing is cached.
+The cache lies under the password file's home, never ``$XDG_CACHE_HOME``.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ import itertools
 import os
 import stat
 
+from panday_core import userstate
 from panday_core.errors import TierUnavailable
 from panday_tier_linux.host import cache_dir, library_identity
 
-CACHE_MAGIC = b"panday-seccomp-bpf 1\n"
+CACHE_MAGIC = b"panday-seccomp-bpf 2\n"
+"""Then the MAC of everything after it, the rules' text, the program."""
 _MAX_CACHE_BYTES = 1 << 20
 
 AF_UNIX = 1
@@ -271,7 +276,7 @@ def _safe_dir(path: str) -> bool:
     return True
 
 
-def _read_cache(path: str, text: bytes) -> bytes | None:
+def _read_cache(path: str, text: bytes, secret: bytes) -> bytes | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
@@ -285,23 +290,36 @@ def _read_cache(path: str, text: bytes) -> bytes | None:
         blob = os.read(fd, _MAX_CACHE_BYTES + 1)
     finally:
         os.close(fd)
-    head = CACHE_MAGIC + text
-    if not blob.startswith(head):
-        return None
-    program = blob[len(head) :]
-    if not program or len(program) % 8:
-        return None
-    return program
+    return _unseal(blob, text, secret)
 
 
-def _write_cache(directory: str, path: str, text: bytes, program: bytes) -> None:
+def _unseal(blob: bytes, text: bytes, secret: bytes) -> bytes | None:
+    """The program in a cache file's bytes, when they hold `text` and a MAC that verifies."""
+    at = len(CACHE_MAGIC) + userstate.MAC_BYTES
+    tag, sealed = blob[len(CACHE_MAGIC) : at], blob[at:]
+    if not blob.startswith(CACHE_MAGIC) or not sealed.startswith(text):
+        return None
+    if not userstate.verify(secret, userstate.SECCOMP, sealed, tag):
+        return None
+    program = sealed[len(text) :]
+    return program if program and not len(program) % 8 else None
+
+
+def seal(secret: bytes, text: bytes, program: bytes) -> bytes:
+    """A cache file's bytes: the magic, the MAC of the text and program, the text, the
+    program."""
+    sealed = text + program
+    return CACHE_MAGIC + userstate.mac(secret, userstate.SECCOMP, sealed) + sealed
+
+
+def _write_cache(directory: str, path: str, data: bytes) -> None:
     tmp = os.path.join(directory, f".tmp-{os.getpid()}-{os.urandom(4).hex()}")
     try:
         fd = os.open(
             tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
         )
         try:
-            os.write(fd, CACHE_MAGIC + text + program)
+            os.write(fd, data)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -355,12 +373,13 @@ def program(spec: FilterSpec) -> bytes:
         return compile_program(spec)
     directory = cache_dir()
     text = spec.text.encode()
-    if directory is None or not _safe_dir(directory):
+    secret = userstate.key(create=True)
+    if directory is None or secret is None or not _safe_dir(directory):
         return compile_program(spec)
     path = os.path.join(directory, f"{_machine()}-{_crc(spec.text)}.bpf")
-    cached = _read_cache(path, text)
+    cached = _read_cache(path, text, secret)
     if cached is not None:
         return cached
     compiled = compile_program(spec)
-    _write_cache(directory, path, text, compiled)
+    _write_cache(directory, path, seal(secret, text, compiled))
     return compiled
