@@ -8,12 +8,16 @@ redirected, a write that fails) are probed by the tiers' escape suites.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import subprocess
 import sys
-from typing import TYPE_CHECKING
+import types
+from pathlib import Path
 
 import pytest
 
+from panday_core import protect, userstate
 from panday_core.errors import PolicyError
 from panday_core.policy import FsPolicy, SandboxPolicy, policy_from_dict
 from panday_core.protect import (
@@ -21,18 +25,20 @@ from panday_core.protect import (
     MAX_ENTRIES,
     Entry,
     RootRefused,
+    ancestry,
+    git_directory_refusal,
     git_entries,
     interpreter_paths,
     is_env_hook,
+    missing_import_paths,
+    normal_path,
     open_root,
     protected_entries,
     root_refusal,
     state_directories,
     sys_path_refusal,
+    within,
 )
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 LINUX = sys.platform.startswith("linux")
 
@@ -118,10 +124,12 @@ def test_pandays_own_state_is_never_a_writable_root(
 ) -> None:
     """A jail writing the cached seccomp programs or jail plans would widen every later
     jail; a workspace holding them gets them as protected entries instead."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(userstate, "passwd_home", lambda: str(tmp_path / "pw"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    for base in ("cache", "config"):
+    for base in ("pw/.cache", "config"):
         state = tmp_path / base / "panday"
+        (state / "plans" / "ws").mkdir(parents=True)  # refused by identity: they exist
+        (tmp_path / base / "other").mkdir()
         for path in (state, state / "plans" / "ws"):
             why = root_refusal(str(path), writable=True, allow_home=False)
             assert why is not None
@@ -135,13 +143,21 @@ def test_pandays_own_state_is_never_a_writable_root(
 def test_the_state_directories_are_where_the_caches_are(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The caches (and their key) under the password file's home, whatever $XDG_CACHE_HOME
+    and $HOME say; the per-user policy where it is read ($XDG_CONFIG_HOME, else ~/.config)
+    and under the password file's home."""
+    monkeypatch.setattr(userstate, "passwd_home", lambda: str(tmp_path / "pw"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # ignored, as the caches ignore it
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
-    assert state_directories() == (
-        str(tmp_path / "home" / ".cache" / "panday"),
-        str(tmp_path / "home" / ".config" / "panday"),
-    )
+    for cache in ("relative/cache", str(tmp_path / "xdg-cache")):
+        monkeypatch.setenv("XDG_CACHE_HOME", cache)  # ignored: the caches ignore it
+        assert state_directories() == (
+            str(tmp_path / "pw" / ".cache" / "panday"),
+            str(tmp_path / "home" / ".config" / "panday"),
+            str(tmp_path / "pw" / ".config" / "panday"),
+        )
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    assert state_directories()[1] == str(tmp_path / "xdg-config" / "panday")
 
 
 def test_a_writable_workspace_on_the_import_path_is_refused(
@@ -205,9 +221,10 @@ def test_the_interpreters_own_paths_inside_the_workspace_are_protected(
 def test_pandays_state_inside_the_workspace_is_protected(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(userstate, "passwd_home", lambda: str(tmp_path / "pw"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    assert {"cache/panday", "config/panday"} <= rels(protected_entries(str(tmp_path)))
+    found = rels(protected_entries(str(tmp_path)))
+    assert {"pw/.cache/panday", "config/panday", "pw/.config/panday"} <= found
 
 
 def test_a_home_inside_the_workspace_keeps_its_start_up_files(
@@ -227,6 +244,135 @@ def test_too_many_entries_are_refused_not_truncated(tmp_path: Path) -> None:
         protected_entries(str(tmp_path), derived=many)
 
 
+# ----------------------------------------------------------------- identity, not spelling
+
+
+@pytest.mark.parametrize("path", ["//etc", "/./etc", "///usr", "/usr/./local/../../etc", "//"])
+def test_a_refused_place_is_refused_in_every_spelling(path: str) -> None:
+    assert root_refusal("/usr/local", writable=False, allow_home=True) is None  # control
+    why = root_refusal(path, writable=True, allow_home=True)
+    assert why is not None, path
+    fd = open_root(normal_path(path))
+    try:  # the descriptor a tier holds gives the same answer as the path
+        assert root_refusal(path, writable=True, allow_home=True, fd=fd) is not None
+    finally:
+        os.close(fd)
+
+
+def test_normal_path_reads_a_leading_double_slash_as_the_root() -> None:
+    assert normal_path("//etc") == "/etc"
+    assert normal_path("//usr/./lib/../bin") == "/usr/bin"
+    assert normal_path("/") == "/"
+
+
+def test_a_home_is_refused_by_identity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    assert root_refusal(str(home / "x"), writable=True, allow_home=False) is None  # control
+    for spelling in ("/" + str(home), f"{tmp_path}/./home", f"/{tmp_path}"):
+        why = root_refusal(spelling, writable=True, allow_home=False)
+        assert why is not None, spelling
+        assert "home directory" in why
+
+
+def test_the_ancestry_of_a_descriptor_ends_at_the_root(tmp_path: Path) -> None:
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    fd = open_root(str(deep))
+    try:
+        chain = ancestry(fd)
+    finally:
+        os.close(fd)
+    expected = [deep, deep.parent, tmp_path]
+    assert chain[:3] == [(p.stat().st_dev, p.stat().st_ino) for p in expected]
+    root = Path("/").stat()
+    assert (root.st_dev, root.st_ino) in chain
+
+
+@pytest.mark.skipif(not LINUX, reason="a bind mount in a new user and mount namespace: Linux")
+def test_a_bind_alias_of_a_refused_place_is_refused(tmp_path: Path) -> None:
+    """``mount --bind /etc x``: x opens as /etc's inode, and the answer follows it. Made in
+    a user and mount namespace of this test's own (`unshare -Urm`), so it works for any
+    caller and changes nothing on the host."""
+    alias = tmp_path / "alias"
+    alias.mkdir()
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.fail("inconclusive: unshare (util-linux) is missing")
+    check = (
+        "import os, sys\n"
+        "from panday_core.protect import open_root, root_refusal\n"
+        "path = sys.argv[1]\n"
+        "fd = open_root(path)\n"
+        "print('REFUSED' if root_refusal(path, writable=True, allow_home=True, fd=fd) else 'OK')\n"
+    )
+    script = 'mount --bind "$1" "$2" && exec "$3" -c "$4" "$2"'
+
+    def judge(source: str) -> str:
+        proc = subprocess.run(
+            [unshare, "-Urm", "sh", "-c", script, "sh", source, str(alias), sys.executable, check],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if proc.returncode != 0:
+            pytest.fail(f"inconclusive: {proc.stderr.strip()}")
+        return proc.stdout.strip()
+
+    other = tmp_path / "ordinary"
+    other.mkdir()
+    assert judge(str(other)) == "OK"  # control: an alias of an ordinary directory is fine
+    assert judge("/etc") == "REFUSED"
+    assert judge("/usr/share") == "REFUSED"
+
+
+def test_a_missing_import_path_inside_the_workspace_is_protected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = tmp_path / "not-yet" / "lib"
+    assert "not-yet/lib" not in rels(protected_entries(str(tmp_path)))  # control
+    monkeypatch.setattr(sys, "path", [*sys.path, str(missing)])
+    assert str(missing) in missing_import_paths()
+    entries = {e.rel: e for e in protected_entries(str(tmp_path))}
+    assert entries["not-yet/lib"].create  # a placeholder keeps it from being created
+
+
+def test_pandays_own_project_files_are_protected_when_it_runs_from_a_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From where panday's packages are loaded now: the uv workspace root and the member
+    holding the package, not a list of paths."""
+    member = tmp_path / "packages" / "sdk"
+    package = member / "src" / "panday"
+    package.mkdir(parents=True)
+    for project in (tmp_path, member):
+        (project / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    (tmp_path / "uv.lock").write_text("")
+    assert "pyproject.toml" not in rels(protected_entries(str(tmp_path)))  # control
+    fake = types.ModuleType("panday")
+    fake.__path__ = [str(package)]
+    monkeypatch.setitem(sys.modules, "panday", fake)
+    entries = {e.rel: e for e in protected_entries(str(tmp_path))}
+    for rel in ("pyproject.toml", "uv.lock", "packages/sdk/pyproject.toml"):
+        assert rel in entries, rel
+    assert entries["uv.toml"].create
+    assert entries[".python-version"].create
+    assert not entries["pyproject.toml"].create
+    assert "packages/pyproject.toml" not in entries  # no project there
+
+
+def test_inside_is_decided_by_identity(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    st = tmp_path.stat()
+    root = (st.st_dev, st.st_ino)
+    assert within(str(tmp_path / "a" / "b"), root) == "a/b"
+    assert within("/" + str(tmp_path / "a"), root) == "a"
+    assert within(str(tmp_path), root) is None  # not strictly inside
+    assert within("/usr/bin", root) is None
+
+
 # ------------------------------------------------------------------------- git, read
 
 
@@ -234,6 +380,29 @@ def _root(tmp_path: Path) -> int:
     return open_root(str(tmp_path))
 
 
+@pytest.fixture
+def host_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The caller's own git configuration, as a file of this test's (the real one is left
+    out, so a hooksPath in the machine's ~/.gitconfig cannot change the expected set)."""
+    config = tmp_path / "host-gitconfig"
+    config.write_text("")
+    monkeypatch.setattr(protect, "host_git_configs", lambda: (str(config),))
+    return config
+
+
+def _git_entries(root: Path) -> dict[str, Entry]:
+    fd = _root(root)
+    try:
+        return {e.rel: e for e in git_entries(fd)}
+    finally:
+        os.close(fd)
+
+
+def _git_rels(root: Path) -> set[str]:
+    return set(_git_entries(root))
+
+
+@pytest.mark.usefixtures("host_git")
 def test_a_repository_adds_its_hooks_path_gitdir_and_submodules(tmp_path: Path) -> None:
     (tmp_path / ".git").mkdir()
     (tmp_path / ".git" / "config").write_text(
@@ -243,35 +412,116 @@ def test_a_repository_adds_its_hooks_path_gitdir_and_submodules(tmp_path: Path) 
         '[submodule "a"]\n\tpath = vendor/a\n[submodule "b"]\n\tpath = ../outside\n'
         '[submodule "c"]\n\tpath = /abs\n'
     )
-    fd = _root(tmp_path)
-    try:
-        found = rels(git_entries(fd))
-    finally:
-        os.close(fd)
-    assert found == {"tools/hooks", "vendor/a/.git"}
+    assert _git_rels(tmp_path) == {"HEAD", "tools/hooks", "vendor/a/.git"}
 
 
+@pytest.mark.usefixtures("host_git")
+def test_the_root_never_becomes_a_git_directory(tmp_path: Path) -> None:
+    """git takes a directory with HEAD, objects and refs for a git directory before any
+    parent's .git: HEAD at the root is protected (a missing one is held by a placeholder),
+    whatever else the workspace has."""
+    entries = _git_entries(tmp_path)
+    assert entries["HEAD"].create
+    assert entries["HEAD"].kind == "file"
+
+
+@pytest.mark.usefixtures("host_git")
 def test_a_git_file_adds_the_directory_it_points_to_when_inside(tmp_path: Path) -> None:
     (tmp_path / ".git").write_text("gitdir: meta/worktrees/w\n")
-    fd = _root(tmp_path)
-    try:
-        assert rels(git_entries(fd)) == {"meta/worktrees/w"}
-        (tmp_path / ".git").write_text("gitdir: /elsewhere/.git/worktrees/w\n")
-        assert rels(git_entries(fd)) == set()
-    finally:
-        os.close(fd)
+    assert _git_rels(tmp_path) == {"HEAD", "meta/worktrees/w"}
+    (tmp_path / ".git").write_text("gitdir: /elsewhere/.git/worktrees/w\n")
+    assert _git_rels(tmp_path) == {"HEAD"}
+    # An absolute gitdir inside the workspace, in any spelling, is found by identity.
+    for spelling in (str(tmp_path / "meta"), "/" + str(tmp_path / "meta"), f"{tmp_path}/./meta"):
+        (tmp_path / "meta").mkdir(exist_ok=True)
+        (tmp_path / ".git").write_text(f"gitdir: {spelling}\n")
+        assert _git_rels(tmp_path) == {"HEAD", "meta"}, spelling
 
 
+@pytest.mark.usefixtures("host_git")
+def test_files_a_repository_config_includes_are_protected(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "config").write_text(
+        "[include]\n\tpath = ../.gitconfig\n"
+        '[includeIf "gitdir:~/"]\n\tpath = "../team.inc"\n'
+        f"[include]\n\tpath = /{tmp_path}/abs.inc\n"  # '//' in front: identity, not spelling
+        "[include]\n\tpath = /etc/elsewhere.inc\n"
+    )
+    found = _git_rels(tmp_path)
+    assert {".gitconfig", "team.inc", "abs.inc"} <= found
+    assert not any("elsewhere" in rel for rel in found)
+    entries = _git_entries(tmp_path)
+    assert entries[".gitconfig"].create  # a missing include is read once it exists
+
+
+@pytest.mark.usefixtures("host_git")
+def test_an_absolute_hooks_path_inside_the_workspace_is_protected(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "config").write_text(f"[core]\n\thooksPath = //{tmp_path}/hooks\n")
+    assert "hooks" in _git_rels(tmp_path)
+    (tmp_path / ".git" / "config").write_text("[core]\n\thooksPath = /usr/share/hooks\n")
+    assert _git_rels(tmp_path) == {"HEAD"}
+
+
+def test_the_callers_own_git_configuration_is_read(tmp_path: Path, host_git: Path) -> None:
+    """A global core.hooksPath that is relative runs from the top of each working tree: the
+    workspace's own; an include of the global configuration inside it is code too."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    assert _git_rels(ws) == {"HEAD"}  # control: nothing in the caller's configuration
+    host_git.write_text(f"[core]\n\thooksPath = .githooks\n[include]\n\tpath = {ws}/shared.inc\n")
+    assert _git_rels(ws) == {"HEAD", ".githooks", "shared.inc"}
+
+
+@pytest.mark.usefixtures("host_git")
+def test_a_linked_worktrees_git_file_is_protected(tmp_path: Path) -> None:
+    (tmp_path / ".git" / "worktrees" / "wt").mkdir(parents=True)
+    (tmp_path / "wt").mkdir()
+    (tmp_path / "wt" / ".git").write_text(f"gitdir: {tmp_path}/.git/worktrees/wt\n")
+    (tmp_path / ".git" / "worktrees" / "wt" / "gitdir").write_text(f"{tmp_path}/wt/.git\n")
+    entries = _git_entries(tmp_path)
+    assert "wt/.git" in entries
+    assert not entries["wt/.git"].create
+
+
+def test_the_host_git_configuration_files_are_the_ones_git_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "global"))
+    found = protect.host_git_configs()
+    assert "/etc/gitconfig" in found
+    assert str(tmp_path / ".gitconfig") in found
+    assert str(tmp_path / "xdg" / "git" / "config") in found
+    assert str(tmp_path / "global") in found
+
+
+@pytest.mark.usefixtures("host_git")
 def test_git_files_are_never_read_through_a_link(tmp_path: Path) -> None:
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "elsewhere" / "config").write_text("[core]\nhooksPath = planted\n")
     (tmp_path / ".git").mkdir()
     (tmp_path / ".git" / "config").symlink_to(tmp_path / "elsewhere" / "config")
-    fd = _root(tmp_path)
-    try:
-        assert rels(git_entries(fd)) == set()
-    finally:
-        os.close(fd)
+    assert _git_rels(tmp_path) == {"HEAD"}
+
+
+def test_a_workspace_in_a_git_directory_is_refused(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    for sub in ("objects", "refs", "hooks"):
+        (repo / ".git" / sub).mkdir(parents=True)
+    (repo / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    assert git_directory_refusal(str(repo)) is None  # control: the working tree is fine
+    for path in (repo / ".git", repo / ".git" / "hooks"):
+        why = git_directory_refusal(str(path))
+        assert why is not None
+        assert "git directory" in why
+    bare = tmp_path / "bare.git"
+    for sub in ("objects", "refs"):
+        (bare / sub).mkdir(parents=True)
+    (bare / "HEAD").write_text("ref: refs/heads/main\n")
+    assert git_directory_refusal(str(bare)) is not None
+    assert git_directory_refusal(str(bare / "objects")) is not None
 
 
 # ---------------------------------------------------------------------------- the model

@@ -53,7 +53,7 @@ import sys
 from typing import TYPE_CHECKING, Final, Literal, Self
 
 from panday_core.errors import PathRefused, PolicyError
-from panday_core.protect import RootRefused, open_root
+from panday_core.protect import RootRefused, normal_path, open_root
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -228,7 +228,7 @@ class Resolved:
 def _open_root(field: str, path: str) -> tuple[str, int]:
     """The root's path and a descriptor on it, reached without following any symbolic link
     (a jail may have planted one where the policy names a root; see panday_core.protect)."""
-    normal = posixpath.normpath(path)
+    normal = normal_path(path)
     try:
         fd = open_root(normal)
     except RootRefused as exc:

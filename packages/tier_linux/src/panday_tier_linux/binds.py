@@ -41,13 +41,17 @@ import stat
 from panday_core.protect import (
     Entry,
     RootRefused,
+    fd_path,
+    git_directory_refusal,
     git_entries,
+    normal_path,
     open_root,
     protected_entries,
     root_refusal,
     sys_path_refusal,
 )
 from panday_core.startup import suppress
+from panday_tier_linux.host import state_to_hide
 
 TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 if TYPE_CHECKING:
@@ -204,6 +208,8 @@ class CommandBinds:
         """(bwrap option, our descriptor, destination), shallowest destination first."""
         self.placeholders: list[_Placeholder] = []
         self._fds: list[int] = []
+        self.hidden: list[str] = []
+        """Covered last by an empty read-only tmpfs: panday's state (`host.state_to_hide`)."""
 
     def add(self, option: str, fd: int, dest: str) -> None:
         self.ops.append((option, fd, dest))
@@ -226,6 +232,8 @@ class CommandBinds:
         out: list[str] = []
         for option, fd, dest in ordered:
             out += [option, str(numbers[fd]), dest]
+        for dest in self.hidden:
+            out += ["--tmpfs", dest, "--remount-ro", dest]
         return out
 
     def spawned(self) -> None:
@@ -331,6 +339,7 @@ class Roots:
                 protect=self.protect,
                 unprotect=self.unprotect,
                 derived=git_entries(self.workspace.fd),
+                root_fd=self.workspace.fd,
             )
         except RootRefused as exc:
             raise _violation("fs.protect", exc.reason) from None
@@ -343,6 +352,8 @@ class Roots:
         pins: dict[str, int] = {}
         try:
             ws = self.workspace
+            # First, so that a missing state directory is made as itself, not a placeholder.
+            binds.hidden = state_to_hide([ws.path, *(s.path for s in self.staged)])
             option = "--bind-fd" if self.writable else "--ro-bind-fd"
             binds.add(option, os.dup(ws.fd), ws.path)
             entries = self.entries()
@@ -403,6 +414,8 @@ class Roots:
     def _check_nested(self, pins: dict[str, int], index: int, staged: Held) -> None:
         """A staged path inside the workspace must still be the inode held at open; its
         ancestors there are pinned like a protected entry's."""
+        # Both paths are the kernel's spelling of what was opened (`_open_root`): a string
+        # test is exact here, and must not resolve links (the jail may have planted one).
         rel = _inside(staged.path, self.workspace.path)
         if rel is None:
             return
@@ -460,18 +473,23 @@ def entry_problem(held: Held) -> str | None:
 
 
 def _open_root(field: str, path: str, *, writable: bool, allow_home: bool) -> Held | Refusal:
-    path = os.path.normpath(path) if path else path
+    """Open one root and judge it by what was opened (`panday_core.protect.root_refusal`
+    compares identities); the held path is the kernel's spelling of it, so ``//ws`` and
+    ``/./ws`` bind, and are protected, as ``/ws``."""
+    path = normal_path(path)
     try:
         fd = open_root(path)
     except RootRefused as exc:
         return _refusal(field, exc.reason)
-    why = root_refusal(path, writable=writable, allow_home=allow_home)
+    why = root_refusal(path, writable=writable, allow_home=allow_home, fd=fd)
     if why is None and field == "fs.workspace":
-        why = sys_path_refusal(path, writable=writable)
+        why = sys_path_refusal(path, writable=writable, fd=fd)
+        if why is None and writable:
+            why = git_directory_refusal(path, fd)
     if why is not None:
         os.close(fd)
         return _refusal(field, why)
-    return Held(path, fd)
+    return Held(fd_path(fd) or path, fd)
 
 
 def _refusal(field: str, reason: str) -> Refusal:

@@ -48,7 +48,9 @@ from panday_core.capabilities import Refusal
 from panday_core.errors import PolicyViolation
 from panday_core.protect import (
     RootRefused,
+    git_directory_refusal,
     git_entries,
+    normal_path,
     open_root,
     protected_entries,
     root_refusal,
@@ -122,13 +124,19 @@ def check_root(
     then checked against the places no jail may mount and the paths this tier never lets
     a command touch. Nothing stays open.
     """
-    path = os.path.normpath(path)
+    path = normal_path(path)
     try:
         fd = open_root(path)
     except RootRefused as exc:
         return Refusal(field=field, reason=exc.reason)
     try:
         is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
+        # By identity (the opened descriptor and its ancestors), never by spelling.
+        why = root_refusal(path, writable=writable, allow_home=allow_home, fd=fd)
+        if why is None and field == "fs.workspace":
+            why = sys_path_refusal(path, writable=writable, fd=fd)
+            if why is None and writable:
+                why = git_directory_refusal(path, fd)
     finally:
         os.close(fd)
     if not is_dir:
@@ -141,9 +149,6 @@ def check_root(
             "volume ignores case, but the checks and the sandbox's rules compare paths as "
             "written)",
         )
-    why = root_refusal(path, writable=writable, allow_home=allow_home)
-    if why is None and field == "fs.workspace":
-        why = sys_path_refusal(path, writable=writable)
     if why is None:
         inside = protecting(path, homes)
         if inside is not None:
@@ -202,7 +207,11 @@ def protected_paths(workspace: str, root_fd: int, fs: FsPolicy) -> tuple[str, ..
     (opened as `root_fd`); `PolicyViolation` (``fs.protect``) when one cannot be kept so."""
     try:
         entries: tuple[Entry, ...] = protected_entries(
-            workspace, protect=fs.protect, unprotect=fs.unprotect, derived=git_entries(root_fd)
+            workspace,
+            protect=fs.protect,
+            unprotect=fs.unprotect,
+            derived=git_entries(root_fd),
+            root_fd=root_fd,
         )
     except RootRefused as exc:
         raise _violation([Refusal(field="fs.protect", reason=exc.reason)]) from None

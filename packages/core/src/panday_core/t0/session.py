@@ -29,7 +29,9 @@ from panday_core.paths import (
 )
 from panday_core.protect import (
     RootRefused,
+    git_directory_refusal,
     git_entries,
+    normal_path,
     protected_entries,
     root_refusal,
     sys_path_refusal,
@@ -130,10 +132,12 @@ def _refuse_roots(policy: SandboxPolicy, tier: str) -> None:
     roots = [("fs.workspace", fs.workspace or "", fs.access == "rw")]
     roots += [(f"fs.staged_ro[{i}]", p, False) for i, p in enumerate(fs.staged_ro)]
     for field, path, writable in roots:
-        normal = os.path.normpath(path)
+        normal = normal_path(path)
         why = root_refusal(normal, writable=writable, allow_home=fs.allow_home)
         if why is None and field == "fs.workspace":
             why = sys_path_refusal(normal, writable=writable)
+            if why is None and writable:
+                why = git_directory_refusal(normal)
         if why is not None:
             refusals.append(Refusal(field=field, reason=why))
     if refusals:
@@ -150,6 +154,7 @@ def _protected(resolver: PathResolver, policy: SandboxPolicy) -> tuple[tuple[str
             protect=policy.fs.protect,
             unprotect=policy.fs.unprotect,
             derived=git_entries(root.fd),
+            root_fd=root.fd,
         )
     except RootRefused as exc:
         raise PolicyError("fs.protect", exc.reason) from None
