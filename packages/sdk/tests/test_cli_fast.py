@@ -24,6 +24,7 @@ import pytest
 
 import panday
 from panday import cli_fast, cli_plan, exitcodes
+from panday_core import userstate
 from panday_tier_linux import host
 from panday_tier_linux import plan as jail
 
@@ -35,28 +36,63 @@ pytestmark = pytest.mark.usefixtures("linux_tier")
 Result = tuple[str, str, int]
 
 
+HOME_HOOK_ENV = "PANDAY_TEST_PASSWD_HOME"
+SITECUSTOMIZE = f"""\
+import os
+import pwd
+
+_home = os.environ.get({HOME_HOOK_ENV!r})
+if _home:
+    _real = pwd.getpwuid
+
+    def _getpwuid(uid, _real=_real, _home=_home):
+        entry = _real(uid)
+        if uid != os.geteuid():
+            return entry
+        return pwd.struct_passwd((*entry[:5], _home, entry[6]))
+
+    pwd.getpwuid = _getpwuid
+"""
+
+
+def passwd_home_hook(tmp: Path) -> str:
+    """A directory for PYTHONPATH whose sitecustomize gives the effective uid the home
+    ``$PANDAY_TEST_PASSWD_HOME`` in `pwd` (for this test's console scripts only): panday
+    finds its state from the password file, never from the environment, so this is how a
+    test gets a cache of its own."""
+    hook = tmp / "passwd-hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
+    return os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p)
+
+
 class Runner:
-    """The installed `panday` in `cwd`, with a cache and configuration of the test's own."""
+    """The installed `panday` in `cwd`, with a cache (a password-file home) and
+    configuration of the test's own. $XDG_CACHE_HOME points elsewhere: panday ignores it."""
 
     def __init__(self, exe: str, tmp: Path) -> None:
         self.exe = exe
         self.tmp = tmp
         self.cwd = tmp / "cwd"
         self.cwd.mkdir()
-        self.cache = tmp / "cache"
-        self.cache.mkdir()
+        self.home = tmp / "pwhome"
+        self.cache = self.home / ".cache"
+        self.cache.mkdir(parents=True)
         self.env = {
             **os.environ,
-            "XDG_CACHE_HOME": str(self.cache),
+            "PYTHONPATH": passwd_home_hook(tmp),
+            HOME_HOOK_ENV: str(self.home),
+            "XDG_CACHE_HOME": str(tmp / "xdg-cache"),
             "XDG_CONFIG_HOME": str(tmp / "config"),
         }
 
     def __call__(
         self, *args: str, env: Mapping[str, str] | None = None, cache: Path | None = None
     ) -> Result:
+        """`cache`: another password-file home (another cache) for this run."""
         full = {**self.env, **(env or {})}
         if cache is not None:
-            full["XDG_CACHE_HOME"] = str(cache)
+            full[HOME_HOOK_ENV] = str(cache)
         done = subprocess.run(
             [self.exe, *args],
             capture_output=True,
@@ -217,6 +253,25 @@ def test_the_callers_locale_is_part_of_the_key(run: Runner) -> None:
     assert len(run.plans()) == 2
 
 
+def test_the_cache_is_where_the_password_file_says_whatever_xdg_cache_home_says(
+    run: Runner,
+) -> None:
+    """Issue 22 case 3 began with ``XDG_CACHE_HOME=$PWD/.cache``: the plan was stored in
+    the workspace, where the next command could rewrite it."""
+    inside = run.cwd / ".cache"
+    assert run("run", "--", "true", env={"XDG_CACHE_HOME": str(inside)}) == ("", "", 0)
+    plans = run.plans()
+    assert len(plans) == 1  # in the password file's home ...
+    assert not inside.exists() or not any(inside.rglob("*"))  # ... and nothing in the workspace
+    assert run("run", "--", "true", env={"XDG_CACHE_HOME": str(run.tmp / "other")}) == (
+        "",
+        "",
+        0,
+    )
+    assert run.plans() == plans  # the same plan, used: the setting changed nothing
+    assert not (run.tmp / "other").exists()
+
+
 def test_a_tampered_plan_is_replaced_not_used(run: Runner) -> None:
     assert run("run", "--", "sh", "-c", "echo ok") == ("ok\n", "", 0)
     ((name, (inode, _mtime)),) = run.plans().items()
@@ -243,7 +298,9 @@ def in_process(
     ws = tmp_path / "ws"
     ws.mkdir()
     monkeypatch.chdir(ws)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    home = tmp_path / "pwhome"
+    home.mkdir()
+    monkeypatch.setattr(userstate, "passwd_home", lambda: str(home))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     real_make = cli_plan.make
     made: list[bool] = []
