@@ -248,9 +248,12 @@ def test_pandays_own_cache_cannot_be_rewritten_from_a_jail(
 ) -> None:
     # A workspace holding the caller's cache (a workspace of ~, say): a jail could replace
     # the cached seccomp program that every later session loads.
+    # (Its state is also covered by an empty read-only tmpfs in the jail: test_caches.py.)
+    from panday_core import userstate  # noqa: PLC0415 - this test only
+
     home = esc.tmp / "home"
-    home.mkdir()
-    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    (home / ".cache").mkdir(parents=True)
+    monkeypatch.setattr(userstate, "passwd_home", lambda: str(home))
     with open_session(esc.policy(workspace=home)) as session:
         state = [f"{home}/{e.rel}" for e in session.roots.entries() if "panday" in e.rel]
     assert state, "panday's cache inside the workspace is not protected"
@@ -264,7 +267,27 @@ except OSError as exc:
 ok("rewrote the cached filter")
 """
     before = cached.read_bytes()
-    esc.control(esc.without_bind(code, state[0], workspace=home))
+
+    def without_bind_and_cover(args: list[str]) -> list[str]:
+        dest = state[0]
+        for i in range(len(args) - 3):
+            if args[i : i + 4] == ["--tmpfs", dest, "--remount-ro", dest]:
+                args = args[:i] + args[i + 4 :]
+                break
+        for i in range(len(args) - 2):
+            if args[i] == "--ro-bind-fd" and args[i + 2] == dest:
+                return args[:i] + args[i + 3 :]
+        pytest.fail(f"the jail has no bind at {dest}")
+
+    esc.control(
+        esc.edited_run(
+            esc.py(code),
+            edit=without_bind_and_cover,
+            seccomp=True,
+            where="inside a jail without the bind and cover at panday's state",
+            workspace=home,
+        )
+    )
     cached.write_bytes(before)
     esc.must_block(esc.inside(code, workspace=home))
     assert cached.read_bytes() == before
