@@ -211,6 +211,16 @@ _NEVER_WRITABLE_BENEATH: Final = (
     "/libx32",
     "/Library",
     "/Applications",
+    # Other services' state that a host process runs or trusts: dpkg's maintainer scripts
+    # (/var/lib/dpkg/info), crontabs and mail spools (/var/spool), logs an administrator
+    # reads (/var/log), package caches installed from (/var/cache).
+    "/var/lib",
+    "/var/spool",
+    "/var/log",
+    "/var/cache",
+    "/var/mail",
+    "/var/backups",
+    "/private/var/db",
 )
 
 _NOLOGIN_SHELLS: Final = ("nologin", "false", "sync", "shutdown", "halt")
@@ -321,6 +331,10 @@ def _mount_id(fd: int) -> int | None:
     return None
 
 
+_MOUNT_DEVICE, _MOUNT_ROOT, _MOUNT_POINT = 2, 3, 4
+"""Columns of ``/proc/self/mountinfo``."""
+
+
 def _bind_source(mount: int) -> list[str]:
     """Where the subtree that mount `mount` shows lies, as paths of this mount namespace:
     for a bind mount of ``/etc/ssl`` (its root field in ``/proc/self/mountinfo``), the
@@ -337,14 +351,16 @@ def _bind_source(mount: int) -> list[str]:
             raw = raw.replace(code, char)
         return raw.replace(b"\\134", b"\\").decode("utf-8", "surrogateescape")
 
-    mine = next((r for r in rows if len(r) > 4 and r[0] == str(mount).encode()), None)
-    if mine is None or mine[3] == b"/":
+    # Fields: mount id, parent id, major:minor, root within the file system, mount point.
+    rows = [r for r in rows if len(r) > _MOUNT_POINT]
+    mine = next((r for r in rows if r[0] == str(mount).encode()), None)
+    if mine is None or mine[_MOUNT_ROOT] == b"/":
         return []
-    root = text(mine[3])
+    root = text(mine[_MOUNT_ROOT])
     return [
-        normal_path(text(r[4]) + root)
+        normal_path(text(r[_MOUNT_POINT]) + root)
         for r in rows
-        if len(r) > 4 and r[2] == mine[2] and r[3] == b"/" and r[0] != mine[0]
+        if r[_MOUNT_DEVICE] == mine[_MOUNT_DEVICE] and r[_MOUNT_ROOT] == b"/" and r[0] != mine[0]
     ]
 
 
@@ -367,6 +383,34 @@ def path_identity(path: str) -> tuple[int, int] | None:
         return None
 
 
+def _judged(path: str, fd: int | None) -> tuple[list[tuple[int, int]], tuple[int, int] | None]:
+    """The identities a root is judged by (`ancestry`), and its own (None when it does not
+    exist): from `fd`, else from `path` opened without following a link, else (a link or a
+    missing part: the tier's own open refuses it) from the part of `path` that exists and
+    from where it leads."""
+    opened = None
+    if fd is None:
+        try:
+            fd = opened = open_root(path)
+        except (RootRefused, OSError):
+            fd = None
+    if fd is not None:
+        try:
+            chain = ancestry(fd)
+        finally:
+            if opened is not None:
+                os.close(opened)
+        return chain, chain[0]
+    chain, reached = _chain(path)
+    here = chain[-1] if reached else None
+    if not reached:
+        real, real_reached = _chain(os.path.realpath(path))
+        chain += real
+        if here is None and real_reached:
+            here = real[-1]
+    return chain, here
+
+
 def root_refusal(
     path: str, *, writable: bool, allow_home: bool, fd: int | None = None
 ) -> str | None:
@@ -378,26 +422,7 @@ def root_refusal(
     alias of ``/etc`` and ``/etc`` get one answer. `path` is only used in the message.
     """
     path = normal_path(path)
-    opened = None
-    if fd is None:
-        try:
-            fd = opened = open_root(path)
-        except (RootRefused, OSError):
-            fd = None  # judged by the path's existing part (the tier's open refuses it)
-    if fd is not None:
-        try:
-            chain = ancestry(fd)
-        finally:
-            if opened is not None:
-                os.close(opened)
-        here: tuple[int, int] | None = chain[0]
-    else:
-        chain, reached = _chain(path)
-        here = chain[-1] if reached else None
-        if not reached:  # a link or a missing part: judge where it leads as well
-            real, real_reached = _chain(os.path.realpath(path))
-            chain += real
-            here = here if here is not None or not real_reached else real[-1]
+    chain, here = _judged(path, fd)
     above = set(chain)
     if not allow_home and here is not None:
         for home in sorted(home_directories()):
@@ -420,6 +445,38 @@ def root_refusal(
         if ident in above:
             return f"{path!r} lies in {top}, which no jail may see (host state and secrets)"
     return _writable_refusal(path, above) if writable else None
+
+
+def roots_refusals(
+    workspace: str | None, staged_ro: tuple[str, ...], *, writable: bool, allow_home: bool
+) -> list[tuple[str, str]]:
+    """``(field, reason)`` for each root a session would refuse, judged as the tiers judge
+    them (opened without following a link, then by identity): what ``panday policy
+    check`` reports, so it answers as ``run`` would. Paths that do not exist are left to
+    the caller (reported as missing input)."""
+    roots = [("fs.workspace", workspace or "", writable)] if workspace is not None else []
+    roots += [(f"fs.staged_ro[{i}]", p, False) for i, p in enumerate(staged_ro)]
+    out: list[tuple[str, str]] = []
+    for field, path, rw in roots:
+        normal = normal_path(path)
+        if not os.path.lexists(normal):
+            continue
+        try:
+            fd = open_root(normal)
+        except RootRefused as exc:
+            out.append((field, exc.reason))
+            continue
+        try:
+            why = root_refusal(normal, writable=rw, allow_home=allow_home, fd=fd)
+            if why is None and field == "fs.workspace":
+                why = sys_path_refusal(normal, writable=rw, fd=fd)
+                if why is None and rw:
+                    why = git_directory_refusal(normal, fd)
+        finally:
+            os.close(fd)
+        if why is not None:
+            out.append((field, why))
+    return out
 
 
 def _writable_refusal(path: str, above: set[tuple[int, int]]) -> str | None:

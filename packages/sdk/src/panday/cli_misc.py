@@ -26,6 +26,19 @@ def _host_table(tier: str | None) -> TierCapabilities:
     return tiers.host_capabilities(tier)
 
 
+def _root_refusals(policy: SandboxPolicy) -> tuple[Refusal, ...]:
+    """The roots this host's tier would refuse at open (the same identity checks), so that
+    `policy check` and `run` answer alike: ``//etc`` is no more enforceable than ``/etc``."""
+    from panday_core.capabilities import Refusal  # noqa: PLC0415 - lazy: only this path needs it
+    from panday_core.protect import roots_refusals  # noqa: PLC0415 - lazy: only this path needs it
+
+    fs = policy.fs
+    found = roots_refusals(
+        fs.workspace, fs.staged_ro, writable=fs.access == "rw", allow_home=fs.allow_home
+    )
+    return tuple(Refusal(field=field, reason=reason) for field, reason in found)
+
+
 def _tier_rows(policy: SandboxPolicy) -> list[TierCheck]:
     """Per command tier: the table it is judged by, and what that table refuses.
 
@@ -44,6 +57,8 @@ def _tier_rows(policy: SandboxPolicy) -> list[TierCheck]:
         by_host = here and tiers.absent_reason(tier) is None
         table = tiers.host_capabilities(tier) if by_host else tiers.declared(tier)
         refusals = check_policy(policy, table)
+        if here:
+            refusals = (*refusals, *_root_refusals(policy))
         rows.append(
             TierCheck(
                 tier=tier,

@@ -49,6 +49,7 @@ from panday_core.protect import (
     protected_entries,
     root_refusal,
     sys_path_refusal,
+    within,
 )
 from panday_core.startup import suppress
 from panday_tier_linux.host import state_to_hide
@@ -383,6 +384,9 @@ class Roots:
         """Bind `entry` read-only (or a placeholder for it), pinning its ancestors."""
         for _ in range(_RETRIES):
             found = _walk(self.workspace.fd, entry.rel, pins if self.writable else None)
+            if isinstance(found, _LinkAt) and found.reached == entry.rel and not entry.create:
+                self._linked_entry(binds, pins, entry, dry_run=dry_run)
+                return
             if isinstance(found, str):
                 raise _violation(
                     "fs.protect",
@@ -410,6 +414,41 @@ class Roots:
             binds.add("--ro-bind-fd", path_fd, f"{self.workspace.path}/{rel}")
             return
         raise _violation("fs.protect", f"{entry.rel}: kept changing while being protected")
+
+    def _linked_entry(
+        self, binds: CommandBinds, pins: dict[str, int], entry: Entry, *, dry_run: bool
+    ) -> None:
+        """A symbolic link stands at a protected name that may be created (``.envrc``
+        -> somewhere): a command could have made it, so it must not stop every later
+        session. It is reported; a new file may take the name as before (creating one is
+        harmless for these names), and where the link leads inside the workspace is kept
+        read-only in its place, since that is what the host's tool reads through it."""
+        where = f"{self.workspace.path}/{entry.rel}"
+        try:
+            target = os.path.realpath(where)
+        except (OSError, ValueError):
+            target = ""
+        rel = within(target, (self.workspace.dev, self.workspace.ino)) if target else None
+        if not dry_run:
+            _report(
+                f"{where} is a symbolic link (to {os.readlink(where) if target else '?'}); "
+                + (
+                    f"its target {rel} is kept read-only instead"
+                    if rel is not None
+                    else "nothing it leads to is writable from the jail"
+                )
+            )
+        if rel is None or rel == entry.rel:
+            return
+        found = _walk(self.workspace.fd, rel, pins if self.writable else None)
+        if isinstance(found, str):
+            return  # a link to a link: nothing more is followed (reported above)
+        parent_fd, name, fd, reached = found
+        if fd is None:
+            os.close(parent_fd)
+            return
+        _hold_shared(binds, parent_fd, name, fd)
+        binds.add("--ro-bind-fd", fd, f"{self.workspace.path}/{reached}")
 
     def _check_nested(self, pins: dict[str, int], index: int, staged: Held) -> None:
         """A staged path inside the workspace must still be the inode held at open; its
@@ -492,6 +531,16 @@ def _open_root(field: str, path: str, *, writable: bool, allow_home: bool) -> He
     return Held(fd_path(fd) or path, fd)
 
 
+class ProtectedLinkWarning(UserWarning):
+    """A protected name is a symbolic link (the session opened; see `Roots._linked_entry`)."""
+
+
+def _report(message: str) -> None:
+    import warnings  # noqa: PLC0415 - only when there is something to report
+
+    warnings.warn(message, ProtectedLinkWarning, stacklevel=4)
+
+
 def _refusal(field: str, reason: str) -> Refusal:
     # Imported here: the capability model needs msgspec, which `panday run`'s start-up path
     # never loads unless something is refused (nor the errors, unless something fails).
@@ -504,6 +553,19 @@ def _violation(field: str, reason: str) -> PolicyViolation:
     from panday_core.errors import PolicyViolation  # noqa: PLC0415 - see `_refusal`
 
     return PolicyViolation(TIER, [_refusal(field, reason)])
+
+
+class _LinkAt(str):
+    """`_walk`'s answer when it met a symbolic link: why, and where (`reached`)."""
+
+    __slots__ = ("reached",)
+
+    def __new__(cls, reached: str) -> Self:
+        made = super().__new__(cls, f"{reached!r} is a symbolic link")
+        made.reached = reached
+        return made
+
+    reached: str
 
 
 def _walk(
@@ -532,7 +594,7 @@ def _walk(
             if stat.S_ISLNK(st.st_mode):
                 os.close(fd)
                 os.close(parent)
-                return f"{reached!r} is a symbolic link"
+                return _LinkAt(reached)
             if last:
                 return parent, part, fd, reached
             if not stat.S_ISDIR(st.st_mode):

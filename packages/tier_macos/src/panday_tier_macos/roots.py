@@ -218,6 +218,11 @@ def protected_paths(workspace: str, root_fd: int, fs: FsPolicy) -> tuple[str, ..
     rels: list[str] = []
     for entry in entries:
         found = _walk(root_fd, entry.rel)
+        if not entry.create and found == f"{entry.rel!r} is a symbolic link":
+            # A link at a name that may be created (``.envrc``): a command could have made
+            # it, so it must not refuse every later session; the profile denies writes by
+            # path, which a replacement of the link does not escape either way.
+            continue
         if isinstance(found, str):
             raise _violation(
                 [
