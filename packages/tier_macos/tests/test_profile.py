@@ -732,3 +732,24 @@ def test_golden(name: str) -> None:
 def test_from_policy_is_pure() -> None:
     for name in ALL:
         assert profile_of(name) == profile_of(name)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_pandays_state_under_either_home_is_denied_reads_writes_and_renames(name: str) -> None:
+    """Issue 22, case 3: the key that seals panday's caches lives in ``~/.cache/panday``
+    (the account's home, `panday_core.userstate`); a command whose workspace is the home
+    (fs.allow_home) must neither read it nor move ``~/.cache`` out from under the rule."""
+    rs = parsed(name)
+    protected = [
+        r for r in rs if r.action == "deny" and set(r.operations) == {"file-read*", "file-write*"}
+    ]
+    (rule,) = protected
+    subpaths = _paths(rule, "subpath")
+    literal = _paths(_unlink_rule(rs), "literal")
+    for home in HOME_PARAMS:
+        assert (home, "/.cache/panday") in subpaths, home
+        assert (home, "/.cache") in literal, home
+    assert protecting("/Users/alice/.cache/panday/plans", ["/Users/alice"]) == (
+        "/Users/alice/.cache/panday"
+    )
+    assert protecting("/Users/alice/.cache/other", ["/Users/alice"]) is None  # control

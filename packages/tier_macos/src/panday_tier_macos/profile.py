@@ -74,6 +74,13 @@ protected entry, a staged path or a home directory: none may be renamed or remov
 
 HOME_PARAMS = (PARAM_HOST_HOME, PARAM_ACCOUNT_HOME)
 
+STATE_DIR = ".cache/panday"
+"""panday's per-user state under a home (`panday_core.userstate`: the key that seals its
+caches, and the caches): denied to reads and writes like the secrets, under the account's
+home (where panday keeps it) and the ``$HOME`` one alike."""
+HOME_DENIED: tuple[str, ...] = (*SENSITIVE_HOME_PATHS, STATE_DIR)
+"""Everything under a home that no sandboxed command may read or write."""
+
 VAR_DB_READABLE: tuple[tuple[str, str], ...] = (
     ("subpath", "/private/var/db/timezone"),
     ("literal", "/private/var/db/xcode_select_link"),
@@ -260,7 +267,7 @@ def _home_ancestors() -> tuple[str, ...]:
     """Directories under a home that hold a sensitive path ("" is the home itself): renaming
     one would carry the secret out from under its deny (``mv ~/.config ~/x``)."""
     out: set[str] = {""}
-    for relative in SENSITIVE_HOME_PATHS:
+    for relative in HOME_DENIED:
         parts = relative.split("/")
         out.update("/".join(parts[:i]) for i in range(1, len(parts)))
     return tuple(sorted(out))
@@ -281,7 +288,7 @@ def _protected_filters() -> list[str]:
             else:
                 filters.append(_form("subpath", sbpl_string(prefix + path)))
     for home in HOME_PARAMS:
-        for relative in SENSITIVE_HOME_PATHS:
+        for relative in HOME_DENIED:
             filters.extend(_spellings("subpath", Param(home), "/" + relative))
     return filters
 
@@ -543,7 +550,7 @@ def protected_paths(homes: Sequence[str]) -> tuple[str, ...]:
     """Every path the profile protects, given the resolved home directories."""
     out = list(SENSITIVE_SYSTEM_PATHS)
     for home in homes:
-        out.extend(f"{home.rstrip('/')}/{relative}" for relative in SENSITIVE_HOME_PATHS)
+        out.extend(f"{home.rstrip('/')}/{relative}" for relative in HOME_DENIED)
     return tuple(out)
 
 
