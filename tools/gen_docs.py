@@ -26,7 +26,13 @@ import msgspec
 from panday import tiers
 from panday_core.capabilities import Support, TierCapabilities, policy_fields
 from panday_core.policy import FsPolicy, Limits, NetPolicy, SandboxPolicy
-from panday_core.protect import DEFAULT_ENTRIES, HOME_ENTRIES
+from panday_core.protect import (
+    DEFAULT_ENTRIES,
+    ENV_HOOK_PREFIXES,
+    ENV_HOOKS,
+    HOME_ENTRIES,
+    MACOS_HOME_ENTRIES,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -146,19 +152,37 @@ def render_tier_guarantees(tier: str) -> str:
 
 
 def render_protected_entries() -> str:
-    """The protected entries and why each is there (panday_core.protect)."""
+    """The protected entries and why each is there (panday_core.protect). The same on every
+    host: the macOS home entries are listed (and marked) wherever the docs are made."""
     lines = ["| entry | when missing | why |", "|---|---|---|"]
-    for title, entries in (("workspace", DEFAULT_ENTRIES), ("home", HOME_ENTRIES)):
+    home = [e for e in HOME_ENTRIES if e not in MACOS_HOME_ENTRIES]
+    for title, entries in (
+        ("workspace", DEFAULT_ENTRIES),
+        ("home", home),
+        ("macOS home", MACOS_HOME_ENTRIES),
+    ):
         for entry in entries:
             where = f"`{entry.rel}`" if title == "workspace" else f"`~/{entry.rel}`"
+            if title == "macOS home":
+                where += " (macOS)"
             missing = "cannot be created" if entry.create else "may be created"
             lines.append(f"| {where} | {missing} | {_cell(entry.why)} |")
+    return "\n".join(lines)
+
+
+def render_env_hooks() -> str:
+    """The env names refused unless allow_env_hooks lists them (panday_core.protect)."""
+    lines = ["| name | why it is refused |", "|---|---|"]
+    lines += [f"| `{p}*` | {_cell(why)} |" for p, why in sorted(ENV_HOOK_PREFIXES.items())]
+    lines += [f"| `{n}` | {_cell(why)} |" for n, why in sorted(ENV_HOOKS.items())]
     return "\n".join(lines)
 
 
 def renderer(name: str) -> Callable[[], str]:
     if name == "protected-entries":
         return render_protected_entries
+    if name == "env-hooks":
+        return render_env_hooks
     if name == "policy-fields":
         return render_policy_fields
     if name == "policy-enforcement":

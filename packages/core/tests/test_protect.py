@@ -22,10 +22,16 @@ from panday_core.errors import PolicyError
 from panday_core.policy import FsPolicy, SandboxPolicy, policy_from_dict
 from panday_core.protect import (
     DEFAULT_ENTRIES,
+    ENV_HOOK_PREFIXES,
+    ENV_HOOKS,
+    HOME_ENTRIES,
+    MACOS_HOME_ENTRIES,
     MAX_ENTRIES,
+    OPT_OUT_NAMES,
     Entry,
     RootRefused,
     ancestry,
+    env_hook_reason,
     git_directory_refusal,
     git_entries,
     interpreter_paths,
@@ -572,3 +578,306 @@ def test_the_root_descriptor_needs_no_read_permission(tmp_path: Path) -> None:
         os.close(open_root(str(locked)))
     finally:
         locked.chmod(stat.S_IRWXU)
+
+
+# ------------------------------------------- issue 22: homes, anchors' names, env hooks
+#
+# Each list below is the issue's (or the brief's) own wording: dropping one of its names
+# from the tables in protect.py turns the test that reads it red.
+
+ISSUE_HOME_PATHS = (
+    # issue 22, case 6: reproduced as writable under fs.allow_home
+    ".bash_aliases",
+    ".local/lib/python3.12/site-packages/planted.pth",
+    ".vimrc",
+    ".aws/config",
+    ".kube/config",
+    ".cargo/config.toml",
+    ".npmrc",
+    ".ipython/profile_default/startup/planted.py",
+    # and what else commonly runs code at login, a new terminal or the next command
+    ".inputrc",
+    ".vim/plugin/planted.vim",
+    ".emacs",
+    ".emacs.d/init.el",
+    ".tmux.conf",
+    ".screenrc",
+    ".docker/cli-plugins/docker-planted",
+    ".m2/settings.xml",
+    ".gradle/init.d/planted.gradle",
+    ".terraformrc",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".condarc",
+    ".Rprofile",
+    ".pythonrc",
+    ".oh-my-zsh/custom/planted.zsh",
+    ".p10k.zsh",
+    ".xinitrc",
+    ".Xresources",
+    ".curlrc",
+    ".wgetrc",
+    ".gemrc",
+    ".bundle/config",
+    ".rustup/toolchains/stable/bin/rustc",
+    ".nvm/nvm.sh",
+    "bin/ls",
+    ".local/bin/ls",
+    ".local/share/systemd/user/planted.service",
+    ".cache/pre-commit/repo/hook.py",
+)
+"""Paths under a home that a jail must not write under fs.allow_home (by covering entry)."""
+
+ISSUE_MACOS_HOME_PATHS = (
+    "Library/LaunchAgents/planted.plist",
+    "Library/Python/3.12/lib/python/site-packages/planted.pth",
+    "Library/Preferences/com.apple.Terminal.plist",
+    "Library/Application Support/Code/User/settings.json",
+)
+
+ISSUE_DEFAULT_NAMES = (
+    ".devcontainer.json",
+    "opencode.json",
+    ".roo",
+    ".zed",
+    ".continue",
+    ".kiro",
+    ".amazonq",
+    ".windsurf",
+    "mise.toml",
+    ".mise.toml",
+    ".yarnrc.yml",
+    ".npmrc",
+    ".hg",
+    ".jj",
+    ".gitconfig",
+    ".ripgreprc",
+)
+"""Issue 22, case 8: names the anchors protect, each decided protected (DEFAULT_ENTRIES)."""
+
+ISSUE_ENV_NAMES = (
+    # issue 22, case 7: accepted in env before
+    "PYTHONPATH",
+    "GIT_CONFIG_COUNT",
+    "GIT_CONFIG_KEY_0",
+    "GIT_CONFIG_VALUE_0",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_NOSYSTEM",
+    "GIT_SSH_COMMAND",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_PAGER",
+    "PAGER",
+    "EDITOR",
+    "LESSOPEN",
+    "PERL5LIB",
+    "RUBYLIB",
+    "NODE_PATH",
+    "GCONV_PATH",
+    "SHELLOPTS",
+    "GLIBC_TUNABLES",
+    # the brief's list
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LD_AUDIT",
+    "DYLD_INSERT_LIBRARIES",
+    "BASH_FUNC_ls",
+    "PYTHONUSERBASE",
+    "PYTHONEXECUTABLE",
+    "GIT_SSH",
+    "GIT_EDITOR",
+    "GIT_SEQUENCE_EDITOR",
+    "GIT_ASKPASS",
+    "SSH_ASKPASS",
+    "GIT_EXEC_PATH",
+    "GIT_TEMPLATE_DIR",
+    "GIT_PROXY_COMMAND",
+    "MANPAGER",
+    "VISUAL",
+    "BROWSER",
+    "LESSCLOSE",
+    "PERLLIB",
+    "LOCPATH",
+    "NLSPATH",
+    "BASHOPTS",
+    "PS4",
+    "LUA_INIT",
+    "LUA_INIT_5_4",
+    "LUA_PATH",
+    "LUA_CPATH",
+    "TCLLIBPATH",
+    "PHPRC",
+    "PHP_INI_SCAN_DIR",
+    "CLASSPATH",
+    "R_PROFILE",
+    "R_PROFILE_USER",
+    # what was refused before
+    "BASH_ENV",
+    "ENV",
+    "PROMPT_COMMAND",
+    "PYTHONSTARTUP",
+    "PYTHONHOME",
+    "PERL5OPT",
+    "PERL5DB",
+    "RUBYOPT",
+    "NODE_OPTIONS",
+    "JAVA_TOOL_OPTIONS",
+    "JDK_JAVA_OPTIONS",
+    "_JAVA_OPTIONS",
+)
+
+
+def _covered(rel: str, entries: tuple[Entry, ...]) -> Entry | None:
+    for entry in entries:
+        if rel == entry.rel or rel.startswith(entry.rel + "/"):
+            return entry
+    return None
+
+
+def _entry(rel: str, entries: tuple[Entry, ...]) -> Entry:
+    entry = _covered(rel, entries)
+    assert entry is not None, rel
+    return entry
+
+
+def _home_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+def test_every_start_up_file_the_issue_names_is_protected_in_a_home_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = _home_workspace(tmp_path, monkeypatch)
+    entries = protected_entries(str(home))
+    missing = [rel for rel in ISSUE_HOME_PATHS if _covered(rel, entries) is None]
+    assert not missing, f"not protected in a home workspace: {missing}"
+    # ... and none of them may be created where missing (a new .bash_aliases runs too)
+    creatable = [rel for rel in ISSUE_HOME_PATHS if not _entry(rel, entries).create]
+    assert not creatable, f"may be created: {creatable}"
+    # control: a project directory of that home gets none of them
+    project = home / "project"
+    project.mkdir()
+    assert _covered(".bash_aliases", protected_entries(str(project))) is None
+
+
+def test_a_home_inside_the_workspace_gets_its_entries_below_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = _home_workspace(tmp_path, monkeypatch)
+    entries = protected_entries(str(tmp_path))
+    for rel in (".bash_aliases", ".local/lib/python3.12/site-packages/x.pth", ".cargo/env"):
+        assert _covered(f"home/{rel}", entries) is not None, rel
+    del home
+
+
+def test_the_macos_home_entries_are_listed_and_applied_on_macos_only() -> None:
+    missing = [p for p in ISSUE_MACOS_HOME_PATHS if _covered(p, MACOS_HOME_ENTRIES) is None]
+    assert not missing
+    for entry in MACOS_HOME_ENTRIES:
+        assert (entry in HOME_ENTRIES) == (sys.platform == "darwin")
+        assert entry.rel in OPT_OUT_NAMES  # one policy means the same on every platform
+
+
+def test_a_home_entry_left_out_by_fs_unprotect_is_writable_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = _home_workspace(tmp_path, monkeypatch)
+    entries = protected_entries(str(home), unprotect=(".bash_aliases", ".local"))
+    assert _covered(".bash_aliases", entries) is None
+    assert _covered(".local/lib/python3.12/site-packages/x.pth", entries) is None
+    assert _covered(".bashrc", entries) is not None
+
+
+def test_a_name_both_lists_hold_keeps_the_stricter_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workspace default .gitconfig may be created (git reads it only through a
+    protected include); a home's must not be: when the home is the workspace, the home's
+    entry wins."""
+    home = _home_workspace(tmp_path, monkeypatch)
+    default = {e.rel: e for e in DEFAULT_ENTRIES}
+    assert not default[".gitconfig"].create  # control: the default alone may be created
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    assert not _entry(".gitconfig", protected_entries(str(workspace))).create
+    both = {e.rel: e for e in protected_entries(str(home))}
+    for rel in (".gitconfig", ".ripgreprc", ".npmrc", ".yarnrc.yml"):
+        assert both[rel].create, rel
+
+
+def test_the_names_the_anchors_protect_are_protected_at_the_workspace_root(
+    tmp_path: Path,
+) -> None:
+    entries = protected_entries(str(tmp_path))
+    missing = [n for n in ISSUE_DEFAULT_NAMES if _covered(n, entries) is None]
+    assert not missing, f"not protected: {missing}"
+    # a glob cannot be a placeholder: *.code-workspace is documented, not listed
+    assert not any(e.rel.endswith(".code-workspace") for e in DEFAULT_ENTRIES)
+    # in direct mode only at the root (the guarantee says partial)
+    assert _covered("sub/.vscode", entries) is None
+
+
+def test_the_default_entries_fit_the_ceiling_with_two_homes_inside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every missing entry costs a placeholder per command, and past MAX_ENTRIES a
+    workspace is refused: the defaults and two homes' entries stay below it."""
+    assert len(DEFAULT_ENTRIES) + 2 * len(HOME_ENTRIES) < MAX_ENTRIES
+    assert sum(e.create for e in DEFAULT_ENTRIES) <= 32
+    home = _home_workspace(tmp_path, monkeypatch)
+    assert len(protected_entries(str(home))) <= MAX_ENTRIES
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(ENV_HOOKS) + [f"{prefix}PROBE" for prefix in sorted(ENV_HOOK_PREFIXES)],
+)
+def test_every_env_hook_in_the_table_is_refused_unless_allowed(name: str) -> None:
+    why = env_hook_reason(name)
+    assert why is not None
+    with pytest.raises(PolicyError) as refused:
+        policy_from_dict({"env": {name: "x"}})
+    assert refused.value.field == f"env.{name}"
+    assert "allow_env_hooks" in refused.value.reason
+    assert why in refused.value.reason  # says which hook, and why
+    allowed = policy_from_dict({"env": {name: "x"}, "allow_env_hooks": [name]})
+    assert allowed.env[name] == "x"
+
+
+def test_the_env_hook_table_holds_every_name_the_issue_lists() -> None:
+    missing = [name for name in ISSUE_ENV_NAMES if not is_env_hook(name)]
+    assert not missing, f"not refused: {missing}"
+    for prefix in ("LD_", "DYLD_", "GIT_CONFIG_", "BASH_FUNC_"):
+        assert prefix in ENV_HOOK_PREFIXES
+    for why in (*ENV_HOOKS.values(), *ENV_HOOK_PREFIXES.values()):
+        assert len(why) > 10  # every row says why
+
+
+@pytest.mark.parametrize(
+    "name", ["PATH", "LANG", "LC_ALL", "TERM", "TZ", "TMPDIR", "CC", "JAVA_HOME", "UV_CACHE_DIR"]
+)
+def test_ordinary_env_names_are_not_hooks(name: str) -> None:
+    assert not is_env_hook(name)
+    assert policy_from_dict({"env": {name: "x"}}).env[name] == "x"
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [("A=B", "'='"), ("A\x00B", "NUL"), ("", "empty"), ("=", "'='"), ("LD_PRELOAD=x", "'='")],
+)
+def test_an_env_name_with_equals_nul_or_nothing_is_refused_in_the_model(
+    name: str, words: str
+) -> None:
+    with pytest.raises(PolicyError) as refused:
+        policy_from_dict({"env": {name: "x"}})
+    assert refused.value.field == f"env.{name}"
+    assert words in refused.value.reason
+    assert "\n" not in refused.value.reason
+    with pytest.raises(PolicyError):  # allow_env_hooks cannot list one either
+        policy_from_dict({"allow_env_hooks": [name]})
+    with pytest.raises(PolicyError):  # nor can the constructor be used around the loader
+        SandboxPolicy(env={name: "x"})

@@ -21,7 +21,7 @@ import msgspec
 
 from panday_core.domains import normalize_pattern
 from panday_core.errors import PolicyError
-from panday_core.protect import OPT_OUT_NAMES, is_env_hook
+from panday_core.protect import OPT_OUT_NAMES, env_hook_reason
 
 POLICY_VERSION = 1
 
@@ -101,7 +101,15 @@ def _check_rel_path(field: str, value: str) -> None:
 
 
 def _check_env_name(field: str, name: str) -> None:
-    ok = bool(name) and not name[0].isdigit() and name.isascii()
+    if not name:
+        raise FieldError(field, "an empty name is not an environment variable name")
+    if "=" in name or "\x00" in name:
+        # execve's environment is NAME=VALUE strings ending at NUL: such a name would be
+        # cut there and set a different variable (A=B with value C sets A to B=C).
+        raise FieldError(
+            field, f"{name!r} contains '=' or a NUL byte, which cannot be in a variable name"
+        )
+    ok = not name[0].isdigit() and name.isascii()
     ok = ok and all(c.isalnum() or c == "_" for c in name)
     if not ok:
         raise FieldError(
@@ -307,8 +315,9 @@ class Limits(_Model, frozen=True, kw_only=True):
 
 
 def _checked_env(given: Mapping[str, str], hooks: tuple[str, ...]) -> dict[str, str]:
-    """The policy's environment, every name and value checked; a start-up hook (an
-    LD_*/DYLD_* name, NODE_OPTIONS, BASH_ENV ...) only when `hooks` lists it."""
+    """The policy's environment, every name and value checked; a start-up hook (a name
+    that makes a program load or run code: LD_*, GIT_CONFIG_*, PYTHONPATH, PAGER ...; see
+    `panday_core.protect.ENV_HOOKS`) only when `hooks` lists it."""
     for i, name in enumerate(hooks):
         _check_env_name(f"allow_env_hooks[{i}]", name)
     env = dict(given)
@@ -316,11 +325,12 @@ def _checked_env(given: Mapping[str, str], hooks: tuple[str, ...]) -> dict[str, 
         if not isinstance(name, str) or not isinstance(value, str):  # pyright: ignore[reportUnnecessaryIsInstance] - built in Python
             raise FieldError(f"env.{name}", "names and values must be strings")
         _check_env_name(f"env.{name}", name)
-        if is_env_hook(name) and name not in hooks:
+        why = env_hook_reason(name)
+        if why is not None and name not in hooks:
             raise FieldError(
                 f"env.{name}",
-                "is a start-up hook: every program in the sandbox would run code it did "
-                "not ask for; list it in allow_env_hooks to set it anyway",
+                f"is a start-up hook ({why}): programs in the sandbox would run code they "
+                "did not ask for; list it in allow_env_hooks to set it anyway",
             )
         if "\x00" in value:
             raise FieldError(f"env.{name}", "value contains a NUL byte")
@@ -346,9 +356,11 @@ class SandboxPolicy(_Model, frozen=True, kw_only=True):
     allow_env_hooks: Annotated[
         tuple[str, ...],
         _doc(
-            "Names in env that are start-up hooks (LD_*, DYLD_*, BASH_ENV, NODE_OPTIONS, "
-            "PYTHONSTARTUP ...) and may be set anyway. Unlisted, such a name is refused: it "
-            "makes every program in the sandbox run code it did not ask for."
+            "Names in env that are start-up hooks (names that make a program load or run "
+            "code: LD_*, DYLD_*, GIT_CONFIG_*, BASH_ENV, PYTHONPATH, NODE_OPTIONS, PAGER, "
+            "EDITOR ...; the list and its reasons are in docs/policy.md) and may be set "
+            "anyway. Unlisted, such a name is refused: programs in the sandbox would run code "
+            "they did not ask for. The list is partial: none is ever complete."
         ),
     ] = ()
 

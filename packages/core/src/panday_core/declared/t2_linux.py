@@ -24,6 +24,7 @@ from panday_core.capabilities import (
     TierCapabilities,
     egress_fields,
 )
+from panday_core.declared import ALLOW_HOME_NOTE, AT_DEPTH_NOTE
 from panday_core.types import SandboxTier
 
 if TYPE_CHECKING:
@@ -178,9 +179,8 @@ GUARANTEES = (
         "the directories above them bound onto themselves (a mount point cannot be renamed); "
         "panday's per-user state (filter cache, /etc views, jail plans, policy) likewise, "
         "and a writable workspace inside that state is refused",
-        support=Support.STRICT,
-        note="a command can still write the workspace's own source code and create new "
-        "repositories in subdirectories: running those later is running the workspace's code",
+        support=Support.PARTIAL,
+        note=AT_DEPTH_NOTE,
     ),
     Guarantee(
         name="No setuid, setgid, capability or device file is left on the host",
@@ -334,9 +334,12 @@ def _fields(
         ),
         FieldSupport(
             field="fs.allow_home",
-            support=Support.STRICT,
+            support=Support.PARTIAL,
             mechanism="a home directory is accepted as a root only with it; its start-up "
-            "files, .ssh, .gnupg and .config are bound read-only",
+            "files and what they source, .ssh, .gnupg, .config, .local, bin, toolchains "
+            "(.cargo, .rustup, .nvm ...) and tools' user configuration that names code "
+            "(.vimrc, .aws, .kube, .npmrc, .ipython ...) are bound read-only",
+            note=ALLOW_HOME_NOTE,
         ),
         *egress_fields(_NET_FIELDS, bridge_reason),
     ]

@@ -20,6 +20,7 @@ from panday_core.capabilities import (
     TierCapabilities,
     egress_fields,
 )
+from panday_core.declared import ALLOW_HOME_NOTE, AT_DEPTH_NOTE
 from panday_core.types import SandboxTier
 
 SENSITIVE_HOME_PATHS: tuple[str, ...] = (
@@ -208,10 +209,13 @@ def _fields(proxy_reason: str | None = None) -> tuple[FieldSupport, ...]:
         ),
         FieldSupport(
             field="fs.allow_home",
-            support=Support.STRICT,
+            support=Support.PARTIAL,
             mechanism="a home directory (or one holding it) is accepted as a root only with "
-            "it; its start-up files, .ssh, .gnupg and .config are then protected entries, and "
-            "its secrets stay unreadable (the guarantees)",
+            "it; its start-up files and what they source, .ssh, .gnupg, .config, .local, bin, "
+            "toolchains, tools' user configuration that names code and Library/LaunchAgents, "
+            "Library/Python, Library/Preferences are then protected entries, and its secrets "
+            "stay unreadable (the guarantees)",
+            note=ALLOW_HOME_NOTE,
         ),
         *egress_fields(_NET_FIELDS, proxy_reason),
         FieldSupport(
@@ -289,10 +293,8 @@ def _guarantees() -> tuple[Guarantee, ...]:
             "after the workspace rule, in both spellings; a missing one cannot be created, nor "
             "a directory that would hold it; the workspace and every directory holding an "
             "entry cannot be unlinked, so nothing protected can be renamed aside and replaced",
-            support=Support.STRICT,
-            note="a command can still write the workspace's own source code and create new "
-            "repositories in subdirectories: running those later is running the workspace's "
-            "code",
+            support=Support.PARTIAL,
+            note=AT_DEPTH_NOTE,
         ),
         Guarantee(
             name="Nothing a jail writes changes what a later jail sees",

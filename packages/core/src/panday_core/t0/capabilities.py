@@ -8,6 +8,7 @@ there, or why T0 refuses it, or why it has no meaning for T0.
 from __future__ import annotations
 
 from panday_core.capabilities import FieldSupport, Guarantee, Support, TierCapabilities
+from panday_core.declared import ALLOW_HOME_NOTE, AT_DEPTH_NOTE
 from panday_core.paths import Backend, backend_description, default_backend
 from panday_core.types import SandboxTier
 
@@ -53,9 +54,11 @@ def declared_capabilities(backend: Backend | None = None) -> TierCapabilities:
         ),
         row(
             "fs.allow_home",
-            s,
-            "a home directory is accepted as a root only with it; its start-up files, .ssh "
-            "and .config stay protected",
+            Support.PARTIAL,
+            "a home directory is accepted as a root only with it; its start-up files and "
+            "what they source, .ssh, .config, .local, bin, toolchains and tools' user "
+            "configuration that names code stay protected",
+            ALLOW_HOME_NOTE,
         ),
         row("net.allow", ne, "none", T0_NO_NETWORK),
         row("net.deny", na, "none", _NARROWS),
@@ -119,7 +122,8 @@ def declared_capabilities(backend: Backend | None = None) -> TierCapabilities:
             "panday's own interpreter and code)",
             mechanism="writes check the target's physical directory against the protected "
             "list; roots are opened without following any link",
-            support=s,
+            support=Support.PARTIAL,
+            note=AT_DEPTH_NOTE,
         ),
         Guarantee(
             name="no setuid or setgid file is left",
