@@ -332,6 +332,7 @@ def test_a_bind_alias_of_a_refused_place_is_refused(tmp_path: Path) -> None:
     assert judge(str(other)) == "OK"  # control: an alias of an ordinary directory is fine
     assert judge("/etc") == "REFUSED"
     assert judge("/usr/share") == "REFUSED"
+    assert judge("/var") == "REFUSED"  # refused only as the jail's own place: exact identity
 
 
 def test_a_missing_import_path_inside_the_workspace_is_protected(
