@@ -20,11 +20,15 @@ set -euo pipefail
 ESCAPE_USER=${ESCAPE_USER:-panday-escape}
 ROOT_RUN=1
 JUNIT=""
+SELECT=""
 while (($#)); do
   case $1 in
     --user-only) ROOT_RUN=0 ;;
     --junit) JUNIT=$2; shift ;;
-    *) echo "escape-as-user: unknown argument $1 (known: --user-only, --junit PATH)" >&2; exit 2 ;;
+    # A part of the suite, as pytest arguments split on spaces (a developer checking one
+    # probe file as both users: --select "packages/tier_linux/tests/escape/test_x.py").
+    --select) SELECT=$2; shift ;;
+    *) echo "escape-as-user: unknown argument $1 (known: --user-only, --junit PATH, --select ARGS)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -58,7 +62,7 @@ status=0
 if ((ROOT_RUN)); then
   echo "=== escape suite as root ==="
   PANDAY_ESCAPE_REQUIRE_CGROUPS=${PANDAY_ESCAPE_REQUIRE_CGROUPS:-1} \
-    uv run --frozen pytest "$SUITE" -q -p no:cacheprovider || status=1
+    uv run --frozen pytest ${SELECT:-"$SUITE"} -q -p no:cacheprovider || status=1
 fi
 
 # The unprivileged user, its home (the suite plants a canary there) and its copy of the tree.
@@ -104,8 +108,8 @@ runuser -u "$ESCAPE_USER" -- env -i "${passthrough[@]}" \
   UV_PROJECT_ENVIRONMENT="$WORK/venv" \
   PANDAY_ESCAPE_SUID_HELPER="$SUID_DIR/suid-helper" \
   PANDAY_ESCAPE_REQUIRE_CGROUPS=0 \
-  bash -c 'cd "$1/src" && uv sync --frozen --quiet --no-default-groups --group test && uv run --frozen --no-default-groups --group test pytest "$2" -q -ra -p no:cacheprovider --junitxml "$1/junit-user.xml"' \
-  _ "$WORK" "$SUITE" || status=1
+  bash -c 'cd "$1/src" && uv sync --frozen --quiet --no-default-groups --group test && uv run --frozen --no-default-groups --group test pytest $2 -q -ra -p no:cacheprovider --junitxml "$1/junit-user.xml"' \
+  _ "$WORK" "${SELECT:-$SUITE}" || status=1
 
 # The unprivileged run's per-probe results, for the run report (`--junit PATH`).
 if [[ -n $JUNIT && -f $WORK/junit-user.xml ]]; then
