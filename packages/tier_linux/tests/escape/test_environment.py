@@ -9,15 +9,24 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
+import pytest
+
+from panday_core.errors import PolicyError, PolicyViolation
+from panday_core.policy import FsPolicy, SandboxPolicy
+from panday_tier_linux.session import open_session
+
 if TYPE_CHECKING:
-    import pytest
     from conftest import Escape  # the suite's fixture type (tests get it as `esc`)
+
+    from panday_tier_linux.session import LinuxSession
 
 CANARY = "PANDAY_ESCAPE_CANARY"
 
@@ -61,8 +70,6 @@ def test_a_policy_secret_never_appears_on_a_host_command_line(esc: Escape) -> No
             ):
                 time.sleep(0.05)
             if visible.pid not in _cmdlines_holding(secret.encode()):
-                import pytest  # noqa: PLC0415
-
                 pytest.fail("inconclusive: control failed: the scan did not find a visible secret")
         finally:
             visible.kill()
@@ -127,3 +134,78 @@ def test_home_is_the_workspace_and_the_environment_is_small(esc: Escape) -> None
     assert env.pop("HOME") == str(esc.ws)
     assert env.pop("EXTRA") == "1"
     assert set(env) <= {"PATH", "LANG", "TERM", "PWD"}
+
+
+# ------------------------------------------------- env names that load code (issue 22, 7)
+
+
+def _hooked_session(esc: Escape, env: dict[str, str], *, allow: tuple[str, ...]) -> LinuxSession:
+    policy = SandboxPolicy(
+        fs=FsPolicy(workspace=str(esc.ws), access="rw"), env=env, allow_env_hooks=allow
+    )
+    return open_session(policy, egress=esc.egress())
+
+
+def _refused_at_both_layers(esc: Escape, env: dict[str, str]) -> None:
+    """Refused by the model (naming env.NAME), and by the tier for a policy built around
+    the model's check (a future loader must not slip one past it)."""
+    name = next(iter(env))
+    with pytest.raises(PolicyError) as by_model:
+        _hooked_session(esc, env, allow=())
+    assert by_model.value.field == f"env.{name}"
+    assert "allow_env_hooks" in by_model.value.reason
+    policy = SandboxPolicy(fs=FsPolicy(workspace=str(esc.ws), access="rw"))
+    msgspec.structs.force_setattr(policy, "env", env)
+    with pytest.raises(PolicyViolation) as by_tier:
+        open_session(policy, egress=esc.egress())
+    assert f"env.{name}" in {v.field for v in by_tier.value.violations}
+    esc.held()
+
+
+def test_pythonpath_runs_a_sitecustomize_only_when_allowed(esc: Escape) -> None:
+    hooks = esc.ws / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(
+        "print('RESULT ok sitecustomize ran from PYTHONPATH', flush=True)\nraise SystemExit(0)\n"
+    )
+    env = {"PYTHONPATH": str(hooks)}
+    # Not -I (the suite's usual probe): isolated mode ignores PYTHONPATH.
+    argv = ["/usr/bin/python3", "-c", "print('RESULT blocked no hook ran', flush=True)"]
+    # Control: granted, every python the command starts runs the policy's module first.
+    with _hooked_session(esc, env, allow=("PYTHONPATH",)) as session:
+        result = session.run(argv, timeout_ms=60_000)
+    esc.control(
+        esc.parse("inside, PYTHONPATH granted", result.stdout, result.stderr, result.exit_code)
+    )
+    # Not granted: the policy never opens.
+    _refused_at_both_layers(esc, env)
+    esc.must_block(esc.inside_run(argv))  # and without it, nothing runs the module
+
+
+def test_git_config_from_the_environment_runs_a_command_only_when_allowed(esc: Escape) -> None:
+    if shutil.which("git") is None:
+        pytest.fail("the escape suite needs git on the host (it is what the probe hooks)")
+    subprocess.run(["git", "init", "-q", str(esc.ws)], check=True)
+    marker = esc.ws / "hooked"
+    env = {
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "core.fsmonitor",
+        "GIT_CONFIG_VALUE_0": f"touch {marker}; true",
+    }
+    code = f"""
+import subprocess
+subprocess.run(["git", "-C", {str(esc.ws)!r}, "status", "--short"], capture_output=True)
+if os.path.exists({str(marker)!r}):
+    ok("core.fsmonitor from GIT_CONFIG_* ran")
+blocked("git ran no command of the environment's")
+"""
+    with _hooked_session(esc, env, allow=tuple(env)) as session:
+        result = session.run(esc.py(code), timeout_ms=60_000)
+    esc.control(
+        esc.parse("inside, GIT_CONFIG_* granted", result.stdout, result.stderr, result.exit_code)
+    )
+    marker.unlink()
+    for name, value in env.items():  # each of the three alone is refused
+        _refused_at_both_layers(esc, {name: value})
+    esc.must_block(esc.inside(code))
+    assert not marker.exists()
