@@ -183,7 +183,9 @@ class FsPolicy(_Model, frozen=True, kw_only=True):
         bool,
         _doc(
             "Allow a home directory (or a directory holding one) as the workspace or a "
-            "staged path. Its start-up files, .ssh and .config stay protected."
+            "staged path. Its start-up files and what they source, .ssh, .config, .local, "
+            "toolchains and tools' configuration that names code stay protected (a partial "
+            "list: see docs/threat-model.md)."
         ),
     ] = False
 
