@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from panday_core import userstate
 from panday_tier_linux import seccomp
 
 if TYPE_CHECKING:
@@ -380,10 +381,10 @@ def test_the_cached_program_is_the_compiled_one(
 ) -> None:
     # What a session hands to bwrap comes from `program` (the per-user cache); a cache
     # that served another program would bypass every verdict above.
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(userstate, "passwd_home", lambda: str(tmp_path))  # a cache of its own
     spec = seccomp.FilterSpec()
     first = seccomp.program(spec)  # compiled and written to the cache
-    assert (tmp_path / "panday" / "seccomp").is_dir()
+    assert any((tmp_path / ".cache" / "panday" / "seccomp").glob("*.bpf"))
     second = seccomp.program(spec)  # read back from it
     assert first == second == program
     assert verdict(second, "setns") == "errno 1"
