@@ -930,26 +930,45 @@ MAX_ENTRIES: Final = 256
 """More protected entries than this (a hostile .gitmodules, say) is refused, not truncated."""
 
 
-def within(path: str, root: tuple[int, int]) -> str | None:
+def within(path: str, root: tuple[int, int], *, resolved: bool = False) -> str | None:
     """`path` (absolute; links in it are resolved first, as the tools that use it will)
     relative to the directory whose identity is `root`, when it lies strictly inside it,
     else None. Decided by the identity of each directory above `path`, not by spelling:
-    the workspace may have been named ``//ws``, or be a bind-mount alias of it."""
+    the workspace may have been named ``//ws``, or be a bind-mount alias of it.
+    `resolved`: `path` has no link in it already (the caller resolved it)."""
     try:
-        real = os.path.realpath(path)
+        real = path if resolved else os.path.realpath(path)
     except (OSError, ValueError):
         return None
     parts = _components(real)
     top = ""
     for depth in range(len(parts)):
-        try:
-            st = os.lstat(top or "/")
-        except OSError:
+        here = _prefix_identity(top or "/")
+        if here is None:
             return None
-        if _ident(st) == root:
+        if here == root:
             return "/".join(parts[depth:])
         top += "/" + parts[depth]
     return None
+
+
+_PREFIXES: list[dict[str, tuple[int, int] | None]] = []
+"""While `protected_entries` runs (one memo on the list): the identity of each directory
+`within` looked at, so twenty paths under one ``.venv`` cost one ``lstat`` per directory,
+not twenty."""
+
+
+def _prefix_identity(path: str) -> tuple[int, int] | None:
+    memo = _PREFIXES[-1] if _PREFIXES else None
+    if memo is not None and path in memo:
+        return memo[path]
+    try:
+        found: tuple[int, int] | None = _ident(os.lstat(path))
+    except OSError:
+        found = None
+    if memo is not None:
+        memo[path] = found
+    return found
 
 
 def _root_identity(workspace: str, root_fd: int | None) -> tuple[int, int] | None:
@@ -1099,11 +1118,11 @@ def _inside_entries(root: tuple[int, int], skip: frozenset[str]) -> list[Entry]:
     project, its state, and any home directory's start-up files."""
     entries: list[Entry] = []
     for path in interpreter_paths():
-        rel = within(path, root)
+        rel = within(path, root, resolved=True)
         if rel is not None:
             entries.append(Entry(rel, "dir", "panday's own interpreter or code", create=False))
     for path in missing_import_paths():
-        rel = within(path, root)
+        rel = within(path, root, resolved=True)
         if rel is not None:
             why = "on this Python's import path, missing: a module created there runs next"
             entries.append(Entry(rel, "dir", why))
@@ -1150,6 +1169,20 @@ def protected_entries(
     `RootRefused` past `MAX_ENTRIES`."""
     skip = frozenset(unprotect)
     root = _root_identity(workspace, root_fd)
+    _PREFIXES.append({})
+    try:
+        return _protected_entries(workspace, root, skip, protect, derived)
+    finally:
+        _PREFIXES.pop()
+
+
+def _protected_entries(
+    workspace: str,
+    root: tuple[int, int] | None,
+    skip: frozenset[str],
+    protect: tuple[str, ...],
+    derived: tuple[Entry, ...],
+) -> tuple[Entry, ...]:
     entries = [e for e in DEFAULT_ENTRIES if e.rel not in skip]
     for rel in protect:
         kind: Literal["dir", "file"] = "dir" if rel.endswith("/") else "file"

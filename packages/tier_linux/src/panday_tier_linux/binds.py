@@ -153,30 +153,36 @@ class _Placeholder:
         self.dev = st.st_dev
         self.ino = st.st_ino
 
-    def release(self) -> None:
-        """Remove the placeholder if nobody else holds it and it is still the empty,
-        marked entry (ours or a crashed session's); then drop our descriptors."""
+    def release(self, names: list[_Placeholder] | None = None) -> None:
+        """Remove the placeholder (and `names`: other names of the same inode, whose lock
+        descriptors the caller closed already) if nobody else holds it and each is still
+        the empty, marked entry (ours or a crashed session's); then drop our descriptors."""
+        group = [self, *(names or [])]
         try:
             fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            self._close()
+            for member in group:
+                member.close_descriptors()
             return  # another jail still has it mounted: the last one removes it
+        ours = (
+            any(m.created for m in group) or (self.dev, self.ino) in _OURS or _marked(self.lock_fd)
+        )
         try:
-            st = os.lstat(self.name, dir_fd=self.parent_fd)
-            same = (st.st_dev, st.st_ino) == (self.dev, self.ino)
-            ours = self.created or (self.dev, self.ino) in _OURS or _marked(self.lock_fd)
-            if same and ours and _empty(self.lock_fd, st):
-                _OURS.discard((self.dev, self.ino))
-                if stat.S_ISDIR(st.st_mode):
-                    os.rmdir(self.name, dir_fd=self.parent_fd)
-                else:
-                    os.unlink(self.name, dir_fd=self.parent_fd)
-        except OSError:
-            pass
+            for member in group:
+                with suppress(OSError):
+                    st = os.lstat(member.name, dir_fd=member.parent_fd)
+                    same = (st.st_dev, st.st_ino) == (self.dev, self.ino)
+                    if same and ours and _empty(self.lock_fd, st):
+                        if stat.S_ISDIR(st.st_mode):
+                            os.rmdir(member.name, dir_fd=member.parent_fd)
+                        else:
+                            os.unlink(member.name, dir_fd=member.parent_fd)
+            _OURS.discard((self.dev, self.ino))
         finally:
-            self._close()
+            for member in group:
+                member.close_descriptors()
 
-    def _close(self) -> None:
+    def close_descriptors(self) -> None:
         for fd in (self.lock_fd, self.parent_fd):
             with suppress(OSError):
                 os.close(fd)
@@ -209,6 +215,9 @@ class CommandBinds:
         """(bwrap option, our descriptor, destination), shallowest destination first."""
         self.placeholders: list[_Placeholder] = []
         self._fds: list[int] = []
+        self.template: tuple[int, str] | None = None
+        """(directory descriptor, name) of this command's first file placeholder: the
+        others are hard links to it (`_make_placeholder`)."""
         self.hidden: list[str] = []
         """Covered last by an empty read-only tmpfs: panday's state (`host.state_to_hide`)."""
 
@@ -247,9 +256,25 @@ class CommandBinds:
     def close(self) -> None:
         """After the command: descriptors closed, placeholders released."""
         self.spawned()
+        # Placeholders of one command share an inode (hard links of one empty file, see
+        # `_make_placeholder`): flock conflicts between our own descriptors of it, so each
+        # inode is released once, by one descriptor, for all its names.
+        groups: dict[tuple[int, int], list[_Placeholder]] = {}
         for placeholder in self.placeholders:
-            placeholder.release()
+            groups.setdefault((placeholder.dev, placeholder.ino), []).append(placeholder)
+        # Deepest first (the reverse of the order they were made): a placeholder directory
+        # is empty again only once what was made inside it is gone.
+        for first, *others in reversed(groups.values()):
+            for other in others:
+                with suppress(OSError):
+                    os.close(other.lock_fd)
+                other.lock_fd = -1
+            first.release(others)
         self.placeholders = []
+        if self.template is not None:
+            with suppress(OSError):
+                os.close(self.template[0])
+            self.template = None
 
     def __enter__(self) -> Self:
         return self
@@ -403,7 +428,7 @@ class Roots:
                 os.close(parent_fd)
                 return
             kind = entry.kind if rel == entry.rel else "dir"
-            made = _make_placeholder(parent_fd, name, kind)
+            made = _make_placeholder(parent_fd, name, kind, binds)
             if made is None:
                 os.close(parent_fd)
                 continue  # someone made it meanwhile: resolve again
@@ -638,11 +663,41 @@ def _hold_shared(binds: CommandBinds, parent_fd: int, name: str, path_fd: int) -
     )
 
 
-def _make_placeholder(parent_fd: int, name: str, kind: str) -> tuple[int, int] | None:
-    """Create an empty, marked, read-only placeholder; (lock fd, O_PATH fd), or None when
-    the name appeared meanwhile."""
+def _link_placeholder(parent_fd: int, name: str, binds: CommandBinds) -> int | None:
+    """A hard link, at `name`, to this command's first file placeholder, opened for its
+    lock; None when there is none yet or linking is not possible (another file system).
+    Why: creating an inode costs ~1.5 ms on an ext4 mounted with ``discard`` (measured
+    here), a link ~0.015 ms, and a command may need twenty placeholders."""
+    if binds.template is None:
+        return None
+    template_dir, template = binds.template
     try:
-        if kind == "dir":
+        os.link(
+            template, name, src_dir_fd=template_dir, dst_dir_fd=parent_fd, follow_symlinks=False
+        )
+    except FileExistsError:
+        raise
+    except OSError:
+        return None
+    lock_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+    st, model = os.fstat(lock_fd), os.stat(template, dir_fd=template_dir, follow_symlinks=False)
+    if (st.st_dev, st.st_ino) != (model.st_dev, model.st_ino):  # replaced meanwhile
+        os.close(lock_fd)
+        raise FileExistsError(name)
+    return lock_fd
+
+
+def _make_placeholder(
+    parent_fd: int, name: str, kind: str, binds: CommandBinds
+) -> tuple[int, int] | None:
+    """Create an empty, marked, read-only placeholder; (lock fd, O_PATH fd), or None when
+    the name appeared meanwhile. A file is a hard link to the command's first one when it
+    can be (`_link_placeholder`)."""
+    try:
+        linked = _link_placeholder(parent_fd, name, binds) if kind != "dir" else None
+        if linked is not None:
+            lock_fd = linked
+        elif kind == "dir":
             os.mkdir(name, 0o555, dir_fd=parent_fd)
             lock_fd = os.open(
                 name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd
@@ -656,6 +711,8 @@ def _make_placeholder(parent_fd: int, name: str, kind: str) -> tuple[int, int] |
             )
     except FileExistsError:
         return None
+    if kind != "dir" and binds.template is None:
+        binds.template = (os.dup(parent_fd), name)
     with suppress(OSError):
         os.setxattr(lock_fd, _MARK, _self_mark())
     fcntl.flock(lock_fd, fcntl.LOCK_SH)
