@@ -12,6 +12,7 @@ Regenerate the golden files after a deliberate change with::
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,9 +22,13 @@ from panday_core.declared.t2_macos import DATA_VOLUME, MACH_SERVICES, SENSITIVE_
 from panday_core.policy import SandboxPolicy, policy_from_dict
 from panday_tier_macos.profile import (
     HOME_PARAMS,
+    PARAM_ANCESTOR,
+    PARAM_TMPBASE,
     PARAM_TMPDIR,
     PARAM_WORKSPACE,
+    POSIX_SEM_REGEX,
     SANDBOX_EXEC,
+    TERMINAL_REGEX,
     ProxyEndpoint,
     SeatbeltProfile,
     protecting,
@@ -410,7 +415,11 @@ def test_reads_are_broad_and_the_protected_paths_are_denied_last(name: str) -> N
 def test_var_db_is_denied_with_only_the_named_carve_outs() -> None:
     rs = parsed("default")
     protected = next(r for r in rs if set(r.operations) == {"file-read*", "file-write*"})
-    var_db = [f for f in protected.filters if isinstance(f, list) and f[0] == Sym("require-all")]
+    var_db = [
+        f
+        for f in protected.filters
+        if isinstance(f, list) and f[0] == Sym("require-all") and "/private/var/db" in repr(f[1])
+    ]
     assert len(var_db) == 2, "once as /private/var/db, once in the Data-volume spelling"
     for prefix, rule in zip(("", DATA_VOLUME), var_db, strict=True):
         inner = rule[1:]
@@ -428,11 +437,11 @@ def test_var_db_is_denied_with_only_the_named_carve_outs() -> None:
 def test_process_rules(name: str) -> None:
     rs = parsed(name)
     (exec_allow,) = allows(rs, "process-exec")
-    setuid = [r for r in rs if r.action == "deny" and r.operations == ("process-exec",)]
+    setuid = [r for r in rs if r.action == "deny" and r.operations == ("process-exec*",)]
     assert len(setuid) == 1
     assert setuid[0].filters == (
         [Sym("require-any"), [Sym("file-mode"), 0o4000], [Sym("file-mode"), 0o2000]],
-    ), "setuid and setgid programs alike"
+    ), "setuid and setgid programs alike, run directly or as a script's interpreter"
     assert setuid[0].index > exec_allow.index
     for op in ("signal", "process-info-pidinfo"):
         (rule,) = allows(rs, op)
@@ -580,6 +589,8 @@ def test_every_denied_path_is_denied_in_its_data_volume_spelling_too(name: str) 
             continue
         if not rule.filters:
             continue  # (deny file-write-setugid): every path
+        if rule.filters == ([Sym("regex"), Rx(TERMINAL_REGEX)],):
+            continue  # devices: /dev is devfs, with no Data-volume spelling
         found = _path_filters(list(rule.filters))
         plain = {(k, p) for k, p in found if _undata(p) is None}
         data = {(k, _undata(p)) for k, p in found if _undata(p) is not None}
@@ -753,3 +764,145 @@ def test_pandays_state_under_either_home_is_denied_reads_writes_and_renames(name
         "/Users/alice/.cache/panday"
     )
     assert protecting("/Users/alice/.cache/other", ["/Users/alice"]) is None  # control
+
+
+# ------------------------------------------------------------- issue 30 (macOS, round two)
+
+
+def _last_rules(rs: list[Rule]) -> int:
+    return max(r.index for r in rs if r.action == "allow")
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_no_terminal_can_be_read_written_or_driven(name: str) -> None:
+    """Issue 30, 3: another Terminal tab's device (/dev/ttys003, mode 620, the same user) would
+    give its keystrokes (a sudo password) to a read; a command runs on pipes and has no
+    terminal of its own to except."""
+    rs = parsed(name)
+    (rule,) = [r for r in rs if r.filters == ([Sym("regex"), Rx(TERMINAL_REGEX)],)]
+    assert rule.action == "deny"
+    assert set(rule.operations) == {"file-read*", "file-write*", "file-ioctl"}
+    assert rule.index > _last_rules(rs), "an allow after it would reopen the terminals"
+    pattern = re.compile(TERMINAL_REGEX)
+    for device in ("/dev/ttys000", "/dev/ttys003", "/dev/ttys123", "/dev/ptmx", "/dev/ptyp0"):
+        assert pattern.search(device), device
+    for device in ("/dev/ttyp0", "/dev/ptyqf"):
+        assert pattern.search(device), device
+    for device in ("/dev/tty", "/dev/null", "/dev/fd/1", "/dev/urandom", "/dev/ttys"):
+        assert not pattern.search(device), f"{device} is not another terminal"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_no_file_flag_can_be_changed(name: str) -> None:
+    """Issue 30, 2: the placeholders holding missing protected names are immutable (uchg);
+    clearing the flag is the one way to remove one, so flags are denied everywhere, last."""
+    rs = parsed(name)
+    denies = [r for r in rs if r.action == "deny" and r.operations == ("file-write-flags",)]
+    assert len(denies) == 1
+    assert denies[0].filters == (), "every file, whatever its path"
+    assert denies[0].index > _last_rules(rs)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_other_sessions_temp_dirs_are_denied_but_not_its_own(name: str) -> None:
+    """Issue 30, 6: every session's temp dir is made in one per-user base; the base is denied
+    to reads and writes, the session's own temp dir carved out, in both spellings."""
+    rs = parsed(name)
+    (rule,) = [
+        r for r in rs if r.action == "deny" and set(r.operations) == {"file-read*", "file-write*"}
+    ]
+    carved = [
+        f
+        for f in rule.filters
+        if isinstance(f, list) and f[0] == Sym("require-all") and PARAM_TMPBASE in params_in(f)
+    ]
+    assert len(carved) == 2, "once as given, once in the Data-volume spelling"
+    for prefix, form in zip(((), (DATA_VOLUME,)), carved, strict=True):
+        base, keep = form[1], form[2]
+        assert isinstance(base, list)
+        assert base[0] == Sym("subpath")
+        assert _parts(base[1]) == (*prefix, PARAM_TMPBASE)
+        assert isinstance(keep, list)
+        assert keep[0] == Sym("require-not")
+        own = keep[1]
+        assert isinstance(own, list)
+        assert own[0] == Sym("subpath")
+        assert _parts(own[1]) == (*prefix, PARAM_TMPDIR)
+    assert PARAM_TMPBASE in profile_of(name).params
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_no_mach_host_and_only_multiprocessing_semaphores(name: str) -> None:
+    """Issue 30, 7: mach-host* is not needed; a named semaphore of another program of the
+    user (sem_wait stalls it) is out of reach, CPython's multiprocessing ones stay usable."""
+    rs = parsed(name)
+    assert not allows(rs, "mach-host-special-port-set")
+    assert "mach-host" not in profile_of(name).text
+    (sem,) = allows(rs, "ipc-posix-sem")
+    assert sem.filters == ([Sym("ipc-posix-name-regex"), Rx(POSIX_SEM_REGEX)],)
+    pattern = re.compile(POSIX_SEM_REGEX)
+    assert pattern.search("/mp-x7k2a9q")
+    assert pattern.search("mp-x7k2a9q")
+    assert not pattern.search("/postgres-lock")
+    assert not pattern.search("/xmp-1")
+
+
+def test_the_workspace_and_its_guarded_directories_keep_their_mode_and_acl() -> None:
+    """Issue 30, 7: ``chmod 777 .`` (or an ACL) on the workspace would let another local
+    user rename .git aside; so would it on a directory holding a protected entry."""
+    rs = parsed("protected")
+    (workspace_rule,) = [
+        r for r in allows(rs, "file-write-create") if r.operations == ("file-write*",)
+    ]
+    (rule,) = [r for r in rs if r.action == "deny" and "file-write-mode" in r.operations]
+    assert set(rule.operations) == {"file-write-mode", "file-write-acl"}
+    assert rule.index > workspace_rule.index
+    literal = _paths(rule, "literal")
+    for name in (PARAM_WORKSPACE, f"{PARAM_ANCESTOR}0", f"{PARAM_ANCESTOR}1"):
+        assert (name,) in literal, name
+        assert (DATA_VOLUME, name) in literal, name
+    assert not _paths(rule, "subpath"), "the rest of the workspace keeps chmod"
+    read_only = parsed("read-only")
+    assert not [r for r in read_only if "file-write-mode" in r.operations]
+
+
+SECRETS_ROUND_TWO = (
+    "Library/Messages",
+    "Library/Mail",
+    "Library/Safari",
+    "Library/Group Containers",
+    "Library/Containers",
+    "Library/Mobile Documents",
+    "Library/Saved Application State",
+    ".gemini/oauth_creds.json",
+    ".config/github-copilot",
+    "Library/Application Support/Claude/claude_desktop_config.json",
+    ".cursor/mcp.json",
+    ".cache/huggingface/token",
+    ".terraformrc",
+    ".m2/settings.xml",
+    ".gradle/gradle.properties",
+    ".config/op",
+    ".config/rclone",
+    ".s3cfg",
+    "Library/Application Support/Google/Chrome Beta",
+    "Library/Application Support/Google/Chrome Canary",
+    "Library/Application Support/Arc",
+    "Library/Application Support/Vivaldi",
+)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_round_two_secrets_and_tcc_places_are_denied_under_both_homes(name: str) -> None:
+    """Issue 30, 5: with Full Disk Access granted to the terminal, a command inherits it (TCC
+    judges the responsible app); mail, messages and other apps' containers, and plaintext
+    tokens the first list missed."""
+    rs = parsed(name)
+    (rule,) = [
+        r for r in rs if r.action == "deny" and set(r.operations) == {"file-read*", "file-write*"}
+    ]
+    subpaths = _paths(rule, "subpath")
+    for relative in SECRETS_ROUND_TWO:
+        for home in HOME_PARAMS:
+            assert (home, "/" + relative) in subpaths, relative
+            assert (DATA_VOLUME, home, "/" + relative) in subpaths, relative

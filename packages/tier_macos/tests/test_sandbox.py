@@ -55,9 +55,14 @@ if TYPE_CHECKING:
 
 
 def _temp_sessions() -> set[str]:
-    return {
-        p.name for p in Path(tempfile.gettempdir()).iterdir() if p.name.startswith("panday-t2m-")
-    }
+    """The sessions' temp dirs: in the per-user base (and the old flat names, should any
+    code still make one)."""
+    top = Path(tempfile.gettempdir())
+    base = top / "panday-t2m"
+    inside: set[str] = set()
+    if base.is_dir():
+        inside = {f"panday-t2m/{p.name}" for p in base.iterdir()}
+    return inside | {p.name for p in top.iterdir() if p.name.startswith("panday-t2m-")}
 
 
 def _create(doc: dict[str, object], workspace: str | None = "/w") -> None:

@@ -33,6 +33,18 @@ How the profile is built, and why (sources are cited in docs/tiers/macos.md):
   outbound socket), never port 53.
 * Seatbelt matches resolved paths (``/var`` is ``/private/var``), so every parameter value must
   be a ``realpath``; the runner resolves them.
+* Terminals: no command may read, write or ioctl another terminal (``/dev/ttys*``, the pty
+  masters, ``/dev/ptmx``): reads are broad, and a user's other Terminal tab is a device of
+  the same user (mode 620) whose keystrokes (a ``sudo`` password) would be readable. A
+  command has no terminal of its own to except: it is spawned in a new session with pipes
+  for stdin, stdout and stderr, so it has no controlling terminal; ``/dev/tty`` (the
+  controlling terminal's alias, which then answers ENXIO) is left alone.
+* File flags cannot be changed anywhere (``file-write-flags``): the runner makes the
+  placeholders that hold a missing protected name immutable (``uchg``), and only a flag
+  change could make one removable (`panday_tier_macos.roots`).
+* Sessions do not see each other's private temp dirs: every session's temp dir is made
+  inside one per-user directory (`PARAM_TMPBASE`), denied to reads and writes except the
+  session's own.
 """
 
 from __future__ import annotations
@@ -59,6 +71,9 @@ SANDBOX_EXEC = "/usr/bin/sandbox-exec"
 
 PARAM_WORKSPACE = "WORKSPACE"
 PARAM_TMPDIR = "TMPDIR"
+PARAM_TMPBASE = "TMPBASE"
+"""The per-user directory every session's private temp dir is made in (`PARAM_TMPDIR` is one
+of its children): denied except the session's own, so sessions cannot read each other's."""
 PARAM_HOST_HOME = "HOST_HOME"
 """The home the runner's ``$HOME`` names (it may differ from the account's)."""
 PARAM_ACCOUNT_HOME = "ACCOUNT_HOME"
@@ -150,7 +165,19 @@ environment). The allowlist alone already leaves them out; the final deny keeps 
 broader allow is ever added above, and it is the one rule a test can point at."""
 
 SETID_MODES: tuple[int, ...] = (0o4000, 0o2000)
-"""The setuid and setgid bits: no file carrying either may be executed."""
+"""The setuid and setgid bits: no file carrying either may be executed (``process-exec*``:
+also as a script's interpreter)."""
+
+TERMINAL_REGEX = "^/dev/(ttys[0-9]+|ptmx|pty[p-zP-T][0-9a-fA-F]+|tty[p-zP-T][0-9a-fA-F]+)$"
+"""Every terminal device: the pseudo-terminal slaves Terminal and iTerm2 give each tab
+(``/dev/ttys003``), the clone device that makes a new one (``/dev/ptmx``) and the old BSD
+pty pairs. A command has none of its own (it runs on pipes, without a controlling
+terminal), so none is excepted."""
+
+POSIX_SEM_REGEX = "^/?mp-"
+"""The named POSIX semaphores a command may use: CPython's multiprocessing names its own
+``/mp-<random>``. Any other name could be another program's semaphore of the same user (a
+``sem_wait`` on it stalls that program)."""
 
 WRITABLE_DEVICES: tuple[str, ...] = (
     "/dev/null",
@@ -290,6 +317,15 @@ def _protected_filters() -> list[str]:
     for home in HOME_PARAMS:
         for relative in HOME_DENIED:
             filters.extend(_spellings("subpath", Param(home), "/" + relative))
+    # Other sessions' temp dirs: the per-user base, except this session's own.
+    filters.extend(
+        _form(
+            "require-all",
+            _form("subpath", _expr((prefix, Param(PARAM_TMPBASE)))),
+            _form("require-not", _form("subpath", _expr((prefix, Param(PARAM_TMPDIR))))),
+        )
+        for prefix in ("", DATA_VOLUME)
+    )
     return filters
 
 
@@ -335,7 +371,7 @@ def _sections(
             [
                 "(allow process-fork)",
                 "(allow process-exec)",
-                _rule("deny", "process-exec", [setid]),
+                _rule("deny", "process-exec*", [setid]),
                 _rule("allow", "signal", ["(target same-sandbox)"]),
                 _rule("allow", "process-info*", ["(target same-sandbox)"]),
             ],
@@ -349,8 +385,11 @@ def _sections(
                     [_form("sysctl-name", sbpl_string(n)) for n in SYSCTL_NAMES]
                     + [_form("sysctl-name-prefix", sbpl_string(p)) for p in SYSCTL_PREFIXES],
                 ),
-                "(allow mach-host*)",
-                "(allow ipc-posix-sem)",
+                _rule(
+                    "allow",
+                    "ipc-posix-sem",
+                    [_form("ipc-posix-name-regex", _regex(POSIX_SEM_REGEX))],
+                ),
                 _rule(
                     "allow",
                     "mach-lookup",
@@ -415,6 +454,25 @@ def _sections(
             ],
         ),
         (
+            (
+                "the workspace and the directories holding protected entries keep their mode "
+                "and ACL (chmod 777 . would let another local user rename .git aside)"
+            ),
+            [
+                _rule(
+                    "deny",
+                    "file-write-mode file-write-acl",
+                    [
+                        f
+                        for name in (PARAM_WORKSPACE, *ancestors)
+                        for f in _spellings("literal", Param(name))
+                    ],
+                )
+            ]
+            if policy.fs.access == "rw"
+            else [],
+        ),
+        (
             "network: none, except outbound TCP to the egress proxy's loopback port"
             if proxy is not None
             else "network: none",
@@ -422,8 +480,9 @@ def _sections(
         ),
         (
             (
-                "protected paths: last, so that no rule above can reach them; then no process "
-                "listing, and no set-id bit on any file"
+                "protected paths and other sessions' temp dirs: last, so that no rule above "
+                "can reach them; then no process listing, no set-id bit or file flag on any "
+                "file, and no terminal"
             ),
             [
                 _rule("deny", "file-read* file-write*", _protected_filters()),
@@ -435,6 +494,14 @@ def _sections(
                 # Its own operation, outside the file-write* wildcard since macOS 12.3, so
                 # nothing above allows it; stated so that no later allow can, either.
                 "(deny file-write-setugid)",
+                # The placeholders holding missing protected names are immutable (uchg);
+                # only a flag change could make one removable.
+                "(deny file-write-flags)",
+                _rule(
+                    "deny",
+                    "file-read* file-write* file-ioctl",
+                    [_form("regex", _regex(TERMINAL_REGEX))],
+                ),
             ],
         ),
     ]
@@ -487,6 +554,7 @@ class SeatbeltProfile(msgspec.Struct, frozen=True, kw_only=True):
                 lines.extend(("", f"; {comment}", *rules))
         params = [
             PARAM_TMPDIR,
+            PARAM_TMPBASE,
             *HOME_PARAMS,
             *_staged_params(policy),
             *protected_params,

@@ -47,11 +47,17 @@ from typing import TYPE_CHECKING, NamedTuple
 from panday_core.capabilities import Refusal
 from panday_core.errors import PolicyViolation
 from panday_core.protect import (
+    HOME_ENTRIES,
+    MACOS_HOME_ENTRIES,
+    Entry,
     RootRefused,
+    ancestry,
     git_directory_refusal,
     git_entries,
+    home_directories,
     normal_path,
     open_root,
+    path_identity,
     protected_entries,
     root_refusal,
     sys_path_refusal,
@@ -62,7 +68,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from panday_core.policy import FsPolicy
-    from panday_core.protect import Entry
+    from panday_tier_macos.placeholders import Kind
 
 TIER = "t2-macos"
 
@@ -78,6 +84,9 @@ class Roots(NamedTuple):
     """Protected entries of a writable workspace (none when it is read-only)."""
     ancestors: tuple[str, ...]
     """Directories that must not be renamed or removed (`workspace_guards`)."""
+    missing: tuple[tuple[str, Kind], ...] = ()
+    """The protected paths that do not exist and must not be created, with the kind of
+    placeholder that holds each while a command runs (`panday_tier_macos.placeholders`)."""
 
 
 def _violation(refusals: list[Refusal]) -> PolicyViolation:
@@ -110,6 +119,37 @@ def disk_spelling(path: str) -> str:
     return spelled or "/"
 
 
+HOME_PLACES: tuple[Entry, ...] = tuple(
+    {e.rel: e for e in (*HOME_ENTRIES, *MACOS_HOME_ENTRIES)}.values()
+)
+"""The places under a home that run what is written there (`panday_core.protect`'s home
+entries, the macOS ones on every OS so that this tier's tests see them anywhere)."""
+
+
+def home_entry_refusal(path: str, fd: int, homes: Sequence[str] | None = None) -> str | None:
+    """Why the writable root `path` (open as `fd`) cannot be one: it is, or lies inside, a
+    place under a home whose contents run outside the jail later (``~/Library/LaunchAgents``,
+    ``~/.config``, ``~/.local/bin``, a shell's rc directory). A workspace there needs no
+    ``fs.allow_home`` (it is not a home) and would get none of the protection a home's
+    entries get inside a workspace, so it is refused whatever the policy says (issue 30, 1).
+
+    Decided by identity: each such place (links followed: ``~/.config`` may lead elsewhere,
+    and there is where the tools read) is compared by ``(st_dev, st_ino)`` with the root and
+    every directory above it (`panday_core.protect.ancestry`, from the descriptor)."""
+    above = set(ancestry(fd))
+    for home in sorted(homes if homes is not None else home_directories()):
+        for entry in HOME_PLACES:
+            place = f"{home.rstrip('/')}/{entry.rel}"
+            ident = path_identity(place)
+            if ident is not None and ident in above:
+                return (
+                    f"{path!r} is or lies inside {place} ({entry.why}): what a command writes "
+                    "there runs outside the jail later, so it cannot be a writable root "
+                    "(choose a project directory, or give it read-only)"
+                )
+    return None
+
+
 def check_root(
     field: str,
     path: str,
@@ -133,6 +173,8 @@ def check_root(
         is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
         # By identity (the opened descriptor and its ancestors), never by spelling.
         why = root_refusal(path, writable=writable, allow_home=allow_home, fd=fd)
+        if why is None and writable:
+            why = home_entry_refusal(path, fd)
         if why is None and field == "fs.workspace":
             why = sys_path_refusal(path, writable=writable, fd=fd)
             if why is None and writable:
@@ -205,6 +247,16 @@ def _outermost(rels: list[str]) -> list[str]:
 def protected_paths(workspace: str, root_fd: int, fs: FsPolicy) -> tuple[str, ...]:
     """The absolute paths the profile keeps read-only inside the writable `workspace`
     (opened as `root_fd`); `PolicyViolation` (``fs.protect``) when one cannot be kept so."""
+    return protected_and_missing(workspace, root_fd, fs)[0]
+
+
+def protected_and_missing(
+    workspace: str, root_fd: int, fs: FsPolicy
+) -> tuple[tuple[str, ...], tuple[tuple[str, Kind], ...]]:
+    """`protected_paths`, and those of them that do not exist and must not be created, with
+    what holds each name while a command runs (`panday_tier_macos.placeholders`): the
+    entry's own kind when the entry itself is missing, a directory when a directory that
+    would hold it is."""
     try:
         entries: tuple[Entry, ...] = protected_entries(
             workspace,
@@ -216,6 +268,7 @@ def protected_paths(workspace: str, root_fd: int, fs: FsPolicy) -> tuple[str, ..
     except RootRefused as exc:
         raise _violation([Refusal(field="fs.protect", reason=exc.reason)]) from None
     rels: list[str] = []
+    kinds: dict[str, Kind] = {}
     for entry in entries:
         found = _walk(root_fd, entry.rel)
         if not entry.create and found == f"{entry.rel!r} is a symbolic link":
@@ -237,8 +290,15 @@ def protected_paths(workspace: str, root_fd: int, fs: FsPolicy) -> tuple[str, ..
         exists, reached = found
         if exists or entry.create:
             rels.append(reached)
+        if not exists and entry.create:
+            kinds[reached] = entry.kind if reached == entry.rel else "dir"
     root = workspace.rstrip("/")
-    return tuple(f"{root}/{rel}" for rel in _outermost(rels))
+    kept = _outermost(rels)
+    paths = tuple(f"{root}/{rel}" for rel in kept)
+    missing: tuple[tuple[str, Kind], ...] = tuple(
+        (f"{root}/{rel}", kinds[rel]) for rel in kept if rel in kinds
+    )
+    return paths, missing
 
 
 def open_roots(fs: FsPolicy, homes: Sequence[str]) -> Roots:
@@ -267,8 +327,14 @@ def open_roots(fs: FsPolicy, homes: Sequence[str]) -> Roots:
     except RootRefused as exc:  # replaced since the check above
         raise _violation([Refusal(field="fs.workspace", reason=exc.reason)]) from None
     try:
-        protected = protected_paths(workspace, fd, fs)
+        protected, missing = protected_and_missing(workspace, fd, fs)
     finally:
         os.close(fd)
     ancestors = workspace_guards(workspace, protected, staged, homes)
-    return Roots(workspace=workspace, staged=staged, protected=protected, ancestors=ancestors)
+    return Roots(
+        workspace=workspace,
+        staged=staged,
+        protected=protected,
+        ancestors=ancestors,
+        missing=missing,
+    )

@@ -22,15 +22,27 @@ into a new session, output streamed and capped, the wall clock killing the proce
 size to zero and changes into the working directory (posix_spawn cannot), then execs the
 command, so the profile holds from the first instruction of the command onwards.
 
+Each session's private temp dir is made inside one per-user directory (`session_tmp_base`,
+0700, the user's own, no link), which the profile denies except the session's own dir, so
+no session reads another's temp files. Before each command the missing protected names
+of a writable workspace are held by immutable placeholders
+(`panday_tier_macos.placeholders`), released after it. When the last running command of
+a session ends, and again at `destroy`, every process still under the session's profile
+(one that left the process group with ``setsid``, and was handed to launchd by a double
+fork) is found by its sandbox and killed (`panday_tier_macos.survivors`), before the
+egress proxy closes its port and before the temp dir is removed.
+
 Files are put, read and listed in-process by T0 (`panday_core.t0`), whose path resolution
 cannot be led out of the workspace by ``..`` or links; this tier adds nothing to it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import secrets
+import stat
 from typing import TYPE_CHECKING, Final
 
 import msgspec
@@ -41,18 +53,21 @@ from panday_core.policy import SandboxPolicy
 from panday_core.protect import is_env_hook
 from panday_core.types import SandboxHandle, SandboxTier, SessionSpec
 from panday_tier_macos import capabilities
+from panday_tier_macos.placeholders import Placeholders
 from panday_tier_macos.profile import (
     PARAM_ACCOUNT_HOME,
     PARAM_ANCESTOR,
     PARAM_HOST_HOME,
     PARAM_PROTECTED,
     PARAM_STAGED,
+    PARAM_TMPBASE,
     PARAM_TMPDIR,
     PARAM_WORKSPACE,
     ProxyEndpoint,
     SeatbeltProfile,
 )
 from panday_tier_macos.roots import Roots, disk_spelling, open_roots
+from panday_tier_macos.survivors import host_sweep
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
@@ -62,6 +77,7 @@ if TYPE_CHECKING:
     from panday_core.execution import ChildProcess
     from panday_core.t0.sandbox import T0Sandbox
     from panday_core.types import ExecEvent, ExecSpec, Snapshot
+    from panday_tier_macos.placeholders import Kind
 
 TIER: Final = SandboxTier.T2_MACOS
 
@@ -92,6 +108,32 @@ DYLD_REASON: Final = (
     "/bin/sh, so it would never reach the command. Refused rather than silently dropped "
     "(allow_env_hooks cannot change that on this tier)"
 )
+
+
+TMP_BASE_NAME: Final = "panday-t2m"
+"""The per-user directory under the user's temp dir that holds every session's temp dir."""
+
+
+def session_tmp_base(parent: str | None = None) -> str:
+    """The per-user directory every session's private temp dir is made in (resolved): made
+    0700 when missing; refused (`Internal`) unless it is a directory of this user's, not a
+    link, that no one else can enter. `parent` defaults to the user's temp dir."""
+    import tempfile  # noqa: PLC0415 - only sessions need it
+
+    base = os.path.join(os.path.realpath(parent or tempfile.gettempdir()), TMP_BASE_NAME)  # noqa: PTH118 - a plain string path
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(base, 0o700)  # noqa: PTH102 - as above
+    st = os.lstat(base)
+    if (
+        not stat.S_ISDIR(st.st_mode)
+        or st.st_uid != os.geteuid()
+        or stat.S_IMODE(st.st_mode) & 0o077
+    ):
+        raise Internal(
+            f"{base} must be a directory of this user's that no one else can enter (mode "
+            "0700, not a link); remove it and try again"
+        )
+    return base
 
 
 def _refuse(field: str, reason: str) -> PolicyViolation:
@@ -173,6 +215,7 @@ class _Session:
         "commands",
         "files",
         "id",
+        "missing",
         "params",
         "policy",
         "profile",
@@ -193,8 +236,10 @@ class _Session:
         tmpdir: str,
         files: SandboxHandle,
         proxy: ProxyThread | None = None,
+        missing: tuple[tuple[str, Kind], ...] = (),
     ) -> None:
         self.id = session_id
+        self.missing = missing
         self.policy = policy
         self.profile = profile
         self.params = params
@@ -356,13 +401,15 @@ class T2MacosSandbox:
         try:
             import tempfile  # noqa: PLC0415 - only sessions need it
 
-            tmpdir = os.path.realpath(tempfile.mkdtemp(prefix="panday-t2m-"))  # noqa: ASYNC240 - two quick syscalls; a thread hop would cost more
+            base = session_tmp_base()
+            tmpdir = os.path.realpath(tempfile.mkdtemp(prefix="s-", dir=base))  # noqa: ASYNC240 - a few quick syscalls; a thread hop would cost more
         except BaseException:
             await self._files.destroy(files)
             raise
         params = {
             PARAM_WORKSPACE: workspace,
             PARAM_TMPDIR: tmpdir,
+            PARAM_TMPBASE: base,
             PARAM_HOST_HOME: homes[0],
             PARAM_ACCOUNT_HOME: homes[1],
             **{f"{PARAM_STAGED}{i}": path for i, path in enumerate(roots.staged)},
@@ -376,6 +423,7 @@ class T2MacosSandbox:
             workspace=workspace,
             tmpdir=tmpdir,
             files=files,
+            missing=roots.missing,
         )
         try:
             await _check_profile_applies(session)
@@ -402,7 +450,9 @@ class T2MacosSandbox:
         command = ["/bin/sh", "-c", START, "panday", session.cwd(spec.cwd), *spec.argv]
         argv = session.profile.argv(command, session.params)
         env, issued = session.env_for(spec.command_id)
+        held = Placeholders()
         try:
+            held = Placeholders.make(session.missing)
             proc = spawn(argv, env=env, stdin=spec.stdin is not None)
             session.running.add(proc)
             try:
@@ -416,7 +466,11 @@ class T2MacosSandbox:
                     yield event
             finally:
                 session.running.discard(proc)
+                if not session.running:
+                    # Nothing of the session should run now: what does left the group.
+                    host_sweep(session.tmpdir)
         finally:
+            held.release()
             session.command_ended(issued)  # also when it could not be spawned
 
     async def put(self, handle: SandboxHandle, path: str, data: bytes) -> None:
@@ -429,7 +483,8 @@ class T2MacosSandbox:
         return await self._files.snapshot(self._session(handle).files)
 
     async def destroy(self, handle: SandboxHandle) -> None:
-        """Kill the session's running commands, close its files, remove its temp dir."""
+        """Kill the session's running commands and every process left under its profile,
+        then stop its proxy, close its files and remove its temp dir."""
         session = self._sessions.pop(handle.id, None)
         if session is None:
             return
@@ -437,9 +492,15 @@ class T2MacosSandbox:
 
         for proc in list(session.running):
             Supervisor().kill(proc)
+        _, swept = host_sweep(session.tmpdir)
         if session.proxy is not None:
             session.proxy.close()
         await self._files.destroy(session.files)
         import shutil  # noqa: PLC0415 - only destroy needs it
 
         shutil.rmtree(session.tmpdir, ignore_errors=True)
+        if not swept:
+            raise Internal(
+                f"session {handle.id!r}: processes under its profile were still forking after "
+                "every kill pass; they may still run"
+            )

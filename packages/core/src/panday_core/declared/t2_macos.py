@@ -65,10 +65,35 @@ SENSITIVE_HOME_PATHS: tuple[str, ...] = (
     # browser profiles (cookies, saved logins)
     "Library/Cookies",
     "Library/Application Support/Google/Chrome",
+    "Library/Application Support/Google/Chrome Beta",
+    "Library/Application Support/Google/Chrome Canary",
     "Library/Application Support/Chromium",
     "Library/Application Support/BraveSoftware",
     "Library/Application Support/Microsoft Edge",
     "Library/Application Support/Firefox",
+    "Library/Application Support/Arc",
+    "Library/Application Support/Vivaldi",
+    # places TCC guards, readable by a command when the app that started panday (the
+    # "responsible" app: Terminal, iTerm2, an IDE) has Full Disk Access (issue 30, 5)
+    "Library/Messages",
+    "Library/Mail",
+    "Library/Safari",
+    "Library/Group Containers",
+    "Library/Containers",
+    "Library/Mobile Documents",
+    "Library/Saved Application State",
+    # plaintext tokens and credentials of tools the first list missed (issue 30, 5)
+    ".gemini/oauth_creds.json",
+    ".config/github-copilot",
+    "Library/Application Support/Claude/claude_desktop_config.json",
+    ".cursor/mcp.json",
+    ".cache/huggingface/token",
+    ".terraformrc",
+    ".m2/settings.xml",
+    ".gradle/gradle.properties",
+    ".config/op",
+    ".config/rclone",
+    ".s3cfg",
 )
 """Paths under each home (the runner's ``$HOME`` and the account's) that a command can neither
 read nor write, whatever the policy says."""
@@ -115,8 +140,32 @@ _DISK = (
     "size of one file, not the bytes a command writes"
 )
 _SETSID = (
-    "a process that moves itself out of the command's process group (setsid, setpgid) is not "
-    "killed; Seatbelt has no operation for setsid"
+    "the wall clock kills the command's process group only; a process that moves itself out "
+    "of it (setsid, setpgid) runs on until the sweep: when the session's last running "
+    "command ends, and at destroy, every process of the user still under the session's "
+    "profile is found by its sandbox (sandbox_check on its pid: sandboxed, and allowed the "
+    "session's own temp dir) and killed, repeatedly until none is left"
+)
+
+_TCC = (
+    "TCC (macOS's privacy permissions) judges a sandboxed command as the app that started "
+    "panday (its responsible process): when Terminal, iTerm2 or an IDE has Full Disk Access, "
+    "or access to Documents, Desktop, Downloads or iCloud Drive, a command can read there "
+    "too, except where the denylist says otherwise (Mail, Messages, Safari, other apps' "
+    "Containers and Group Containers, Mobile Documents and Saved Application State are on "
+    "it). Grant panday's host app as little as it needs"
+)
+
+_ALLOW_HOME_MACOS = (
+    "on macOS partial, with the list: the home entries of docs/threat-model.md, "
+    "Library/LaunchAgents, Library/Python, Library/Preferences, VS Code's and Cursor's "
+    "User settings, iTerm2's AutoLaunch scripts and Claude Desktop's MCP configuration "
+    "among them, are protected entries; a missing one is held by an immutable placeholder "
+    "while a command runs. Not covered: what macOS or an app runs from a place not on the "
+    "list (other Library/Application Support folders, login items an app registers, "
+    "Library/LaunchDaemons needs root). A writable workspace that is, or lies inside, one "
+    "of these places (~/Library/LaunchAgents, ~/.config, ~/.local/bin) is refused with or "
+    "without fs.allow_home. "
 )
 
 
@@ -214,8 +263,9 @@ def _fields(proxy_reason: str | None = None) -> tuple[FieldSupport, ...]:
             "it; its start-up files and what they source, .ssh, .gnupg, .config, .local, bin, "
             "toolchains, tools' user configuration that names code and Library/LaunchAgents, "
             "Library/Python, Library/Preferences are then protected entries, and its secrets "
-            "stay unreadable (the guarantees)",
-            note=ALLOW_HOME_NOTE,
+            "stay unreadable (the guarantees); a writable root that is or lies inside one of "
+            "those places is refused by identity, whatever this field says",
+            note=_ALLOW_HOME_MACOS + ALLOW_HOME_NOTE,
         ),
         *egress_fields(_NET_FIELDS, proxy_reason),
         FieldSupport(
@@ -284,15 +334,44 @@ def _guarantees() -> tuple[Guarantee, ...]:
             support=Support.PARTIAL,
             note="a denylist, not an allowlist: everything else on the filesystem stays "
             "readable (T2 Linux shows only the workspace, staged inputs and system files). "
-            "A deny-default read profile stops binaries before main on current macOS",
+            "A deny-default read profile stops binaries before main on current macOS. " + _TCC,
+        ),
+        Guarantee(
+            name="Sessions cannot read each other's temp files",
+            mechanism="every session's private temp dir is made in one per-user directory "
+            "(0700, checked not to be a link); the profile denies that directory to reads "
+            "and writes, in both spellings, except the session's own temp dir",
+            support=Support.STRICT,
+        ),
+        Guarantee(
+            name="Sessions cannot read each other's workspaces",
+            mechanism="none: a profile is fixed when its command starts, so a session cannot "
+            "be told about a workspace opened after it",
+            support=Support.NOT_ENFORCED,
+            note="reads are broad on this tier: any session can read a workspace of another "
+            "that is not on the denylist. Give sessions of different trust separate users, "
+            "or use T2 Linux, whose jails see only their own workspace",
+        ),
+        Guarantee(
+            name="Other terminals cannot be read, written or driven",
+            mechanism="file-read*, file-write* and file-ioctl denied last on /dev/ttys*, "
+            "/dev/ptmx and the BSD pty pairs; commands run on pipes, with no controlling "
+            "terminal of their own to except",
+            support=Support.STRICT,
+            note="a program that needs a pseudo-terminal (script, expect, a pty-based test "
+            "runner) cannot make one",
         ),
         Guarantee(
             name="Nothing a jail writes runs outside it later: .git, editor and agent "
             "configuration, panday's own interpreter and code stay read-only",
             mechanism="the protected entries (docs/threat-model.md) are denied file-write* "
             "after the workspace rule, in both spellings; a missing one cannot be created, nor "
-            "a directory that would hold it; the workspace and every directory holding an "
-            "entry cannot be unlinked, so nothing protected can be renamed aside and replaced",
+            "a directory that would hold it, and while a command runs it is held by an empty, "
+            "read-only, immutable (uchg) placeholder, so a case or Unicode variant of its "
+            "name finds the placeholder whatever Seatbelt makes of the spelling (file flags "
+            "cannot be changed inside); the workspace and every directory holding an entry "
+            "cannot be unlinked, so nothing protected can be renamed aside and replaced, nor "
+            "have its mode or ACL changed",
             support=Support.PARTIAL,
             note=AT_DEPTH_NOTE,
         ),
@@ -341,7 +420,8 @@ def _guarantees() -> tuple[Guarantee, ...]:
         ),
         Guarantee(
             name="No privilege gain through setuid or setgid programs",
-            mechanism="(deny process-exec (require-any (file-mode #o4000) (file-mode #o2000)))",
+            mechanism="(deny process-exec* (require-any (file-mode #o4000) (file-mode "
+            "#o2000))): run directly or as a script's interpreter",
             support=Support.STRICT,
             note="ps and top (setuid on macOS) cannot run",
         ),
@@ -362,6 +442,15 @@ def _guarantees() -> tuple[Guarantee, ...]:
             mechanism="SIGKILL to the command's process group",
             support=Support.PARTIAL,
             note=_SETSID,
+        ),
+        Guarantee(
+            name="No process of a session outlives it",
+            mechanism="at destroy (and whenever the session's last running command ends) "
+            "every process still under the session's profile is killed, found by its sandbox "
+            "rather than its process group or parent, before the egress proxy closes its port "
+            "and before the temp dir is removed; destroy fails loudly if some were still "
+            "forking after every kill pass",
+            support=Support.STRICT,
         ),
         Guarantee(
             name="Memory, CPU, process and disk ceilings",
