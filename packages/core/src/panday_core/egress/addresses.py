@@ -49,7 +49,11 @@ _NOT_GLOBAL: tuple[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str], ..
     (ipaddress.ip_network("5f00::/16"), "the SRv6 SID range"),
 )
 _IETF_PROTOCOL = ipaddress.ip_network("192.0.0.0/24")
-_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_LOCAL_NAT64 = ipaddress.ip_network("64:ff9b:1::/48")
+"""RFC 8215's local-use NAT64 prefix: a network carves its own translator prefix of any
+RFC 6052 length out of it, so where the IPv4 address sits cannot be known from outside
+(judging the last 32 bits let the /48 encoding of 169.254.169.254 pass as 8.8.8.8)."""
 _V4_COMPATIBLE = ipaddress.ip_network("::/96")
 
 
@@ -59,7 +63,7 @@ def _embedded_v4(addr: ipaddress.IPv6Address) -> tuple[str, ipaddress.IPv4Addres
         return "IPv4-mapped", addr.ipv4_mapped
     if addr.sixtofour is not None:
         return "6to4", addr.sixtofour
-    if any(addr in net for net in _NAT64):
+    if addr in _NAT64:
         return "NAT64", ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
     return None
 
@@ -69,6 +73,11 @@ def address_refusal(addr: IPAddress) -> str | None:  # noqa: C901, PLR0911, PLR0
     if isinstance(addr, ipaddress.IPv6Address):
         if addr.scope_id:
             return f"{addr} carries a zone index, which only makes sense on a local link"
+        if addr in _LOCAL_NAT64:
+            return (
+                f"{addr} is in the local-use NAT64 prefix 64:ff9b:1::/48 (RFC 8215), whose "
+                "embedded IPv4 address cannot be located (not globally routable)"
+            )
         embedded = _embedded_v4(addr)
         if embedded is not None:
             how, v4 = embedded

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from panday_core.egress.framing import MORE, Body, FramingError, Response
 from panday_core.egress.http_head import (
     HeadReader,
     HttpRefusal,
@@ -21,11 +22,12 @@ from panday_core.egress.http_head import (
     parse_head,
     response,
 )
-from panday_core.egress.tunnel import Refusal
+from panday_core.egress.refusal import Refusal
 
 if TYPE_CHECKING:
     from panday_core.egress.audit import ClientProtocol
-    from panday_core.egress.tunnel import Connection, RefusalKind
+    from panday_core.egress.refusal import RefusalKind
+    from panday_core.egress.tunnel import Connection
 
 STATUS: dict[RefusalKind, int] = {
     "malformed": 400,
@@ -81,8 +83,58 @@ class HttpFront:
     def answer(self, refusal: Refusal) -> bytes | None:
         return response(refusal.status or STATUS[refusal.kind], refusal.reason)
 
-    def opened(self, conn: Connection, request: HttpRequest | None) -> tuple[bytes, bytes]:  # noqa: ARG002 - the protocol's signature
-        assert request is not None  # noqa: S101 - an HTTP request made the tunnel
-        if request.is_connect:
+    def opened(self, conn: Connection, detail: object) -> tuple[bytes, bytes]:
+        assert isinstance(detail, HttpRequest)  # noqa: S101 - an HTTP request made the tunnel
+        if detail.is_connect:
             return response(200), b""
-        return b"", forward_head(request)
+        conn.frame(PlainHttp(detail, conn.limits.max_response_head_bytes))
+        return b"", forward_head(detail)
+
+
+class PlainHttp:
+    """One plain-HTTP request and its response, as they pass (see `framing`): the relay
+    core's `Framing` hook for a plain-HTTP connection."""
+
+    __slots__ = ("not_forwarded", "request", "response")
+
+    def __init__(self, http: HttpRequest, max_head: int) -> None:
+        self.request = Body(http.body_length, strict=True)
+        self.response = Response(head_request=http.method == "HEAD", max_head=max_head)
+        self.not_forwarded = 0
+        """Bytes the client sent after its request (never forwarded)."""
+
+    def client_bytes(self, view: memoryview) -> tuple[int, bytes, str | None]:
+        request = self.request
+        if request.done:
+            self.not_forwarded += len(view)
+            return 0, b"", None
+        try:
+            end = request.scan(view)
+        except FramingError as exc:
+            return exc.offset, b"", f"malformed request body: {exc.reason}"
+        if end != MORE:
+            self.not_forwarded += len(view) - end
+        return request.raw, request.take_checked(), None  # trailer lines, once checked
+
+    def upstream_bytes(self, view: memoryview) -> tuple[int, str | None]:
+        if self.response.done:
+            return 0, None
+        try:
+            end = self.response.scan(view)
+        except FramingError as exc:
+            return exc.offset, f"malformed response: {exc.reason}"
+        return (len(view) if end == MORE else end), None
+
+    def finished(self) -> bool:
+        return self.response.done
+
+    def client_done(self) -> bool:
+        return self.request.done and self.not_forwarded > 0
+
+    def note(self) -> str | None:
+        if not self.not_forwarded:
+            return None
+        return (
+            f"{self.not_forwarded} bytes the client sent after its request were not "
+            "forwarded (one request per connection)"
+        )

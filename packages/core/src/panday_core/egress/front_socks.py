@@ -13,12 +13,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from panday_core.egress import socks5
-from panday_core.egress.tunnel import Refusal
+from panday_core.egress.refusal import Refusal
 
 if TYPE_CHECKING:
     from panday_core.egress.audit import ClientProtocol
-    from panday_core.egress.http_head import HttpRequest
-    from panday_core.egress.tunnel import Connection, RefusalKind
+    from panday_core.egress.refusal import RefusalKind
+    from panday_core.egress.tunnel import Connection
 
 REPLY: dict[RefusalKind, int | None] = {
     "malformed": socks5.GENERAL_FAILURE,
@@ -54,12 +54,13 @@ class SocksFront:
 
     def feed(self, conn: Connection, data: bytes) -> None:
         self.buf += data
-        total = len(self.buf)
         while self.stage != _REQUEST or self.buf:
-            if total > socks5.MAX_HANDSHAKE:
-                raise Refusal("malformed", "SOCKS5 handshake too long")
             try:
                 if not self._step(conn):
+                    if len(self.buf) > socks5.MAX_MESSAGE[self.stage]:
+                        # Incomplete, yet longer than any message of this stage can be
+                        # (bytes after a complete request are early tunnel data: not this).
+                        raise Refusal("malformed", "SOCKS5 handshake too long")
                     return
             except socks5.SocksRefusal as exc:
                 if self.stage == _REQUEST and exc.reply is not None:
@@ -118,5 +119,5 @@ class SocksFront:
         code = REPLY[refusal.kind]
         return None if code is None else socks5.reply(code)
 
-    def opened(self, conn: Connection, request: HttpRequest | None) -> tuple[bytes, bytes]:  # noqa: ARG002 - the protocol's signature
+    def opened(self, conn: Connection, detail: object) -> tuple[bytes, bytes]:  # noqa: ARG002 - the protocol's signature
         return socks5.reply(socks5.SUCCEEDED), b""

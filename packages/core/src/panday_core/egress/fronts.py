@@ -1,4 +1,9 @@
-"""Which front-end reads a client's request: its first byte tells.
+"""The client protocols (fronts) and which one reads a client's request: its first byte tells.
+
+A front reads one request (`FrontEnd.feed`), hands the relay core the credentials and the
+host and port, and answers a `Refusal` in its own protocol's words; the core is the same
+for every protocol. Adding a protocol is a module with its front and one row in `FRONTS`
+(and its name in `audit.ClientProtocol`).
 
 ``0x05`` is SOCKS5; a token character starts an HTTP request line; ``0x04`` is SOCKS4,
 which the proxy does not speak (no credentials, no IPv6): it gets SOCKS4's own "request
@@ -8,18 +13,41 @@ at once, instead of holding its connection until the head timeout.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from panday_core.egress import socks5
 from panday_core.egress.front_http import HttpFront
 from panday_core.egress.front_socks import SocksFront
 from panday_core.egress.http_head import TOKEN_BYTES, response
-from panday_core.egress.tunnel import Refusal
+from panday_core.egress.refusal import Refusal
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from panday_core.egress.audit import ClientProtocol
-    from panday_core.egress.http_head import HttpRequest
-    from panday_core.egress.tunnel import Connection, FrontEnd
+    from panday_core.egress.tunnel import Connection
+
+
+class FrontEnd(Protocol):
+    """A client protocol: reads the request, answers in the protocol's words."""
+
+    kind: ClientProtocol
+
+    def feed(self, conn: Connection, data: bytes) -> None:
+        """`data` arrived before the request was complete: parse it, and call
+        `conn.authenticate` and `conn.request` when the time comes. Raises `Refusal`."""
+        ...
+
+    def answer(self, refusal: Refusal) -> bytes | None:
+        """What to send the client before closing, for `refusal` (None: nothing)."""
+        ...
+
+    def opened(self, conn: Connection, detail: object) -> tuple[bytes, bytes]:
+        """(to the client, to the upstream) once the upstream is connected; `detail` is
+        what the front passed to `conn.request`. A front whose protocol frames messages
+        inside the tunnel installs its hook here (`conn.frame`)."""
+        ...
+
 
 SOCKS4_VERSION = 4
 SOCKS4_REJECTED = bytes((0, 0x5B, 0, 0, 0, 0, 0, 0))
@@ -44,16 +72,22 @@ class _Refuser:
             return self.answer_bytes
         return response(refusal.status or 400, refusal.reason)
 
-    def opened(self, conn: Connection, request: HttpRequest | None) -> tuple[bytes, bytes]:  # noqa: ARG002 - never opened
+    def opened(self, conn: Connection, detail: object) -> tuple[bytes, bytes]:  # noqa: ARG002 - never opened
         raise AssertionError
+
+
+FRONTS: tuple[tuple[Callable[[int], bool], Callable[[], FrontEnd]], ...] = (
+    (lambda first: first == socks5.VERSION, SocksFront),
+    (lambda first: first in TOKEN_BYTES, HttpFront),
+)
+"""(does this first byte start the protocol, its front), tried in order."""
 
 
 def choose(first: int) -> FrontEnd:
     """The front-end for a connection whose first byte is `first`."""
-    if first == socks5.VERSION:
-        return SocksFront()
-    if first in TOKEN_BYTES:
-        return HttpFront()
+    for starts, front in FRONTS:
+        if starts(first):
+            return front()
     if first == SOCKS4_VERSION:
         return _Refuser(
             "malformed request: SOCKS4 is not supported; use SOCKS5 (socks5h://)", SOCKS4_REJECTED

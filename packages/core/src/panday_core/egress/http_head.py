@@ -269,6 +269,8 @@ class HeadReader:
                 break
             if end == self.pos or buf[end - 1] != 0x0D:  # noqa: PLR2004 - CR
                 raise HttpRefusal(400, "bare CR, LF or NUL in the request head")
+            if end >= self.max_head:  # the size bound first, whatever the read's size
+                raise HttpRefusal(431, f"request head larger than {self.max_head} bytes")
             line = bytes(buf[self.pos : end - 1])
             self.pos = end + 1
             if self._line_ends_head(line):
@@ -330,9 +332,15 @@ class HeadReader:
         self.seen = len(buf) - self.pos
 
 
-def _check_framing(headers: list[tuple[bytes, bytes]], *, connect: bool) -> None:
+def _check_framing(
+    headers: list[tuple[bytes, bytes]], *, connect: bool, version: bytes = b"HTTP/1.1"
+) -> None:
     lengths = {v for n, v in headers if n.lower() == b"content-length"}
     encodings = [v for n, v in headers if n.lower() == b"transfer-encoding"]
+    if encodings and version == b"HTTP/1.0":
+        # RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing
+        # (an HTTP/1.0 upstream would read the chunks as the body's own bytes).
+        raise HttpRefusal(400, "Transfer-Encoding in an HTTP/1.0 request (faulty framing)")
     if any(not v.isdigit() or len(v) > 18 for v in lengths) or len(lengths) > 1:  # noqa: PLR2004 - 10**18 bytes is beyond any body
         raise HttpRefusal(400, "invalid or conflicting Content-Length")
     if encodings and (lengths or len(encodings) > 1 or encodings[0].lower() != b"chunked"):
@@ -357,7 +365,7 @@ def parse_head(head: bytes, *, max_headers: int = 100) -> HttpRequest:
         path = None
     else:
         host, port, path = _split_absolute(target)
-    _check_framing(headers, connect=connect)
+    _check_framing(headers, connect=connect, version=version)
     auth = [v for n, v in headers if n.lower() == b"proxy-authorization"]
     if len(auth) > 1:
         raise HttpRefusal(400, "more than one Proxy-Authorization header")

@@ -15,11 +15,13 @@ with ``EMFILE``. So the first proxy of a process:
   each accepted client, upstream connection, relay connection and spliced direction takes
   from before it is made, and gives back when it ends. What does not fit is refused at the
   edge; nothing waits for a descriptor;
-* and, when the raise made room, keeps its own descriptors *numbered* at or above the
-  original soft limit (`DescriptorBudget.lift`): the kernel hands out the lowest free
-  number, so without this a proxy holding a thousand sockets would push the caller's next
-  ``open()`` past 1,024, where ``select()`` cannot watch it (a caller that selects would
-  fail with "filedescriptor out of range"). The numbers below stay the caller's.
+* and keeps its own descriptors *numbered* at or above a floor (`DescriptorBudget.lift`):
+  the original soft limit when the raise made room, else `SELECT_LIMIT` (1,024) whenever
+  the limit leaves room above it, as when soft = hard = 20,000. The kernel hands out the
+  lowest free number, so without this a proxy holding a thousand sockets would push the
+  caller's next ``open()`` past 1,024, where ``select()`` cannot watch it (a caller that
+  selects would fail with "filedescriptor out of range"). The numbers below stay the
+  caller's.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ import threading
 
 import msgspec
 
+SELECT_LIMIT = 1024
+"""``FD_SETSIZE``: descriptors numbered at or above it break a caller's ``select()``."""
 MIN_CALLER = 256
 """Descriptors always left to the caller, even when the limit cannot be raised."""
 EDGE_RESERVE = 16
@@ -56,7 +60,7 @@ class ProxyLimits(msgspec.Struct, frozen=True, kw_only=True):
     """Client connections open at once for this proxy; None derives it from the process's
     descriptor budget (half of it: a tunnel holds two descriptors), at most
     `MAX_DERIVED_CONNECTIONS`."""
-    max_unauthenticated: int = 64
+    max_unauthenticated: int = 1024
     """Connections one source (one jail's relay, or the proxy's own listeners) may hold
     before they present valid credentials. A new connection beyond it closes the oldest
     such connection rather than being refused, so idle connections cannot lock anyone out."""
@@ -71,11 +75,21 @@ class ProxyLimits(msgspec.Struct, frozen=True, kw_only=True):
     """Seconds for resolving and connecting to the upstream, together."""
     idle_timeout: float = 300.0
     """Seconds a tunnel may carry no bytes in either direction before it is closed."""
+    half_closed_timeout: float = 30.0
+    """Seconds a tunnel one side has ended (end of file) may carry no bytes before it is
+    closed (at most `idle_timeout`): an upstream that keeps its half open does not hold
+    two descriptors for the whole idle timeout."""
     dns_cache_seconds: float = 5.0
     """How long a checked DNS answer is reused (pinned) for later requests to the name."""
     dns_negative_seconds: float = 2.0
     """How long a failed or refused resolution is remembered for the name."""
     dns_cache_entries: int = 1024
+    max_lookups: int = 4
+    """Name lookups running at once (the resolver's threads); the next is taken
+    round-robin from the commands with lookups waiting."""
+    max_lookups_per_command: int = 16
+    """Distinct names one command's requests may wait on at once; beyond them a request
+    for another name is refused as busy."""
     backlog: int = 4096
     chunk_bytes: int = 256 * 1024
     """Size of the relay's read buffers while `buffer_budget_bytes` allows."""
@@ -193,11 +207,18 @@ def _raise_soft_limit() -> tuple[int, int]:
 def derive_budget(before: int, limit: int, open_now: int) -> DescriptorBudget:
     """The budget for a process whose soft limit was `before` and is `limit` now, with
     `open_now` descriptors open: the caller keeps its original limit (and the numbers
-    below it) when the raise made room for it, else a quarter of the limit (at least
-    `MIN_CALLER`), and never less than what it holds already plus `MIN_CALLER`."""
+    below it) when the raise made room for it; else, when the limit is above
+    `SELECT_LIMIT` with room to spare, the numbers below `SELECT_LIMIT` and at least a
+    quarter of the limit; else a quarter of the limit (at least `MIN_CALLER`); and never
+    less than what it holds already plus `MIN_CALLER`."""
     floor = 0
     if limit - before >= MIN_CALLER + EDGE_RESERVE:
         caller = floor = before
+    elif limit - SELECT_LIMIT >= MIN_CALLER + EDGE_RESERVE:
+        # The soft limit could not be raised (soft = hard, as for root or in Docker), but
+        # it is above select()'s range: keep that range the caller's all the same.
+        floor = SELECT_LIMIT
+        caller = max(SELECT_LIMIT, limit // 4)
     else:
         caller = max(MIN_CALLER, limit // 4)
     caller = max(caller, open_now + MIN_CALLER)

@@ -35,7 +35,14 @@ ADDRESS_TYPE_NOT_SUPPORTED = 8
 
 # The longest handshake a client can send before its request is complete: greeting,
 # username/password sub-negotiation and a request with a 255-byte domain.
-MAX_HANDSHAKE = (2 + 255) + (3 + 255 + 255) + (4 + 1 + 255 + 2)
+MAX_GREETING = 2 + 255
+MAX_USERPASS = 3 + 255 + 255
+MAX_REQUEST = 4 + 1 + 255 + 2
+MAX_HANDSHAKE = MAX_GREETING + MAX_USERPASS + MAX_REQUEST
+MAX_MESSAGE = (MAX_GREETING, MAX_USERPASS, MAX_REQUEST)
+"""The longest message of each stage (greeting, username/password, request): an
+incomplete one longer than this cannot become valid. Bytes after a complete request are
+early tunnel data, not handshake."""
 
 
 class SocksRefusal(Exception):  # noqa: N818 - it is a refusal, answered with `reply`

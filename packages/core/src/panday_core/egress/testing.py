@@ -25,7 +25,7 @@ class LoopbackOnly:
     async def __call__(
         self, factory: Callable[[], asyncio.BaseProtocol], host: str, port: int
     ) -> object:
-        from panday_core.egress.server import open_connection  # noqa: PLC0415 - no import cycle
+        from panday_core.egress.listeners import open_connection  # noqa: PLC0415 - tests only
 
         self.attempts.append((host, port))
         if not ipaddress.ip_address(host).is_loopback:

@@ -1,23 +1,28 @@
 """The relay core of the egress proxy: one client connection, its upstream, the bytes between.
 
-A protocol front-end (`http_front`, `socks_front`) reads the client's request and says
-what it wants: credentials checked (`Connection.authenticate`), then a host and port
+A protocol front-end (`fronts`) reads the client's request and says what it wants:
+credentials checked (`Connection.authenticate`), then a host and port
 (`Connection.request`). From there this module does the same for every protocol: the
 allowlist, the checked addresses (`names`), the connection to the address it checked, the
 relay, the timers and the audit events. A refusal is a neutral `Refusal` (a kind, a
-reason); the front-end answers it in its own protocol's words.
+reason); the front-end answers it in its own protocol's words. A front whose protocol has
+message boundaries inside the tunnel (plain HTTP: one request, one response) installs a
+`Framing` hook when the tunnel opens; the core knows nothing of any protocol's framing.
 
 The relay is built on `asyncio.BufferedProtocol` rather than streams, so bytes go from
-``recv_into`` straight to the peer transport. Read buffers come from a `BufferPool` and go
-back to it as soon as the peer transport has sent them, and whenever a side reaches end of
-file or closes (asyncio asks for a buffer before it learns that a read returned nothing):
-an idle or half-closed tunnel holds no buffer at all. Large buffers are handed out only
-while their total stays within `ProxyLimits.buffer_budget_bytes`; beyond it reads use small
-ones, so a thousand clients that stop reading cost a few MiB, not a GiB. Since Python 3.12
-a transport may keep a view of a buffer it could not send at once instead of copying it,
-so a buffer is not reused until the peer transport reports it has drained (write-buffer
-limits of zero make that signal exact); until then the reading side is paused, which is
-also the flow control.
+``recv_into`` straight to the peer transport. Read buffers come from a `BufferPool`; a
+side keeps its buffer while the peer transport takes what it reads at once (the common
+case: no per-read pool traffic), and gives it back whenever it reaches end of file or
+closes, or its peer stops taking bytes: an idle or half-closed tunnel holds no buffer at
+all. Since Python 3.12 a transport may keep a view of a buffer it could not send at once
+instead of copying it, so such a buffer is lent until the peer transport reports it has
+drained, and reading pauses meanwhile (the flow control). The write-buffer high mark is
+`ProxyLimits.write_buffer_bytes`; below it a transport that could not send everything at
+once keeps reading into a fresh buffer.
+
+Once one direction has ended (end of file) and the other has carried nothing for
+`ProxyLimits.half_closed_timeout`, the tunnel is closed: an upstream that keeps its half
+open does not hold two descriptors until the idle timeout.
 
 Each connection holds its descriptors in the process's `DescriptorBudget` (the client's
 own from accept, one for its upstream, four per spliced direction) and gives them back
@@ -33,12 +38,14 @@ from typing import TYPE_CHECKING, Literal, Protocol, cast
 
 from panday_core.egress import splicing
 from panday_core.egress.audit import AuditEvent, ClientProtocol, Verdict
-from panday_core.egress.framing import MORE, Body, FramingError, Response
+from panday_core.egress.buffers import BufferPool
+from panday_core.egress.refusal import Refusal, RefusalKind
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine
 
-    from panday_core.egress.http_head import HttpRequest
+    from panday_core.egress.admission import Source
+    from panday_core.egress.fronts import FrontEnd
     from panday_core.egress.limits import DescriptorBudget, ProxyLimits
     from panday_core.egress.names import CheckedNames
     from panday_core.egress.rules import EgressRules
@@ -48,104 +55,7 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("panday_core.egress")
 
-RefusalKind = Literal[
-    "malformed",
-    "credentials",
-    "policy",
-    "busy",
-    "too-slow",
-    "unresolvable",
-    "unreachable",
-    "connection-refused",
-    "timeout",
-    "internal",
-]
-_FAILED: frozenset[str] = frozenset(
-    {"unresolvable", "unreachable", "connection-refused", "timeout", "internal"}
-)
-SMALL_KEEP = 256
-"""Free small read buffers kept for reuse."""
-
-
-class Refusal(Exception):  # noqa: N818 - a refusal, not a failure of the proxy
-    """A request the proxy does not serve, in neutral terms.
-
-    `kind` says what went wrong, and each front-end maps it to its protocol's answer (HTTP
-    status, SOCKS reply code). `status` overrides the HTTP status for parse errors that
-    have their own (414, 431). The audit verdict is ``failed`` when the request was
-    admitted but could not be carried out, ``refused`` otherwise.
-    """
-
-    def __init__(
-        self,
-        kind: RefusalKind,
-        reason: str,
-        *,
-        address: str | None = None,
-        status: int | None = None,
-    ) -> None:
-        self.kind: RefusalKind = kind
-        self.reason = reason
-        self.address = address
-        self.status = status
-        self.verdict: Verdict = "failed" if kind in _FAILED else "refused"
-        super().__init__(reason)
-
-    def copy(self) -> Refusal:
-        """A fresh exception with the same content (one outcome, raised by many waiters)."""
-        return Refusal(self.kind, self.reason, address=self.address, status=self.status)
-
-
-class BufferPool:
-    """Read buffers: large ones within a byte budget (reused), small ones beyond it."""
-
-    __slots__ = ("_free", "_keep", "_small_free", "budget", "large", "out", "small")
-
-    def __init__(self, limits: ProxyLimits) -> None:
-        self.large = limits.chunk_bytes
-        self.small = min(limits.small_chunk_bytes, limits.chunk_bytes)
-        self.budget = limits.buffer_budget_bytes
-        self._keep = limits.pooled_buffers
-        self._free: list[bytearray] = []
-        self._small_free: list[bytearray] = []
-        self.out = 0
-        """Bytes of large buffers handed out and not yet returned."""
-
-    def get(self) -> bytearray:
-        if self.out + self.large <= self.budget:
-            self.out += self.large
-            return self._free.pop() if self._free else bytearray(self.large)
-        return self._small_free.pop() if self._small_free else bytearray(self.small)
-
-    def put(self, buf: bytearray) -> None:
-        """Return `buf` for reuse (nothing may refer to it any more)."""
-        if len(buf) == self.large:
-            self.out -= self.large
-            if len(self._free) < self._keep:
-                self._free.append(buf)
-        elif len(self._small_free) < SMALL_KEEP:
-            self._small_free.append(buf)
-
-    def forget(self, buf: bytearray) -> None:
-        """`buf` may still be referenced (by a closing transport): count it returned, but
-        never reuse it."""
-        if len(buf) == self.large:
-            self.out -= self.large
-
-
-class Source:
-    """Where connections come from: the proxy's own listeners, or one jail (its relay).
-
-    `pending` holds its connections that have not presented valid credentials yet, oldest
-    first; at `limit` the oldest is closed to admit a new one.
-    """
-
-    __slots__ = ("key", "limit", "pending")
-
-    def __init__(self, key: str, limit: int) -> None:
-        self.key = key
-        self.limit = limit
-        self.pending: dict[Connection, None] = {}
+__all__ = ["BufferPool", "Connection", "Framing", "Refusal", "RefusalKind", "Upstream"]
 
 
 class ProxyCore(Protocol):
@@ -163,27 +73,35 @@ class ProxyCore(Protocol):
     def loop(self) -> asyncio.AbstractEventLoop: ...
     def grant_of(self, creds: tuple[str, str] | None) -> tuple[int, str | None] | None: ...
     def authenticated(self, conn: Connection) -> None: ...
-    def spawn(self, coro: Coroutine[object, object, None]) -> None: ...
+    def front(self, first: int) -> FrontEnd: ...
+    def spawn(self, coro: Coroutine[object, object, None]) -> asyncio.Task[None]: ...
     def finished(self, conn: Connection, event: AuditEvent) -> None: ...
     def opened(self, event: AuditEvent) -> None: ...
 
 
-class FrontEnd(Protocol):
-    """A client protocol: reads the request, answers in the protocol's words."""
+class Framing(Protocol):
+    """A front's hook on the bytes of an open tunnel, for a protocol whose messages have
+    boundaries the proxy must keep (plain HTTP: one request per decision)."""
 
-    kind: ClientProtocol
-
-    def feed(self, conn: Connection, data: bytes) -> None:
-        """`data` arrived before the request was complete: parse it, and call
-        `conn.authenticate` and `conn.request` when the time comes. Raises `Refusal`."""
+    def client_bytes(self, view: memoryview) -> tuple[int, bytes, str | None]:
+        """For bytes from the client: (how many of `view` to forward as they are, checked
+        bytes to forward after them, why to cut the tunnel or None)."""
         ...
 
-    def answer(self, refusal: Refusal) -> bytes | None:
-        """What to send the client before closing, for `refusal` (None: nothing)."""
+    def upstream_bytes(self, view: memoryview) -> tuple[int, str | None]:
+        """For bytes from the upstream: (how many to forward, why to cut or None)."""
         ...
 
-    def opened(self, conn: Connection, request: HttpRequest | None) -> tuple[bytes, bytes]:
-        """(to the client, to the upstream) once the upstream is connected."""
+    def finished(self) -> bool:
+        """The exchange is complete: close both sides (flushing what was forwarded)."""
+        ...
+
+    def client_done(self) -> bool:
+        """Nothing more from the client will be forwarded: stop reading it."""
+        ...
+
+    def note(self) -> str | None:
+        """What to add to the audit reason when the tunnel ends (None: nothing)."""
         ...
 
 
@@ -199,9 +117,9 @@ class End(asyncio.BufferedProtocol):
         "last",
         "lent",
         "lost",
+        "out",
         "peer",
         "pool",
-        "scan",
         "splice",
         "transport",
     )
@@ -211,17 +129,17 @@ class End(asyncio.BufferedProtocol):
         self.pool = pool
         self.transport: asyncio.Transport | None = None
         self.peer: End | None = None
+        self.out: asyncio.Transport | None = None
+        """The peer's transport while relaying (what this side's reads are written to)."""
         self.buf: bytearray | None = None
         self.lent: list[bytearray] | None = None
         self.eof = False
         self.lost = False
         self.held = False
-        """Reading stopped for good (plain HTTP: nothing more is forwarded this way)."""
+        """Reading stopped for good (a front's framing: nothing more is forwarded)."""
         self.count = 0
         self.last = 0.0
         self.splice: splicing.Direction | None = None
-        self.scan: Callable[[memoryview], int] | None = None
-        """Plain HTTP: how many of the bytes read belong to the one request (or response)."""
 
     def get_buffer(self, sizehint: int) -> bytearray:  # noqa: ARG002 - fixed-size buffers
         buf = self.buf
@@ -234,61 +152,60 @@ class End(asyncio.BufferedProtocol):
 
     def relay(self, nbytes: int) -> None:
         buf = self.buf
-        peer = self.peer
-        if buf is None or peer is None or peer.transport is None:
+        out = self.out
+        if buf is None or out is None:
             return
-        self.buf = None
-        out = peer.transport
-        self.forward(memoryview(buf)[:nbytes])
+        if self.conn.framing is None:
+            self.count += nbytes
+            self.last = time.monotonic()
+            out.write(memoryview(buf)[:nbytes] if nbytes < len(buf) else buf)
+        else:
+            self.forward(memoryview(buf)[:nbytes])
         if out.get_write_buffer_size():
             # The peer transport may hold a view of `buf` until it drains; see module doc.
+            self.buf = None
             if self.lent is None:
                 self.lent = [buf]
             else:
                 self.lent.append(buf)
             return
-        self.pool.put(buf)
-        conn = self.conn
-        after = conn.limits.splice_after
-        if (
-            after is not None
-            and self.count >= after
-            and self.scan is None
-            and self.splice is None
-            and splicing.AVAILABLE
-            and not self.eof
-        ):
-            conn.try_splice(self, peer)
+        if nbytes < len(buf):
+            # A read that did not fill the buffer drained the socket: more may not come
+            # soon, so the buffer goes back (a quiet tunnel holds none). After a full
+            # read it stays this side's for the next one.
+            self.buf = None
+            self.pool.put(buf)
+        after = self.conn.limits.splice_after
+        if after is not None and self.count >= after:
+            self.conn.try_splice(self)
 
     def forward(self, view: memoryview) -> None:
-        """Write what `view` holds to the peer (through the plain-HTTP scan, if any)."""
-        peer = self.peer
-        if peer is None or peer.transport is None:
+        """Write what `view` holds to the peer (through the front's framing, if any)."""
+        out = self.out
+        if out is None:
             return
         self.last = time.monotonic()
-        scan = self.scan
-        if scan is None:
+        conn = self.conn
+        framing = conn.framing
+        if framing is None:
             self.count += len(view)
-            peer.transport.write(view)
+            out.write(view)
             return
-        try:
-            keep = scan(view)
-        except FramingError as exc:
-            if exc.offset:
-                self.count += exc.offset
-                peer.transport.write(view[: exc.offset])
-            self.conn.cut(f"malformed request body: {exc.reason}")
-            return
+        extra = b""
+        if self is conn:
+            keep, extra, cut = framing.client_bytes(view)
+        else:
+            keep, cut = framing.upstream_bytes(view)
         if keep:
             self.count += keep
-            peer.transport.write(view[:keep])
-        plain = self.conn.plain
-        if plain is not None and self is self.conn:
-            checked = plain.request.take_checked()  # trailer lines, passed on once checked
-            if checked:
-                self.count += len(checked)
-                peer.transport.write(checked)
-        self.conn.framing_step()
+            out.write(view[:keep])
+        if cut is not None:
+            conn.cut(cut)
+            return
+        if extra:
+            self.count += len(extra)
+            out.write(extra)
+        conn.framing_step()
 
     def pause_writing(self) -> None:
         peer = self.peer
@@ -314,7 +231,8 @@ class End(asyncio.BufferedProtocol):
             peer.transport.resume_reading()
 
     def return_buffer(self) -> None:
-        """Give back the buffer asyncio asked for but never filled (end of file, close)."""
+        """Give back the buffer this side holds for its next read (end of file, close,
+        idle)."""
         if self.buf is not None:
             self.pool.put(self.buf)
             self.buf = None
@@ -322,6 +240,8 @@ class End(asyncio.BufferedProtocol):
     def eof_received(self) -> bool:
         self.eof = True
         self.return_buffer()
+        conn = self.conn
+        conn.half_closed()
         peer = self.peer
         if peer is None or peer.transport is None or peer.eof or peer.lost:
             return False
@@ -377,23 +297,25 @@ class Connection(End):
         "establishing",
         "evicted",
         "fd_held",
+        "framing",
         "front",
         "grant",
+        "heard",
         "host",
         "kind",
         "limits",
-        "not_forwarded",
         "pending",
-        "plain",
         "port",
         "proxy",
         "reason",
         "released",
         "reported",
+        "slot",
         "source",
         "started",
         "state",
         "t0",
+        "task",
         "timer",
         "up",
         "user",
@@ -414,6 +336,10 @@ class Connection(End):
         self.command_id: str | None = None
         self.grant = 0
         """Which issue of the credentials it presented (revocation cuts by it)."""
+        self.slot: str | None = None
+        """The command whose slot it holds (granted by `admission`; None: none)."""
+        self.heard = False
+        """The client has sent at least one byte."""
         self.fd_held = False
         """Its own descriptor is counted in the budget."""
         self.released = False
@@ -427,12 +353,12 @@ class Connection(End):
         self.t0 = time.monotonic()
         self.up: Upstream | None = None
         self.establishing = False
+        self.task: asyncio.Task[None] | None = None
         self.evicted = False
         self.timer: asyncio.TimerHandle | None = None
         self.reported = False
         self.pending = b""
-        self.plain: PlainHttp | None = None
-        self.not_forwarded = 0
+        self.framing: Framing | None = None
 
     # ------------------------------------------------------------------ life cycle
     @property
@@ -452,6 +378,11 @@ class Connection(End):
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+        task = self.task
+        if task is not None and self.establishing:
+            # Nobody waits for this tunnel any more: stop resolving (and connecting) for it.
+            self.reason = "the client went away while the proxy was connecting"
+            task.cancel()
         up = self.up
         if up is not None and up.transport is not None and not up.lost:
             up.transport.close()
@@ -472,11 +403,9 @@ class Connection(End):
             return
         self.reported = True
         self.state = _DONE
-        if self.not_forwarded:
-            self.reason += (
-                f"; {self.not_forwarded} bytes the client sent after its request were not "
-                "forwarded (one request per connection)"
-            )
+        note = self.framing.note() if self.framing is not None else None
+        if note:
+            self.reason += f"; {note}"
         self.proxy.finished(self, self.event("close"))
 
     def event(self, phase: Literal["open", "close"]) -> AuditEvent:
@@ -509,12 +438,24 @@ class Connection(End):
         up = self.up
         if self.state != _RELAY or up is None or self.transport is None:
             return
-        idle = self.limits.idle_timeout
+        half = self.eof or up.eof
+        idle = self.limits.half_closed_timeout if half else self.limits.idle_timeout
+        idle = min(idle, self.limits.idle_timeout)
         quiet = time.monotonic() - max(self.last, up.last)
         if quiet >= idle:
-            self.cut(f"closed after {idle:g} s without traffic")
+            what = "after one side closed its half" if half else "without traffic"
+            self.cut(f"closed after {idle:g} s {what}")
             return
         self.timer = self.proxy.loop.call_later(idle - quiet, self._idle_check)
+
+    def half_closed(self) -> None:
+        """One side sent end of file: the other gets `half_closed_timeout` of silence."""
+        if self.state != _RELAY:
+            return
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = None
+        self._idle_check()
 
     def cut(self, why: str) -> None:
         """End the tunnel now (both sides), recording `why` beside the reason."""
@@ -545,11 +486,10 @@ class Connection(End):
         if self.state != _HEAD:
             self.pending += data  # reading is paused while establishing; what raced in waits
             return
+        self.heard = True
         try:
             if self.front is None:
-                from panday_core.egress.fronts import choose  # noqa: PLC0415 - no import cycle
-
-                self.front = choose(data[0])
+                self.front = self.proxy.front(data[0])
                 self.kind = self.front.kind
             self.front.feed(self, data)
         except Refusal as refusal:
@@ -568,19 +508,19 @@ class Connection(End):
         return False
 
     def authenticate(self, creds: tuple[str, str] | None) -> bool:
-        """Check the credentials the client presented; True when valid (and admitted)."""
+        """Check the credentials the client presented; True when valid and a slot of its
+        command's was granted (raises `Refusal` "busy" when none is free)."""
         granted = self.proxy.grant_of(creds)
         if granted is None:
             return False
         self.grant, self.command_id = granted
+        self.proxy.authenticated(self)  # may raise Refusal("busy"): then no slot is held
         self.user = self.command_id or "session"
-        self.proxy.authenticated(self)  # may raise Refusal("busy")
         return True
 
-    def request(
-        self, host: str, port: int, leftover: bytes, http: HttpRequest | None = None
-    ) -> None:
-        """The client asks for `host`:`port`; `leftover` came after its request."""
+    def request(self, host: str, port: int, leftover: bytes, detail: object = None) -> None:
+        """The client asks for `host`:`port`; `leftover` came after its request, `detail`
+        is the front's own (handed back to `FrontEnd.opened`)."""
         transport = self.transport
         assert transport is not None  # noqa: S101 - set in connection_made
         self.host, self.port = host, port
@@ -593,7 +533,7 @@ class Connection(End):
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        self.proxy.spawn(self._establish(host, port, http))
+        self.task = self.proxy.spawn(self._establish(host, port, detail))
 
     # ------------------------------------------------------------------ answering
     def refuse(self, refusal: Refusal) -> None:
@@ -610,9 +550,9 @@ class Connection(End):
             transport.write(answer)
         transport.close()
 
-    async def _establish(self, host: str, port: int, http: HttpRequest | None) -> None:
+    async def _establish(self, host: str, port: int, detail: object) -> None:
         try:
-            await self._connect(host, port, http)
+            await self._connect(host, port, detail)
         except Refusal as refusal:
             self.refuse(refusal)
         except Exception:  # noqa: BLE001 - a bug must cost this connection, never the proxy
@@ -620,11 +560,12 @@ class Connection(End):
             self.refuse(Refusal("internal", "internal error while connecting"))
         finally:
             self.establishing = False
+            self.task = None
             if self.lost and self.up is not None and self.up.transport is not None:
                 self.up.transport.close()
             self.maybe_finish()
 
-    async def _connect(self, host: str, port: int, http: HttpRequest | None) -> None:
+    async def _connect(self, host: str, port: int, detail: object) -> None:
         proxy = self.proxy
         allowed, reason = proxy.rules.check_host(host, port)
         if not allowed:
@@ -632,7 +573,9 @@ class Connection(End):
         loop = proxy.loop
         deadline = loop.time() + self.limits.connect_timeout
         literal = proxy.names.literal(host)
-        addresses = literal or await proxy.names.addresses(host, port, deadline)
+        addresses = literal or await proxy.names.addresses(
+            host, port, deadline, who=self.user or ""
+        )
         failure = Refusal("unreachable", f"cannot connect to {host}:{port}")
         for addr in addresses:
             self.address = str(addr)
@@ -644,7 +587,7 @@ class Connection(End):
                 return
             made, failure = await self._attempt(str(addr), port, remaining, failure)
             if made is not None:
-                self._begin_relay(made, reason, http)
+                self._begin_relay(made, reason, detail)
                 return
         if loop.time() >= deadline and failure.kind == "unreachable":
             failure = Refusal("timeout", f"connecting to {host}:{port} timed out")
@@ -669,14 +612,15 @@ class Connection(End):
             failure = Refusal(
                 "unreachable", f"cannot connect to {addr} port {port}: {exc.strerror or exc}"
             )
+        finally:
+            if made.transport is None and made.holds_fd:  # never connected (or cancelled)
+                made.holds_fd = False
+                self.descriptors.give()
         if made.transport is not None:
             return made, failure
-        if made.holds_fd:  # never connected: its descriptor is no longer held
-            made.holds_fd = False
-            self.descriptors.give()
         return None, failure
 
-    def _begin_relay(self, up: Upstream, reason: str, http: HttpRequest | None) -> None:
+    def _begin_relay(self, up: Upstream, reason: str, detail: object) -> None:
         self.up = up
         client, upstream = self.transport, up.transport
         assert client is not None  # noqa: S101 - set in connection_made
@@ -688,11 +632,8 @@ class Connection(End):
         assert self.front is not None  # noqa: S101 - a front-end made the request
         self.verdict, self.reason = "allowed", reason
         self.peer, up.peer = up, self
-        to_client, to_upstream = self.front.opened(self, http)
-        if http is not None and not http.is_connect:
-            plain = self.plain = PlainHttp(self, http)
-            self.scan, up.scan = plain.request_scan, plain.response_scan
-        # Zero limits: pause/resume mark "holding data" / "fully drained" exactly.
+        self.out, up.out = upstream, client
+        to_client, to_upstream = self.front.opened(self, detail)
         high = self.limits.write_buffer_bytes
         client.set_write_buffer_limits(high=high, low=0)
         upstream.set_write_buffer_limits(high=high, low=0)
@@ -712,28 +653,40 @@ class Connection(End):
         if not upstream.get_write_buffer_size() and not self.held:
             client.resume_reading()
 
-    # ------------------------------------------------------------------ plain HTTP
+    # ------------------------------------------------------------------ a front's framing
+    def frame(self, framing: Framing) -> None:
+        """Pass the tunnel's bytes through `framing` (a front calls this from `opened`)."""
+        self.framing = framing
+
     def framing_step(self) -> None:
-        """After bytes went through the plain-HTTP scan: stop what must stop."""
-        plain = self.plain
-        if plain is None:
+        """After bytes went through the framing: stop what must stop."""
+        framing = self.framing
+        if framing is None:
             return
-        if plain.response.done:
+        if framing.finished():
             self.state = _DONE
-            # The one response is complete: close (flushing it) rather than let the
-            # connection carry a second request nobody checked.
+            # The exchange is complete: close (flushing it) rather than let the
+            # connection carry a second one nobody checked.
             for end in (self, self.up):
                 if end is not None and end.transport is not None and not end.lost:
                     end.transport.close()
-        elif plain.request.done and self.not_forwarded and not self.held:
+        elif framing.client_done() and not self.held:
             self.held = True
             if self.transport is not None:
                 self.transport.pause_reading()
 
     # ------------------------------------------------------------------ spliced directions
-    def try_splice(self, src: End, dst: End) -> None:
-        """Hand `src` → `dst` to splice(2), if the descriptor budget allows."""
-        if not self.descriptors.take(splicing.DESCRIPTORS):
+    def try_splice(self, src: End) -> None:
+        """Hand `src` → its peer to splice(2), if the descriptor budget allows."""
+        dst = src.peer
+        if (
+            dst is None
+            or self.framing is not None
+            or src.splice is not None
+            or src.eof
+            or not splicing.AVAILABLE
+            or not self.descriptors.take(splicing.DESCRIPTORS)
+        ):
             return
         direction = splicing.Direction(self.proxy.loop, self, src, dst, lift=self.descriptors.lift)
         if direction.start():
@@ -757,32 +710,3 @@ class Connection(End):
         for end in (self, self.up):
             if end is not None and end.transport is not None and not end.lost:
                 end.transport.abort()
-
-
-class PlainHttp:
-    """One plain-HTTP request and its response, as they pass (see `framing`)."""
-
-    __slots__ = ("conn", "request", "response")
-
-    def __init__(self, conn: Connection, http: HttpRequest) -> None:
-        self.conn = conn
-        self.request = Body(http.body_length, strict=True)
-        self.response = Response(
-            head_request=http.method == "HEAD", max_head=conn.limits.max_response_head_bytes
-        )
-
-    def request_scan(self, view: memoryview) -> int:
-        request = self.request
-        if request.done:
-            self.conn.not_forwarded += len(view)
-            return 0
-        end = request.scan(view)
-        if end != MORE:
-            self.conn.not_forwarded += len(view) - end
-        return request.raw
-
-    def response_scan(self, view: memoryview) -> int:
-        if self.response.done:
-            return 0
-        end = self.response.scan(view)
-        return len(view) if end == MORE else end
