@@ -1,4 +1,4 @@
-"""Fixtures for the macOS escape suite (runs only on macOS; CI's macos-latest job runs it).
+"""Fixtures for the macOS escape suite (runs only on macOS; CI's macos-15 and macos-14 jobs run it).
 
 Off macOS every test here is skipped with a visible reason. On macOS the suite does not
 skip: if `sandbox-exec` cannot confine a command here, every test errors with the reason.

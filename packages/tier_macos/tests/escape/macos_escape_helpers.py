@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 MACOS = sys.platform == "darwin"
 SKIP_REASON = (
     f"macOS escape suite: needs macOS and /usr/bin/sandbox-exec; this host is {sys.platform} "
-    "(CI's macos-latest job runs it)"
+    "(CI's macos-15 and macos-14 jobs run it)"
 )
 HERE = Path(__file__).parent
 PROBE_TIMEOUT_S = 60

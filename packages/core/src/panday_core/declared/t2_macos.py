@@ -353,7 +353,7 @@ def _guarantees() -> tuple[Guarantee, ...]:
             "or use T2 Linux, whose jails see only their own workspace",
         ),
         Guarantee(
-            name="Other terminals cannot be read, written or driven",
+            name="Other terminals are out of reach (no read, write or ioctl)",
             mechanism="file-read*, file-write* and file-ioctl denied last on /dev/ttys*, "
             "/dev/ptmx and the BSD pty pairs; commands run on pipes, with no controlling "
             "terminal of their own to except",
