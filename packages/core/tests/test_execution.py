@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from panday_core.execution import (
+    Breach,
     ChildProcess,
     Supervisor,
     acollect,
@@ -21,7 +22,7 @@ from panday_core.execution import (
     stream,
     truncation_marker,
 )
-from panday_core.types import ExecExit, LimitBreach, LimitKind, OutputChunk
+from panday_core.types import ExecExit, LimitKind, OutputChunk
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -161,10 +162,10 @@ class _Breaching(Supervisor):
     def __init__(self) -> None:
         self.calls = 0
 
-    def check(self) -> LimitBreach | None:
+    def check(self) -> Breach | None:
         self.calls += 1
         if self.calls >= 3:
-            return LimitBreach(kind=LimitKind.CPU, detail="test ceiling")
+            return ("cpu", "test ceiling")
         return None
 
 

@@ -1,6 +1,7 @@
-"""Jail plans (plan.py): made from a real session, cached per user, used only for their own
-key and only when nobody else could have written them; the planned jail is the session's
-jail, and every per-command refusal is made again at launch.
+"""Jail plans (plan.py): the plain value a real session launches from, cached per user, used
+only for their own key and only when nobody else could have written them; a cached plan
+launches through the session's own code (`jail.start`), and every per-command refusal is
+made again at launch.
 
 The CLI's use of plans (keys from its inputs, the full path on anything else) is tested end
 to end in packages/sdk/tests/test_cli_fast.py.
@@ -8,6 +9,7 @@ to end in packages/sdk/tests/test_cli_fast.py.
 
 from __future__ import annotations
 
+import marshal
 import os
 import shutil
 import sys
@@ -16,17 +18,15 @@ from typing import TYPE_CHECKING
 import pytest
 
 from panday_core import userstate
-from panday_core.errors import PolicyViolation, SandboxError
+from panday_core.errors import PolicyViolation
 from panday_core.policy import FsPolicy, Limits, SandboxPolicy
-from panday_core.types import ExecExit, LimitBreach, LimitKind, OutputChunk
-from panday_tier_linux import host, plan, plan_ceilings, planning
-from panday_tier_linux.argv import build_options
+from panday_tier_linux import host, jail, plan, planning
 from panday_tier_linux.session import open_session
-from panday_tier_linux.supervisor import JailSupervisor, StartCheck, Status
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from panday_core.execution import Ended
     from panday_tier_linux.session import LinuxSession
 
 pytestmark = pytest.mark.skipif(
@@ -59,19 +59,26 @@ def session_for(ws: Path, **kw: object) -> LinuxSession:
     return open_session(policy)
 
 
+def plan_of(session: LinuxSession, caller_env: tuple[str, ...] = ()) -> plan.Plan:
+    """The session's own plan, as `panday run` caches it (`panday.cli_plan.make`)."""
+    assert planning.cacheable(session)
+    made = session.plan
+    made.caller_env = caller_env
+    return made
+
+
 @pytest.fixture
 def made(ws: Path) -> plan.Plan:
     session = session_for(ws, wall_clock_ms=60_000, output_bytes=1 << 20, env={"FOO": "bar"})
     try:
-        found = planning.plan_of(session)
+        return plan_of(session)
     finally:
         session.close()
-    assert found is not None
-    return found
 
 
-def fields(p: plan.Plan) -> tuple[object, ...]:
-    return tuple(getattr(p, name) for name in plan.Plan.__slots__)
+def fields(p: plan.Plan) -> object:
+    """Every field of a plan, as values (marshal's bytes differ with string interning)."""
+    return marshal.loads(planning.encode(p))  # noqa: S302 - our own bytes
 
 
 def plan_files() -> list[Path]:
@@ -84,7 +91,8 @@ def plan_files() -> list[Path]:
 
 def captured(
     made: plan.Plan, argv: list[str], environ: dict[str, str] | None = None
-) -> tuple[bytes, bytes, plan.Ended]:
+) -> tuple[bytes, bytes, Ended | None]:
+    """Launch and run `argv` from `made`: its output and how it ended (None: never ran)."""
     launched = plan.launch(made, argv, environ or {})
     assert launched is not None
     out: dict[str, bytes] = {"stdout": b"", "stderr": b""}
@@ -269,7 +277,7 @@ def test_plans_are_kept_under_a_permissive_umask(ws: Path, cache: Path) -> None:
     try:
         session = session_for(ws)
         try:
-            found = planning.plan_of(session)
+            found = plan_of(session)
         finally:
             session.close()
         assert found is not None
@@ -357,37 +365,11 @@ def test_only_sessions_a_plan_can_hold_are_planned(ws: Path) -> None:
     assert not planning.plannable(disk)
 
 
-def test_the_planned_options_are_the_sessions(ws: Path) -> None:
-    session = session_for(ws, wall_clock_ms=60_000, env={"A": "1"})
-    try:
-        made = planning.plan_of(session)
-        assert made is not None
-        # Every session is bounded (the host's protection), so the jail waits on its block
-        # descriptor (5) to be moved into its cgroup or given its rlimits.
-        assert made.block
-        assert session.cgroup is not None or session.guard.rlimits
-        binds = ["--bind-fd", "7", str(ws)]
-        expected = build_options(
-            session.spec,
-            cwd=session.workspace,
-            seccomp_fd=4,
-            block_fd=5,
-            status_fd=6,
-            binds=binds,
-        )
-        assert [*made.head, *binds, *made.tail] == expected
-        assert made.program == session.program
-        assert made.bwrap == session.bwrap.path
-        assert made.wall_clock_ms == 60_000
-    finally:
-        session.close()
-
-
 def test_values_from_the_callers_environment_stay_out_of_the_plan(ws: Path) -> None:
     secret = "s3cret-" + os.urandom(8).hex()
     session = session_for(ws, env={"TOKEN": secret})
     try:
-        made = planning.plan_of(session, caller_env=["TOKEN"])
+        made = plan_of(session, caller_env=("TOKEN",))
     finally:
         session.close()
     assert made is not None
@@ -396,6 +378,7 @@ def test_values_from_the_callers_environment_stay_out_of_the_plan(ws: Path) -> N
     assert all(secret.encode() not in p.read_bytes() for p in plan_files())
     out, _err, ended = captured(made, ["/bin/sh", "-c", 'echo "$TOKEN"'], {"TOKEN": secret})
     assert out == secret.encode() + b"\n"
+    assert ended is not None
     assert ended.exit_code == 0
     assert plan.launch(made, ["/bin/true"], {}) is None  # the value is gone: not planned
 
@@ -409,12 +392,8 @@ def test_a_planned_command_runs_in_the_sessions_jail(made: plan.Plan, ws: Path) 
     )
     assert out == f"bar {ws}\n".encode()
     assert b"/etc/shadow: No such file or directory" in err
-    assert (ended.exit_code, ended.signal, ended.breach, ended.setup_failed) == (
-        3,
-        None,
-        None,
-        False,
-    )
+    assert ended is not None  # it ran
+    assert (ended.exit_code, ended.signal, ended.breach) == (3, None, None)
     assert (ws / "made").exists()
     assert not (ws / ".git").exists()  # the placeholder went with the command
 
@@ -422,7 +401,7 @@ def test_a_planned_command_runs_in_the_sessions_jail(made: plan.Plan, ws: Path) 
 def test_the_wall_clock_and_the_output_cap_hold(ws: Path) -> None:
     session = session_for(ws, wall_clock_ms=300, output_bytes=1024)
     try:
-        made = planning.plan_of(session)
+        made = plan_of(session)
     finally:
         session.close()
     assert made is not None
@@ -430,8 +409,10 @@ def test_the_wall_clock_and_the_output_cap_hold(ws: Path) -> None:
     assert len(out) == 1024 + len(
         b"\n[panday: stdout exceeded 1024 bytes; the rest was discarded]\n"
     )
+    assert ended is not None
     assert ended.breach == ("output", "stdout exceeded limits.output_bytes=1024; truncated")
     _out, _err, ended = captured(made, ["/bin/sleep", "30"])
+    assert ended is not None
     assert ended.breach is not None
     assert ended.breach[0] == "wall_clock"
     assert ended.signal == 9
@@ -439,7 +420,7 @@ def test_the_wall_clock_and_the_output_cap_hold(ws: Path) -> None:
 
 def test_a_program_bwrap_cannot_start_is_a_setup_failure(made: plan.Plan) -> None:
     out, err, ended = captured(made, ["/no/such/program"])
-    assert ended.setup_failed
+    assert ended is None  # it never ran
     assert (out, err) == (b"", b"")  # bwrap's own line is held back, as the session's guard does
 
 
@@ -486,103 +467,32 @@ def test_a_planned_command_is_held_by_its_cgroup_ceilings(ws: Path) -> None:
         return
     session = session_for(ws, pids=16, mem_bytes=64 << 20, cpu_ms=300, wall_clock_ms=20_000)
     try:
-        made = planning.plan_of(session)
+        made = plan_of(session)
     finally:
         session.close()
     assert made is not None
     assert dict(made.explicit) == {"pids": 16, "mem_bytes": 64 << 20, "cpu_ms": 300}
     assert made.held == tuple(sorted(made.explicit))  # the policy's own: nothing added
     out, _err, ended = captured(made, ["/bin/sh", "-c", "echo fine"])  # control
+    assert ended is not None
     assert (out, ended.breach) == (b"fine\n", None)
     bomb = "for i in $(seq 40); do sleep 5 & done; wait"
     _out, _err, ended = captured(made, ["/bin/sh", "-c", bomb])
+    assert ended is not None
     assert ended.breach is not None
     assert ended.breach[0] == "pids"
     # Touches 300 MB in a few milliseconds of CPU: the memory ceiling, not cpu_ms, ends it
     # (a shell filling a variable byte by byte crossed the 300 ms first under load).
     hog = "x = b'a' * (300 << 20); print(len(x))"
     _out, _err, ended = captured(made, ["/usr/bin/python3", "-c", hog])
+    assert ended is not None
     assert ended.breach is not None
     assert ended.breach[0] == "memory"
     _out, _err, ended = captured(made, ["/bin/sh", "-c", "while :; do :; done"])
+    assert ended is not None
     assert ended.breach is not None
     assert ended.breach[0] == "cpu"
     assert ended.signal == 9
-
-
-class _Counters:
-    """A command cgroup's counters, as `ExecCgroup` reads them."""
-
-    def __init__(self, *, oom: int, refused: int, cpu_ns: int | None) -> None:
-        self.limits = {"mem_bytes": 1 << 26, "pids": 16}
-        self.oom, self.refused, self.cpu_ns = oom, refused, cpu_ns
-
-    def oom_kills(self) -> int:
-        return self.oom
-
-    def pids_refused(self) -> int:
-        return self.refused
-
-    def cpu_usage_ns(self) -> int | None:
-        return self.cpu_ns
-
-    def read_back(self) -> dict[str, str]:
-        return {}
-
-    def kill(self) -> None:
-        pass
-
-
-@pytest.mark.parametrize("defaults", [frozenset[str](), frozenset({"pids", "mem_bytes"})])
-@pytest.mark.parametrize(
-    ("oom", "refused", "cpu_ns", "cpu_ms"),
-    [(0, 0, 10, None), (1, 0, 0, None), (0, 3, 0, None), (0, 0, 400_000_000, 300), (1, 2, 9, 5)],
-)
-def test_ceiling_breaches_are_the_supervisors(
-    oom: int, refused: int, cpu_ns: int | None, cpu_ms: int | None, defaults: frozenset[str]
-) -> None:
-    counters = _Counters(oom=oom, refused=refused, cpu_ns=cpu_ns)
-    sup = JailSupervisor(
-        cgroup=counters,  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - the counters it reads
-        cpu_ms=cpu_ms,
-        disk_bytes=None,
-        status=Status(-1),
-        defaults=defaults,
-    )
-    theirs = sup.finished(None)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - unused
-    ours = plan_ceilings.ceiling_breach(counters, cpu_ms, defaults)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - as above
-    assert ours == (None if theirs is None else (theirs.kind.value, theirs.detail))
-
-
-@pytest.mark.parametrize(
-    ("status", "exit_code", "breach"),
-    [
-        (b'{ "child-pid": 12 }\n{ "exit-code": 0 }\n', 0, None),
-        (b'{ "child-pid": 12 }\n{ "exit-code": 1 }\n', 1, None),
-        (b'{ "child-pid": 12 }\n', 1, None),
-        (b'{ "child-pid": 12 }\n', 7, None),
-        (b'{ "child-pid": 12 }\n', None, None),
-        (b"", 1, None),
-        (b"", None, None),
-        (b"", 1, LimitBreach(kind=LimitKind.WALL_CLOCK, detail="x")),
-    ],
-)
-def test_the_setup_failure_condition_is_the_supervisors(
-    status: bytes, exit_code: int | None, breach: LimitBreach | None
-) -> None:
-    sup = JailSupervisor(cgroup=None, cpu_ms=None, disk_bytes=None, status=Status(-1))
-    sup.status.text = status
-    event = ExecExit(
-        exit_code=exit_code, signal=None if exit_code is not None else 9, wall_ms=1.0, breach=breach
-    )
-    check = StartCheck("prog", sup, relay=False)
-    check.feed(OutputChunk(stream="stderr", data=b"bwrap: something\n"))
-    try:
-        check.settle(event)
-        supervisor_says = False
-    except SandboxError:  # CommandNotFound, WorkspaceUnusable, TierUnavailable: it never ran
-        supervisor_says = True
-    assert plan.setup_failed(status, exit_code=exit_code, breach=breach) is supervisor_says
 
 
 # ---------------------------------------------------------------------- the host's protection
@@ -595,13 +505,14 @@ def _bounds_of_a_planned_jail(made: plan.Plan) -> tuple[dict[str, str], str]:
     process inside it reads them."""
     launched = plan.launch(made, LIMITS_PROBE, {})
     assert launched is not None
-    held = {} if launched.cgroup is None else launched.cgroup.read_back()
+    held = {} if launched.sup.cgroup is None else launched.sup.cgroup.read_back()
     out: dict[str, bytes] = {"stdout": b"", "stderr": b""}
 
     def write(stream: str, data: bytes) -> None:
         out[stream] += data
 
     ended = plan.run(launched, made, write=write)
+    assert ended is not None
     assert ended.exit_code == 0, out
     return held, out["stdout"].decode()
 
@@ -616,7 +527,7 @@ def test_a_planned_jail_is_bounded_as_the_sessions_jail(ws: Path) -> None:
     # cgroup's ceilings where this caller can write one, else as rlimits.
     session = session_for(ws)
     try:
-        made = planning.plan_of(session)
+        made = plan_of(session)
         theirs = _bounds_of_a_sessions_jail(session)
     finally:
         session.close()
@@ -638,12 +549,12 @@ def test_without_a_writable_cgroup_a_planned_jail_gets_the_sessions_rlimits(
     monkeypatch.setattr(cgroups, "open_session", refuse)
     session = session_for(ws)
     try:
-        made = planning.plan_of(session)
+        made = plan_of(session)
         theirs = _bounds_of_a_sessions_jail(session)
     finally:
         session.close()
     assert made is not None
-    assert (made.held, made.block) == ((), True)
+    assert made.held == ()  # no cgroup: the host's protection as rlimits (the jail blocks)
     memory = hostguard.ceilings()["mem_bytes"]
     # Control: the session's jail has the host's RLIMIT_AS.
     assert f"Max address space         {memory:<21}{memory:<21}bytes" in theirs[1], theirs
@@ -662,13 +573,13 @@ def test_a_plan_is_used_only_where_its_bounds_are_what_a_session_would_get(
 
     session = session_for(ws)
     try:
-        here = planning.plan_of(session)
+        here = plan_of(session)
     finally:
         session.close()
     monkeypatch.setattr(cgroups, "open_session", refuse)
     session = session_for(ws)
     try:
-        elsewhere = planning.plan_of(session)
+        elsewhere = plan_of(session)
     finally:
         session.close()
     assert here is not None
@@ -691,7 +602,7 @@ def test_a_plan_is_used_only_where_its_bounds_are_what_a_session_would_get(
 def test_launch_refuses_a_workspace_the_jail_cannot_enter(
     made: plan.Plan, ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from panday_core.process import spawn as real  # noqa: PLC0415 - what plan.launch calls
+    from panday_core.process import spawn as real  # noqa: PLC0415 - what jail.start calls
 
     spawned: list[object] = []
 
@@ -699,7 +610,7 @@ def test_launch_refuses_a_workspace_the_jail_cannot_enter(
         spawned.append(args)
         return real(*args, **kwargs)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType] - passed through
 
-    monkeypatch.setattr(plan, "spawn", spawn)
+    monkeypatch.setattr(jail, "spawn", spawn)
     control = plan.launch(made, ["/bin/true"], {})
     assert control is not None
     control.close()
@@ -720,7 +631,8 @@ def test_launch_refuses_a_workspace_the_jail_cannot_enter(
 def test_a_command_printing_bwraps_words_keeps_its_own_exit(made: plan.Plan) -> None:
     script = 'echo "bwrap: execvp nothing: No such file or directory" >&2; exit 125'
     out, err, ended = captured(made, ["/bin/sh", "-c", script])
-    assert (ended.exit_code, ended.setup_failed) == (125, False)
+    assert ended is not None  # its own exit, not a setup failure
+    assert ended.exit_code == 125
     assert (out, err) == (b"", b"bwrap: execvp nothing: No such file or directory\n")
 
 
@@ -729,18 +641,19 @@ def test_the_model_defaults_and_unbounded_are_planned_as_the_session_applies_the
 ) -> None:
     session = session_for(ws)  # nothing written: the model's defaults
     try:
-        made = planning.plan_of(session)
+        made = plan_of(session)
     finally:
         session.close()
     assert made is not None
     assert (made.output_bytes, made.wall_clock_ms) == (16 << 20, 600_000)
     session = session_for(ws, output_bytes="unbounded", wall_clock_ms="unbounded")
     try:
-        made = planning.plan_of(session)
+        made = plan_of(session)
     finally:
         session.close()
     assert made is not None
     assert (made.output_bytes, made.wall_clock_ms) == (None, None)
     assert plan.Plan.decode(planning.encode(made)) is not None
     out, _err, ended = captured(made, ["/bin/sh", "-c", "head -c 20000000 /dev/zero"])
+    assert ended is not None
     assert (len(out), ended.breach) == (20_000_000, None)

@@ -42,12 +42,17 @@ from panday_core.startup import suppress
 __all__ = [
     "DRAIN_GRACE_S",
     "READ_SIZE",
+    "Breach",
     "ChildProcess",
+    "Ended",
+    "Pump",
     "Supervisor",
     "acollect",
     "astream",
     "collect",
+    "exit_event",
     "output_breach_detail",
+    "run_plain",
     "spawn",
     "stream",
     "truncation_marker",
@@ -59,10 +64,15 @@ __all__ = [
 # they are imported where an event is made.
 TYPE_CHECKING = False  # typing's flag without importing typing
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterable, AsyncIterator, Generator, Iterable
+    from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterable
 
     from panday_core.process import Stream
-    from panday_core.types import ExecEvent, ExecExit, ExecResult, LimitBreach
+    from panday_core.types import ExecEvent, ExecExit, ExecResult
+
+
+Breach = tuple[str, str]
+"""A crossed ceiling as plain values: (`panday_core.types.LimitKind` value, detail). The
+pump and the supervisors speak this; `stream` and `astream` make `LimitBreach` of it."""
 
 
 class Supervisor:
@@ -70,7 +80,7 @@ class Supervisor:
 
     `tick_s` asks for `check` to run that often while the command runs (CPU-time ceilings
     are polled); `kill` must kill the whole tree; `finished` turns counters read after the
-    exit (an OOM kill, a refused fork) into a typed breach.
+    exit (an OOM kill, a refused fork) into a breach.
     """
 
     tick_s: float | None = None
@@ -78,7 +88,7 @@ class Supervisor:
     def started(self, proc: ChildProcess) -> None:
         """Called right after spawning (e.g. to move the jail into its cgroup)."""
 
-    def check(self) -> LimitBreach | None:
+    def check(self) -> Breach | None:
         """Called every `tick_s` while the command runs; a breach ends it."""
         return None
 
@@ -86,37 +96,66 @@ class Supervisor:
         """Kill everything the command started. Must be idempotent and must not block long."""
         proc.signal_group(_signal.SIGKILL)
 
-    def finished(self, proc: ChildProcess) -> LimitBreach | None:  # noqa: ARG002 - hook signature
+    def finished(self, proc: ChildProcess) -> Breach | None:  # noqa: ARG002 - hook signature
         """Called once after the command was reaped: which ceiling, if any, ended it."""
         return None
 
 
-class _Pump:
-    """One command's I/O and timers as a state machine; `stream` and `astream` drive it."""
+class Ended:
+    """How a command ended, as plain values (what `ExecExit` is made of)."""
+
+    __slots__ = ("breach", "exit_code", "signal", "truncated_stderr", "truncated_stdout", "wall_ms")
+
+    def __init__(
+        self,
+        *,
+        exit_code: int | None,
+        signal: int | None,
+        wall_ms: float,
+        breach: Breach | None,
+        truncated_stdout: bool,
+        truncated_stderr: bool,
+    ) -> None:
+        self.exit_code = exit_code
+        self.signal = signal
+        self.wall_ms = wall_ms
+        self.breach = breach
+        self.truncated_stdout = truncated_stdout
+        self.truncated_stderr = truncated_stderr
+
+
+class Pump:
+    """One command's I/O and timers as a state machine, in plain values: output goes to
+    `write(stream, data)` as it is read (within the cap, then the marker), and `ended` is
+    set once the command and its output are done. `stream` and `astream` drive it and
+    make events of what it writes; `panday run`'s cached path drives it writing straight
+    to its own output (`run_plain`), without the value types (msgspec)."""
 
     def __init__(
         self,
         proc: ChildProcess,
         supervisor: Supervisor,
         *,
-        stdin_data: bytes | None,
-        output_cap: int | None,
-        timeout_ms: int | None,
+        write: Callable[[Stream, bytes], None],
+        stdin_data: bytes | None = None,
+        output_cap: int | None = None,
+        timeout_ms: int | None = None,
     ) -> None:
         self.proc = proc
         self.sup = supervisor
+        self.write = write
         self.cap = output_cap
         self.pending = memoryview(stdin_data or b"")
         self.kept = {"stdout": 0, "stderr": 0}
         self.truncated = {"stdout": False, "stderr": False}
-        self.output_breach: LimitBreach | None = None
-        self.kill_breach: LimitBreach | None = None
+        self.output_breach: Breach | None = None
+        self.kill_breach: Breach | None = None
         self.deadline = proc.started + timeout_ms / 1000 if timeout_ms is not None else None
         self.timeout_ms = timeout_ms
         self.next_tick = proc.started + supervisor.tick_s if supervisor.tick_s else None
         self.exited_at: float | None = None
         self.drain_until: float | None = None
-        self.result: ExecExit | None = None
+        self.ended: Ended | None = None
         self.streams: dict[int, Stream] = {}
         if proc.stdout is not None:
             self.streams[proc.stdout] = "stdout"
@@ -163,14 +202,13 @@ class _Pump:
 
     # -- one step
 
-    def step(self, timeout: float | None) -> list[ExecEvent]:
-        events: list[ExecEvent] = []
-        if self.result is not None:
-            return events
+    def step(self, timeout: float | None) -> None:
+        if self.ended is not None:
+            return
         wait_ms = None if timeout is None else int(timeout * 1000) + (timeout > 0)
         for fd, _mask in self.poller.poll(wait_ms):
             if fd in self.streams:
-                self._read(fd, events)
+                self._read(fd)
             elif fd == self.proc.stdin:
                 self._write()
             elif fd == self.proc.pidfd:
@@ -181,10 +219,9 @@ class _Pump:
         if self.exited_at is None:
             self._timers(now)
         if self.exited_at is not None and (not self.streams or (self.drain_until or 0) <= now):
-            self._finish(events)
-        return events
+            self._finish()
 
-    def _read(self, fd: int, events: list[ExecEvent]) -> None:
+    def _read(self, fd: int) -> None:
         try:
             data = os.read(fd, READ_SIZE)
         except BlockingIOError:
@@ -193,22 +230,19 @@ class _Pump:
         if not data:
             self._close_stream(fd)
             return
-        from panday_core.types import LimitBreach, LimitKind, OutputChunk  # noqa: PLC0415 - see the imports
-
         if self.cap is None:
-            events.append(OutputChunk(stream=stream, data=data))
+            self.write(stream, data)
             return
         room = self.cap - self.kept[stream]
         if room > 0:
             kept = data[:room]
             self.kept[stream] += len(kept)
-            events.append(OutputChunk(stream=stream, data=kept))
+            self.write(stream, kept)
         if len(data) > room and not self.truncated[stream]:
             self.truncated[stream] = True
-            events.append(OutputChunk(stream=stream, data=truncation_marker(stream, self.cap)))
+            self.write(stream, truncation_marker(stream, self.cap))
             if self.output_breach is None:
-                detail = output_breach_detail(stream, self.cap)
-                self.output_breach = LimitBreach(kind=LimitKind.OUTPUT, detail=detail)
+                self.output_breach = ("output", output_breach_detail(stream, self.cap))
 
     def _write(self) -> None:
         fd = self.proc.stdin
@@ -246,10 +280,7 @@ class _Pump:
         if self.kill_breach is not None:
             return
         if self.deadline is not None and now >= self.deadline:
-            from panday_core.types import LimitBreach, LimitKind  # noqa: PLC0415 - see the imports
-
-            detail = wall_clock_detail(self.timeout_ms)
-            self._kill(LimitBreach(kind=LimitKind.WALL_CLOCK, detail=detail))
+            self._kill(("wall_clock", wall_clock_detail(self.timeout_ms)))
             return
         if self.next_tick is not None and now >= self.next_tick:
             breach = self.sup.check()
@@ -258,7 +289,7 @@ class _Pump:
             if breach is not None:
                 self._kill(breach)
 
-    def _kill(self, breach: LimitBreach) -> None:
+    def _kill(self, breach: Breach) -> None:
         self.kill_breach = breach
         self.sup.kill(self.proc)
 
@@ -276,7 +307,7 @@ class _Pump:
             os.close(self.proc.pidfd)
             self.proc.pidfd = None
 
-    def _finish(self, events: list[ExecEvent]) -> None:
+    def _finish(self) -> None:
         for fd in list(self.streams):
             self._close_stream(fd)
         self._close_stdin()
@@ -284,9 +315,7 @@ class _Pump:
         code = os.waitstatus_to_exitcode(status)
         breach = self.kill_breach or self.sup.finished(self.proc) or self.output_breach
         exited = self.exited_at or time.monotonic()
-        from panday_core.types import ExecExit  # noqa: PLC0415 - see the imports
-
-        self.result = ExecExit(
+        self.ended = Ended(
             exit_code=code if code >= 0 else None,
             signal=-code if code < 0 else None,
             wall_ms=(exited - self.proc.started) * 1000,
@@ -294,14 +323,87 @@ class _Pump:
             truncated_stdout=self.truncated["stdout"],
             truncated_stderr=self.truncated["stderr"],
         )
-        events.append(self.result)
 
     def abort(self) -> None:
         """The consumer stopped listening: kill the tree, reap, release every descriptor."""
-        if self.result is None and self.proc.status is None:
+        if self.ended is None and self.proc.status is None:
             self.sup.kill(self.proc)
             self.proc.reap(block=True)
         self.proc.close()
+
+
+def run_plain(
+    proc: ChildProcess,
+    supervisor: Supervisor,
+    *,
+    write: Callable[[Stream, bytes], None],
+    output_cap: int | None = None,
+    timeout_ms: int | None = None,
+) -> Ended:
+    """Pump one command to its end, writing its output to `write` (blocking, no asyncio,
+    no value types); the tree is killed and every descriptor released whatever happens."""
+    pump = Pump(proc, supervisor, write=write, output_cap=output_cap, timeout_ms=timeout_ms)
+    try:
+        while pump.ended is None:
+            pump.step(pump.timeout())
+        return pump.ended
+    finally:
+        pump.abort()
+
+
+class _Events:
+    """The event face of a `Pump`: what it writes, as `OutputChunk` events, then its end
+    as one `ExecExit` (the value types are made here, one layer above the pump)."""
+
+    def __init__(
+        self,
+        proc: ChildProcess,
+        supervisor: Supervisor,
+        *,
+        stdin_data: bytes | None,
+        output_cap: int | None,
+        timeout_ms: int | None,
+    ) -> None:
+        from panday_core.types import OutputChunk  # noqa: PLC0415 - see the imports
+
+        self.chunk = OutputChunk
+        self.events: list[ExecEvent] = []
+        self.pump = Pump(
+            proc,
+            supervisor,
+            write=self._write,
+            stdin_data=stdin_data,
+            output_cap=output_cap,
+            timeout_ms=timeout_ms,
+        )
+        self.done = False
+
+    def _write(self, stream: Stream, data: bytes) -> None:
+        self.events.append(self.chunk(stream=stream, data=data))
+
+    def step(self, timeout: float | None) -> list[ExecEvent]:
+        self.pump.step(timeout)
+        events, self.events = self.events, []
+        ended = self.pump.ended
+        if ended is not None and not self.done:
+            self.done = True
+            events.append(exit_event(ended))
+        return events
+
+
+def exit_event(ended: Ended) -> ExecExit:
+    """The `ExecExit` of a plain `Ended`."""
+    from panday_core.types import ExecExit, LimitBreach, LimitKind  # noqa: PLC0415 - see the imports
+
+    breach = ended.breach
+    return ExecExit(
+        exit_code=ended.exit_code,
+        signal=ended.signal,
+        wall_ms=ended.wall_ms,
+        breach=None if breach is None else LimitBreach(kind=LimitKind(breach[0]), detail=breach[1]),
+        truncated_stdout=ended.truncated_stdout,
+        truncated_stderr=ended.truncated_stderr,
+    )
 
 
 def stream(
@@ -313,17 +415,17 @@ def stream(
     timeout_ms: int | None = None,
 ) -> Generator[ExecEvent, None, None]:
     """Output chunks as they are read, then exactly one `ExecExit` (blocking, no asyncio)."""
-    pump = _Pump(
+    face = _Events(
         proc, supervisor, stdin_data=stdin_data, output_cap=output_cap, timeout_ms=timeout_ms
     )
     try:
-        while pump.result is None:
-            yield from pump.step(pump.timeout())
+        while not face.done:
+            yield from face.step(face.pump.timeout())
     finally:
-        pump.abort()
+        face.pump.abort()
 
 
-async def _wait(pump: _Pump) -> None:
+async def _wait(pump: Pump) -> None:
     """Sleep until one of the pump's descriptors is ready or its next timer is due."""
     import asyncio  # noqa: PLC0415 - only async callers pay for asyncio
 
@@ -361,18 +463,18 @@ async def astream(
     timeout_ms: int | None = None,
 ) -> AsyncIterator[ExecEvent]:
     """`stream` for asyncio: the loop waits on the same descriptors; nothing blocks it."""
-    pump = _Pump(
+    face = _Events(
         proc, supervisor, stdin_data=stdin_data, output_cap=output_cap, timeout_ms=timeout_ms
     )
     try:
         while True:
-            for event in pump.step(0):
+            for event in face.step(0):
                 yield event
-            if pump.result is not None:
+            if face.done:
                 return
-            await _wait(pump)
+            await _wait(face.pump)
     finally:
-        pump.abort()
+        face.pump.abort()
 
 
 class _Collector:

@@ -59,7 +59,9 @@ if TYPE_CHECKING:
     from typing import NoReturn
 
     from panday.terminal import Filter
-    from panday_tier_linux.plan import Ended, Launched, Plan, Stream
+    from panday_core.execution import Ended
+    from panday_core.process import Stream
+    from panday_tier_linux.plan import Launched, Plan
 
 KEY_FORMAT = "panday-run-plan 1"
 VALUED = frozenset(
@@ -350,7 +352,7 @@ def _finish(plan: Plan, launched: Launched, output: _Output) -> int | None:
         ended = jail.run(launched, plan, write=output.write)
     except BaseException as exc:  # noqa: BLE001 - as `panday.cli.main`: one line and a code
         return _report(exc)
-    if ended.setup_failed:
+    if ended is None:  # the command never ran: the full path runs it and says why
         return None
     try:
         output.flush()

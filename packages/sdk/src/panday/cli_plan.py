@@ -41,11 +41,15 @@ def make(
         return None
     session = open_session(policy)
     try:
-        made = planning.plan_of(session, caller_env=caller_env(options))
+        # The session's own plan (what it launches its commands from), with the names whose
+        # values the cache must not hold (`planning.encode` leaves them out).
+        made = session.plan
+        names = tuple(caller_env(options))
+        if not planning.cacheable(session) or not set(names) <= set(made.spec.env):
+            return None
+        made.caller_env = names
     finally:
         session.close()
-    if made is None:
-        return None
     # Keyed by the inputs and facts as they are *after* the open (the session made the /etc
     # view if it was missing), and only when the inputs did not change while it was made (a
     # policy file edited meanwhile): a plan is never stored under inputs it was not made of.

@@ -26,8 +26,7 @@ socket) bound read-only at `BRIDGE_DIR`, the relay run in front of the command
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+TYPE_CHECKING = False  # typing's flag without importing typing: a cached run builds options
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 
-# `panday run`'s cached start-up bounds its jail with this module (plan_ceilings), so it
+# `panday run`'s cached start-up bounds its jail with this module (`jail.Guard.open`), so it
 # imports nothing costly at load time: no typing (panday_core.startup).
 TYPE_CHECKING = False  # typing's flag without importing typing
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ def open_cgroups(
     and, when the policy's own ceilings cannot be held, field -> why (a refusal).
 
     One function for a session's open and for `panday run`'s cached start-up
-    (`plan_ceilings`), so a planned jail is bounded exactly as a session's would be now.
+    (`plan.open_guard`), so a planned jail is bounded exactly as a session's would be now.
     """
     from panday_tier_linux import cgroups  # noqa: PLC0415 - loaded when a session opens
 

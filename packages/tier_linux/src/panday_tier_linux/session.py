@@ -2,16 +2,18 @@
 
 `open_session` checks the policy against what this host can enforce and refuses (raising
 `PolicyViolation` naming each field) before anything is spawned; then it fixes the jail
-(argv builder input, seccomp program, cgroups) once. `exec` runs one command per call:
+once, as a `plan.Plan` (a plain value: which bwrap, the jail's spec, the seccomp program,
+the bounds). `exec` runs one command per call, launched from the plan by `jail.start`,
+the one launch path (``panday run``'s cached plan takes the same):
 
 1. write the bwrap options and the seccomp program into descriptors (``--args``,
    ``--seccomp``), so no secret is on a command line and nothing is compiled per command;
 2. spawn bwrap through the core's `spawn` (exactly those descriptors are inherited);
 3. when ceilings need it, bwrap waits on ``--block-fd`` while we read the jail's pid from
    ``--json-status-fd``, move it into the command's cgroup and find its /tmp; then release
-   it, so not one instruction of the command runs outside its ceilings;
+   it, so not one instruction of the command runs outside its ceilings (`jail.release`);
 4. stream through the core's pump with a supervisor that kills the pid namespace and turns
-   cgroup counters into typed breaches.
+   cgroup counters into breaches; the value types (events) are made one layer up, here.
 
 A session with ``net.allow`` also holds the egress bridge (`bridge.Bridge`): the session's
 proxy, the relay run in front of each command, and per-command proxy credentials.
@@ -21,27 +23,21 @@ from __future__ import annotations
 
 import itertools
 import os
-import time
 from typing import TYPE_CHECKING, Self, TypedDict
 
 import msgspec
 
 from panday_core.capabilities import Refusal, check_policy, no_egress_proxy
 from panday_core.errors import Internal, PolicyViolation, TierUnavailable, WorkspaceUnusable
-from panday_core.execution import ChildProcess, astream, collect, spawn, stream
-from panday_core.process import data_fd
+from panday_core.execution import ChildProcess, astream, collect, stream
 from panday_core.protect import is_env_hook
 from panday_core.types import ExecSpec, SandboxTier
 from panday_tier_linux import host
-from panday_tier_linux.argv import JailSpec, build_options, jail_command
+from panday_tier_linux.argv import JailSpec
 from panday_tier_linux.capabilities import DISK_NEEDS_RO, host_capabilities
-from panday_tier_linux.supervisor import (
-    JailSupervisor,
-    StartCheck,
-    Status,
-    await_tmpfs,
-    bwrap_error,
-)
+from panday_tier_linux.jail import CgroupError, Guard, ceilings_of, release, start
+from panday_tier_linux.plan import Plan
+from panday_tier_linux.supervisor import JailSupervisor, StartCheck, bwrap_error
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Generator, Sequence
@@ -52,11 +48,10 @@ if TYPE_CHECKING:
     from panday_core.types import ExecEvent, ExecResult, Snapshot
     from panday_tier_linux.binds import Roots
     from panday_tier_linux.bridge import Bridge
-    from panday_tier_linux.cgroups import ExecCgroup, SessionCgroup
+    from panday_tier_linux.cgroups import SessionCgroup
     from panday_tier_linux.enforcement import Enforcement
 
 TIER = SandboxTier.T2_LINUX
-_CHILD_PID_TIMEOUT_S = 30.0
 
 
 def _sanitize_id(session_id: str | None) -> str:
@@ -70,8 +65,7 @@ def _sanitize_id(session_id: str | None) -> str:
 
 def _cgroup_limits(policy: SandboxPolicy) -> dict[str, int]:
     limits = policy.limits
-    wanted = {"mem_bytes": limits.mem_bytes, "pids": limits.pids, "cpu_ms": limits.cpu_ms}
-    return {k: v for k, v in wanted.items() if v is not None}
+    return ceilings_of(limits.mem_bytes, limits.pids, limits.cpu_ms)
 
 
 class _StreamOptions(TypedDict):
@@ -122,29 +116,38 @@ class LinuxSession:
         session_id: str,
         policy: SandboxPolicy,
         bwrap: host.Bwrap,
-        spec: JailSpec,
+        plan: Plan,
         roots: Roots,
-        program: bytes,
-        cgroup: SessionCgroup | None,
+        guard: Guard,
         bridge: Bridge | None = None,
-        guard: _Guard | None = None,
     ) -> None:
         self.id = session_id
         self.policy = policy
         self.bwrap = bwrap
-        self.spec = spec
+        self.plan = plan
+        """The jail, fixed at open: every command is launched from it (`jail.start`)."""
         self.roots = roots
         """The workspace and staged paths, held open; each command's binds come from it."""
-        self.program = program
-        self.cgroup = cgroup
         self.bridge = bridge
         """The egress bridge (proxy and relay) when the policy has ``net.allow``."""
-        self.guard = guard or _Guard(_cgroup_limits(policy), {})
-        """The pid and memory bounds: the policy's, else the host's protection (hostguard)."""
+        self.guard = guard
+        """The session's cgroup and bounds: the policy's, else the host's protection."""
         self.closed = False
         self._commands = itertools.count(1)
         self._running: dict[int, tuple[ChildProcess, JailSupervisor]] = {}
         self._t0: T0Session | None = None
+
+    @property
+    def spec(self) -> JailSpec:
+        return self.plan.spec
+
+    @property
+    def program(self) -> bytes:
+        return self.plan.program
+
+    @property
+    def cgroup(self) -> SessionCgroup | None:
+        return self.guard.session
 
     @property
     def workspace(self) -> str:
@@ -172,14 +175,6 @@ class LinuxSession:
         values = [v for v in (spec.timeout_ms, self.policy.limits.wall_clock_cap) if v is not None]
         return min(values) if values else None
 
-    def _exec_cgroup(self) -> ExecCgroup | None:
-        if self.cgroup is None:
-            return None
-        try:
-            return self.cgroup.new_exec(self.guard.held)
-        except OSError as exc:
-            raise Internal(f"cannot create the command's cgroup: {exc}") from exc
-
     def _proxy_env(self, spec: ExecSpec) -> dict[str, str] | None:
         """The proxy variables for one command, with credentials issued for its id (the
         caller's `ExecSpec.command_id`, else ``cmd-N``); None without the bridge."""
@@ -191,38 +186,6 @@ class LinuxSession:
         except ValueError as exc:
             raise ValueError(f"command_id: {exc}") from None
 
-    def _descriptors(
-        self, options: list[str], given: list[int], *, block: bool, relay: bool
-    ) -> tuple[int, int, int]:
-        """Make what bwrap is given, in the order it numbers them (appended to `given`, which
-        the caller closes once bwrap has its copies): its options, the seccomp program,
-        [the block pipe,] the status pipe, [the relay's report pipe]. Returns our ends
-        (block write, status read, report read), -1 where there is none."""
-        ours: list[int] = []
-        try:
-            given.append(
-                data_fd(b"".join(o.encode("utf-8", "surrogateescape") + b"\0" for o in options))
-            )
-            given.append(data_fd(self.program))
-            block_w = status_r = report_r = -1
-            if block:
-                block_r, block_w = os.pipe()
-                ours.append(block_w)
-                given.append(block_r)
-            status_r, status_w = os.pipe()
-            ours.append(status_r)
-            given.append(status_w)
-            if relay:
-                report_r, report_w = os.pipe()
-                ours.append(report_r)
-                os.set_blocking(report_r, False)
-                given.append(report_w)
-        except BaseException:
-            for fd in ours:
-                os.close(fd)
-            raise
-        return block_w, status_r, report_r
-
     def launch(self, spec: ExecSpec) -> tuple[ChildProcess, JailSupervisor]:
         """Spawn the jail for `spec` with its ceilings in place (used by `exec`)."""
         if self.closed:
@@ -230,57 +193,22 @@ class LinuxSession:
         cwd = self._cwd(spec.cwd)
         proxy_env = self._proxy_env(spec)
         binds = self.roots.command_binds()
-        exec_cgroup: ExecCgroup | None = None
-        block = (
-            self.cgroup is not None or self.spec.tmp_bytes is not None or bool(self.guard.rlimits)
-        )
-        relay = self.spec.relay is not None
-        given: list[int] = []
-        block_w = status_r = report_r = -1
         try:
-            exec_cgroup = self._exec_cgroup()
-            # Descriptors as the child sees them: 3 options, 4 seccomp, [5 block,] status,
-            # [the relay's report pipe,] then the binds' directories.
-            status_child = 6 if block else 5
-            options = build_options(
+            proc, sup, block_w = start(
                 self.spec,
+                spec.argv,
+                bwrap=self.bwrap.path,
+                program=self.program,
+                binds=binds,
                 cwd=cwd,
-                seccomp_fd=4,
-                block_fd=5 if block else None,
-                status_fd=status_child,
+                guard=self.guard,
+                cpu_ms=self.policy.limits.cpu_ms,
                 env=proxy_env,
-                binds=binds.options(status_child + (2 if relay else 1)),
+                stdin=spec.stdin is not None,
             )
-            block_w, status_r, report_r = self._descriptors(
-                options, given, block=block, relay=relay
-            )
-            report_child = status_child + 1 if relay else None
-            command = jail_command(self.spec, spec.argv, report_fd=report_child)
-            argv = [self.bwrap.path, "--args", "3", "--", *command]
-            proc = spawn(argv, env={}, stdin=spec.stdin is not None, pass_fds=[*given, *binds.fds])
-        except BaseException:
-            if exec_cgroup is not None:
-                exec_cgroup.remove()
-            for fd in (block_w, status_r, report_r):
-                if fd >= 0:
-                    os.close(fd)
-            binds.close()
-            raise
-        finally:
-            for fd in given:
-                os.close(fd)
-        binds.spawned()
-        limits_policy = self.policy.limits
-        sup = JailSupervisor(
-            cgroup=exec_cgroup,
-            cpu_ms=limits_policy.cpu_ms,
-            disk_bytes=limits_policy.disk_bytes,
-            status=Status(status_r),
-            binds=binds,
-            report_fd=report_r if relay else None,
-            defaults=self.guard.defaults,
-        )
-        if block:
+        except CgroupError as exc:
+            raise Internal(f"cannot create the command's cgroup: {exc}") from exc
+        if block_w >= 0:
             try:
                 self._release(proc, sup, block_w)
             except BaseException:
@@ -292,28 +220,15 @@ class LinuxSession:
         return proc, sup
 
     def _release(self, proc: ChildProcess, sup: JailSupervisor, block_w: int) -> None:
-        """Attach the blocked jail to its ceilings, then let it run."""
-        try:
-            sup.status.read_available(wait_s=_CHILD_PID_TIMEOUT_S)
-            pid = sup.status.value("child-pid")
-            if pid is None:
-                proc.reap(block=True)
-                raise TierUnavailable(
-                    str(TIER), bwrap_error(proc, "bwrap exited before the jail started")
-                )
-            sup.child_pid = pid
-            if sup.cgroup is not None:
-                sup.cgroup.attach(pid)
-            if self.guard.rlimits:
-                try:
-                    sup.rlimits = self.guard.rlimits.apply(pid)
-                except OSError as exc:  # fail closed: the jail does not run unbounded
-                    raise Internal(f"cannot bound the jail's processes: {exc}") from exc
-            if self.spec.tmp_bytes is not None:
-                sup.tmp_fd = await_tmpfs(pid, self.spec.tmp_bytes)
-            os.write(block_w, b"x")
-        finally:
-            os.close(block_w)
+        """Attach the blocked jail to its ceilings, then let it run (`jail.release`), or
+        raise: nothing of it ran."""
+        why = release(proc, sup, block_w, self.guard)
+        if why == "bwrap":
+            raise TierUnavailable(
+                str(TIER), bwrap_error(proc, "bwrap exited before the jail started")
+            )
+        if why is not None:  # fail closed: the jail does not run unbounded
+            raise Internal(f"cannot bound the jail's processes: {why.removeprefix('bounds: ')}")
 
     def _start(self, spec: ExecSpec) -> _Command:
         if self.bridge is not None and spec.command_id is None:  # the id to revoke at the end
@@ -414,9 +329,7 @@ class LinuxSession:
             sup.kill(proc)
         if self.bridge is not None:
             self.bridge.close()
-        if self.cgroup is not None and not self.cgroup.remove():
-            time.sleep(0.05)
-            self.cgroup.remove()
+        self.guard.remove()
         if self._t0 is not None:
             self._t0.close()
             self._t0 = None
@@ -471,18 +384,15 @@ def open_session(
     sid = _sanitize_id(session_id)
     refusals, roots = _policy_refusals(policy)
     explicit = _cgroup_limits(policy)
-    session_cgroup: SessionCgroup | None = None
-    held: dict[str, int] = {}
+    guard: Guard | None = None
     cgroup_reasons: dict[str, str] = {}
     if not refusals:
-        from panday_tier_linux import hostguard  # noqa: PLC0415 - loaded when a session opens
-
-        session_cgroup, held, cgroup_reasons = hostguard.open_cgroups(explicit, sid)
+        guard, cgroup_reasons = Guard.open(explicit, sid)
     caps = host_capabilities(cgroup_reasons, bridge_reason=_bridge_reason(policy))
     refusals += check_policy(policy, caps)
-    if refusals or roots is None:
-        if session_cgroup is not None:
-            session_cgroup.remove()
+    if refusals or roots is None or guard is None:
+        if guard is not None:
+            guard.remove()
         if roots is not None:
             roots.close()
         raise PolicyViolation(str(TIER), refusals)
@@ -490,40 +400,17 @@ def open_session(
 
     problem = entry_problem(roots.workspace)
     if problem is not None:  # a fault of the path: bwrap would fail to mount or enter it
-        if session_cgroup is not None:
-            session_cgroup.remove()
+        guard.remove()
         roots.close()
         raise WorkspaceUnusable("fs.workspace", roots.workspace.path, problem)
     try:
         return _finish_open(
-            policy,
-            sid=sid,
-            roots=roots,
-            bwrap=bwrap,
-            session_cgroup=session_cgroup,
-            egress=egress,
-            guard=_Guard(explicit, held),
+            policy, sid=sid, roots=roots, bwrap=bwrap, egress=egress, guard=guard
         )
     except BaseException:
-        if session_cgroup is not None:
-            session_cgroup.remove()
+        guard.remove()
         roots.close()
         raise
-
-
-class _Guard:
-    """What holds the session's pid and memory bounds: the ceilings its cgroup holds, which
-    of them the policy did not ask for (the host's protection), and the rlimits for what no
-    cgroup holds (`hostguard`)."""
-
-    __slots__ = ("defaults", "held", "rlimits")
-
-    def __init__(self, explicit: dict[str, int], held: dict[str, int]) -> None:
-        from panday_tier_linux import hostguard  # noqa: PLC0415 - loaded when a session opens
-
-        self.held = held
-        self.defaults = frozenset(k for k in held if k not in explicit)
-        self.rlimits = hostguard.plan(set(explicit), set(held))
 
 
 def _bridge_reason(policy: SandboxPolicy) -> str | None:
@@ -552,9 +439,8 @@ def _finish_open(
     sid: str,
     roots: Roots,
     bwrap: host.Bwrap | None,
-    session_cgroup: SessionCgroup | None,
     egress: ProxySettings | None,
-    guard: _Guard,
+    guard: Guard,
 ) -> LinuxSession:
     from panday_tier_linux import etcview, seccomp  # noqa: PLC0415 - keeps the package import light
 
@@ -581,16 +467,32 @@ def _finish_open(
     bridge = _start_bridge(policy, sid, egress) if with_bridge else None
     if bridge is not None:
         spec.relay = bridge.relay_spec()
+    from panday_tier_linux.plan import bwrap_identity  # noqa: PLC0415 - loaded with Plan
+
+    fs, limits = policy.fs, policy.limits
+    plan = Plan(
+        bwrap=binary.path,
+        bwrap_id=bwrap_identity(binary.path),
+        spec=spec,
+        program=program,
+        access=fs.access,
+        staged_ro=tuple(fs.staged_ro),
+        protect=tuple(fs.protect),
+        unprotect=tuple(fs.unprotect),
+        allow_home=fs.allow_home,
+        output_bytes=limits.output_cap,
+        wall_clock_ms=limits.wall_clock_cap,
+        explicit=tuple(_cgroup_limits(policy).items()),
+        held=tuple(sorted(guard.held.items())),
+    )
     return LinuxSession(
         session_id=sid,
         policy=policy,
         bwrap=binary,
-        spec=spec,
+        plan=plan,
         roots=roots,
-        program=program,
-        cgroup=session_cgroup,
-        bridge=bridge,
         guard=guard,
+        bridge=bridge,
     )
 
 

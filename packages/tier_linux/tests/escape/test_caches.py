@@ -43,7 +43,7 @@ for path in sorted(glob.glob({pattern!r}, recursive=True)):
     end = blob.index(b"\\n\\x00") + 2  # the head (magic and key), then 32 bytes of check
     head, body = blob[:end], blob[end + 32 :]
     fields = list(marshal.loads(body))
-    fields[1] = {script!r}  # the bwrap path
+    fields[7] = {script!r}  # the bwrap path (planning.encode's order)
     body = marshal.dumps(tuple(fields))
     with open(path, "wb") as fh:
         fh.write(head + blake2b(body, digest_size=32).digest() + body)

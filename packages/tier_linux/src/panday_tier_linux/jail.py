@@ -1,0 +1,520 @@
+"""Starting and watching one jailed command: the one launch path every caller takes.
+
+A session (`session.LinuxSession`) and ``panday run``'s cached plan (`plan`, through
+`panday.cli_fast`) start a command the same way, with these functions: the binds of the
+command (`binds.Roots.command_binds`), bwrap's options built for it (`argv.build_options`),
+its descriptors (3 the options, 4 the seccomp program, [5 the block pipe,] the status pipe,
+[the relay's report pipe,] then the binds), the spawn, the wait on ``--block-fd`` while the
+jail is moved into its cgroup and given its rlimits (`release`), and the supervisor that
+kills its pid namespace and reads its counters (`JailSupervisor`). What a command's exit
+means (did it run at all?) is decided here too (`Start`), in plain values: the session
+turns a command that never ran into an exception, the cached path hands it to the full
+path. There is nothing to keep in step between two copies, because there is one.
+
+On ``panday run``'s start-up path: no typing, no msgspec, no enum or contextlib.
+"""
+
+from __future__ import annotations
+
+import _signal  # pyright: ignore[reportMissingModuleSource] - signal without its enum (panday_core.startup)
+import os
+import select
+import time
+
+from panday_core.execution import Supervisor
+from panday_core.process import data_fd, spawn
+from panday_core.startup import suppress
+from panday_tier_linux.argv import build_options, jail_command
+
+TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from panday_core.execution import Breach, ChildProcess
+    from panday_core.process import Stream
+    from panday_tier_linux.argv import JailSpec
+    from panday_tier_linux.binds import CommandBinds
+    from panday_tier_linux.cgroups import ExecCgroup, SessionCgroup
+    from panday_tier_linux.hostguard import Rlimits
+
+CEILINGS = ("mem_bytes", "pids", "cpu_ms")
+"""The policy's limits a cgroup holds: the one place their names are spelled."""
+CPU_POLL_MS = 10
+"""How often a CPU-time ceiling is polled while the command runs (capabilities says so)."""
+CHILD_PID_TIMEOUT_S = 30.0
+"""How long bwrap may take to report the jail's pid on its status descriptor."""
+SETUP_TIMEOUT_S = 10.0
+STDERR_TAIL = 4096
+"""Longer than this, stderr is not one setup line of bwrap's."""
+SETUP_MARKS = (b"bwrap: ", b"panday-relay: ")
+"""How a setup line of bwrap or the relay starts (held back until the start is decided)."""
+
+
+def ceilings_of(mem_bytes: int | None, pids: int | None, cpu_ms: int | None) -> dict[str, int]:
+    """The cgroup ceilings a policy's limits ask for, by `CEILINGS` name."""
+    values = (mem_bytes, pids, cpu_ms)
+    return {name: value for name, value in zip(CEILINGS, values, strict=True) if value is not None}
+
+
+# ---------------------------------------------------------------------- bwrap's status
+
+
+class Status:
+    """bwrap's ``--json-status-fd``: the jail's pid first, its exit code at the end."""
+
+    __slots__ = ("fd", "text")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.text = b""
+
+    def read_available(self, *, wait_s: float) -> None:
+        """Read what bwrap has written; with `wait_s`, wait that long for the jail's pid."""
+        deadline = time.monotonic() + wait_s
+        while self.fd >= 0:
+            left = max(0.0, deadline - time.monotonic())
+            # poll, not select(): a descriptor numbered 1,024 or above must not break it.
+            poller = select.poll()
+            poller.register(self.fd, select.POLLIN)
+            if not poller.poll(left * 1000.0):
+                return
+            chunk = os.read(self.fd, 4096)
+            if not chunk:
+                os.close(self.fd)
+                self.fd = -1
+                return
+            self.text += chunk
+            at = self.text.find(b"child-pid")
+            if wait_s > 0 and at >= 0 and b"}" in self.text[at:]:
+                return
+
+    def value(self, key: str) -> int | None:
+        marker = f'"{key}":'.encode()
+        at = self.text.find(marker)
+        if at < 0:
+            return None
+        digits = self.text[at + len(marker) :].lstrip()
+        end = 0
+        while end < len(digits) and digits[end : end + 1].isdigit():
+            end += 1
+        return int(digits[:end]) if end else None
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+# ---------------------------------------------------------------------- bounds
+
+
+class Guard:
+    """What bounds a session's jails: its cgroup (None without one) and the ceilings it
+    holds, which of them are the host's protection rather than the policy's (`hostguard`),
+    and the rlimits for what no cgroup holds."""
+
+    __slots__ = ("defaults", "held", "rlimits", "session")
+
+    def __init__(
+        self,
+        session: SessionCgroup | None,
+        explicit: Mapping[str, int],
+        held: Mapping[str, int],
+        rlimits: Rlimits,
+    ) -> None:
+        self.session = session
+        self.held = dict(held)
+        self.defaults = frozenset(k for k in held if k not in explicit)
+        self.rlimits = rlimits
+
+    @classmethod
+    def open(cls, explicit: Mapping[str, int], session_id: str) -> tuple[Guard, dict[str, str]]:
+        """The session's cgroup with the policy's ceilings and the host's protection
+        (`hostguard.open_cgroups`), the rlimits for the rest, and why a ceiling cannot be
+        held (by name)."""
+        from panday_tier_linux import hostguard  # noqa: PLC0415 - only when a jail is bounded
+
+        session, held, reasons = hostguard.open_cgroups(dict(explicit), session_id)
+        return cls(session, explicit, held, hostguard.plan(set(explicit), set(held))), reasons
+
+    @property
+    def blocks(self) -> bool:
+        """Whether a jail waits on its block descriptor (cgroup, rlimits) before it runs."""
+        return self.session is not None or bool(self.rlimits)
+
+    def new_exec(self) -> ExecCgroup | None:
+        """The command's own cgroup (None without a session cgroup)."""
+        return None if self.session is None else self.session.new_exec(self.held)
+
+    def remove(self) -> None:
+        """Remove the session's cgroup (the kernel may lag a moment after the last kill)."""
+        session, self.session = self.session, None
+        if session is not None and not session.remove():
+            time.sleep(0.05)
+            session.remove()
+
+
+# ---------------------------------------------------------------------- the supervisor
+
+
+class JailSupervisor(Supervisor):
+    """The core pump's hook for a jail: kills it by its pid namespace and reads its cgroup
+    counters (and its /tmp's fill level) as plain breaches."""
+
+    def __init__(
+        self,
+        *,
+        cgroup: ExecCgroup | None,
+        cpu_ms: int | None,
+        disk_bytes: int | None,
+        status: Status,
+        binds: CommandBinds | None = None,
+        report_fd: int | None = None,
+        defaults: frozenset[str] = frozenset(),
+    ) -> None:
+        self.cgroup = cgroup
+        self.defaults = defaults
+        """Ceilings of `cgroup` the policy did not ask for: the host's protection."""
+        self.rlimits: dict[str, int] = {}
+        """The rlimits set on the jail where no cgroup holds the host's protection."""
+        self.report_fd = report_fd
+        """Our end of the relay's report pipe (sessions with the egress bridge)."""
+        self.binds = binds
+        """Released when the command has ended (placeholders removed, locks dropped)."""
+        self.cpu_ms = cpu_ms
+        self.disk_bytes = disk_bytes
+        self.status = status
+        self.tmp_fd: int | None = None
+        self.child_pid: int | None = None
+        self.read_back: dict[str, str] = {}
+        self.tick_s = CPU_POLL_MS / 1000 if cpu_ms is not None and cgroup is not None else None
+
+    def kill(self, proc: ChildProcess) -> None:
+        # bwrap is our child and not yet reaped, so its pid is still ours to signal. Its
+        # death takes the jail's pid 1 (--die-with-parent), and with it the whole pid
+        # namespace; the cgroup kill is a second net for anything in flight.
+        if proc.status is None:
+            with suppress(ProcessLookupError):
+                os.kill(proc.pid, _signal.SIGKILL)
+        if self.cgroup is not None:
+            self.cgroup.kill()
+
+    def _cpu_breach(self) -> Breach | None:
+        if self.cgroup is None or self.cpu_ms is None:
+            return None
+        used = self.cgroup.cpu_usage_ns()
+        if used is not None and used >= self.cpu_ms * 1_000_000:
+            detail = f"used {used // 1_000_000} ms of CPU, limits.cpu_ms={self.cpu_ms}; killed"
+            return ("cpu", detail)
+        return None
+
+    def check(self) -> Breach | None:
+        return self._cpu_breach()
+
+    def _disk_full(self) -> bool:
+        if self.tmp_fd is None:
+            return False
+        try:
+            st = os.fstatvfs(self.tmp_fd)
+        except OSError:
+            return False
+        return st.f_bavail == 0
+
+    def finished(self, proc: ChildProcess) -> Breach | None:  # noqa: ARG002 - hook signature
+        self.status.read_available(wait_s=0)
+        if self.cgroup is not None:
+            self.read_back = self.cgroup.read_back()
+            breach = self._counted()
+            if breach is not None:
+                return breach
+        if self._disk_full():
+            detail = f"the jail's /tmp filled limits.disk_bytes={self.disk_bytes}; writes failed"
+            return ("disk", detail)
+        return None
+
+    def _counted(self) -> Breach | None:
+        """Which cgroup ceiling ended the command, read from its counters after the exit."""
+        cgroup = self.cgroup
+        if cgroup is None:
+            return None
+        if cgroup.oom_kills():
+            limit = cgroup.limits.get("mem_bytes")
+            detail = f"the kernel killed it at limits.mem_bytes={limit}"
+            if "mem_bytes" in self.defaults:
+                detail = (
+                    f"the kernel killed it at the host's protection ceiling of {limit} "
+                    "bytes (the policy sets no limits.mem_bytes)"
+                )
+            return ("memory", detail)
+        breach = self._cpu_breach()
+        if breach is not None:
+            return breach
+        refused = cgroup.pids_refused()
+        if refused:
+            limit = cgroup.limits.get("pids")
+            detail = f"{refused} fork(s) refused at limits.pids={limit}"
+            if "pids" in self.defaults:
+                detail = (
+                    f"{refused} fork(s) refused at the host's protection ceiling of {limit} "
+                    "tasks (the policy sets no limits.pids)"
+                )
+            return ("pids", detail)
+        return None
+
+    def read_report(self) -> bytes:
+        """What the relay reported (``E<errno>``, ``S<message>``), b"" when it exec'd the
+        command. Read after the exit: the relay writes before it exits or execs."""
+        if self.report_fd is None:
+            return b""
+        try:
+            return os.read(self.report_fd, 4096)
+        except BlockingIOError:
+            return b""
+
+    def close(self) -> None:
+        self.status.close()
+        if self.report_fd is not None:
+            os.close(self.report_fd)
+            self.report_fd = None
+        if self.tmp_fd is not None:
+            os.close(self.tmp_fd)
+            self.tmp_fd = None
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        if self.binds is not None:
+            self.binds.close()
+            self.binds = None
+
+
+# ---------------------------------------------------------------------- did it run?
+
+
+class Start:
+    """Whether the command ever ran, decided by what only panday's side can write.
+
+    * Without the relay, bwrap's ``--json-status-fd`` carries ``exit-code`` exactly when its
+      exec of the command succeeded (bwrap's own setup pipe says so); the command cannot
+      write there. No exit code (and no kill of ours) means it never ran, so nothing but
+      bwrap wrote its stderr: only then is bwrap's line read.
+    * With the relay, bwrap did exec the relay, so the status says nothing about the
+      command. The relay writes on its report pipe (close-on-exec: the command never holds
+      it) ``E<errno>`` when its exec failed and ``S<message>`` when it could not set up;
+      an empty pipe means the command was exec'd, and its exit, 125 or not, is its own.
+
+    So a command's output never changes how its exit is classified. While the start is
+    undecided, stderr that could still be one setup line (``bwrap: ...``, ``panday-relay:
+    ...``) is held back (`feed`); anything else releases it in order, and a command that
+    never ran has its setup line dropped rather than passed on as output.
+    """
+
+    __slots__ = ("deciding", "held", "relay", "sup", "tail")
+
+    def __init__(self, sup: JailSupervisor, *, relay: bool) -> None:
+        self.sup = sup
+        self.relay = relay
+        self.deciding = True
+        self.held: list[tuple[Stream, bytes]] = []
+        self.tail = b""
+        """The end of stderr, for the message of a jail that never started."""
+
+    @staticmethod
+    def could_be_setup_line(data: bytes) -> bool:
+        if len(data) > STDERR_TAIL:
+            return False
+        for mark in SETUP_MARKS:
+            if data.startswith(mark):
+                end = data.find(b"\n")
+                return end < 0 or end == len(data) - 1  # one line so far, nothing after it
+            if mark.startswith(data):
+                return True
+        return False
+
+    def feed(self, stream: Stream, data: bytes) -> list[tuple[Stream, bytes]]:
+        """The output to pass on for one chunk (possibly none yet, or held ones first)."""
+        if stream == "stderr":
+            self.tail = (self.tail + data)[-STDERR_TAIL:]
+        if not self.deciding:
+            return [(stream, data)]
+        if stream == "stderr":
+            so_far = b"".join(d for _s, d in self.held) + data
+            if self.could_be_setup_line(so_far):
+                self.held.append((stream, data))
+                return []
+        self.deciding = False
+        held, self.held = self.held, []
+        return [*held, (stream, data)]
+
+    def release(self) -> list[tuple[Stream, bytes]]:
+        """What is still held: the command's own output once it is known to have run."""
+        held, self.held = self.held, []
+        return held
+
+    def failure(self, *, breach: object, exit_code: int | None) -> tuple[str, str] | None:
+        """None when this exit is the command's; else why the command never ran, as
+        (kind, text): ``setup`` (bwrap's own line, or the tail of stderr), ``relay-exec``
+        (the errno the relay's exec failed with) or ``relay-setup`` (the relay's line)."""
+        if breach is not None:  # our own kill or a ceiling: reported as the breach
+            return None
+        status = self.sup.status
+        status.read_available(wait_s=0)
+        ran = status.value("exit-code") is not None
+        if not ran and (status.value("child-pid") is None or exit_code == 1):
+            text = b"".join(d for _s, d in self.held) or self.tail
+            return ("setup", text.decode("utf-8", "replace").strip())
+        if self.relay:
+            report = self.sup.read_report()
+            if report.startswith(b"E"):
+                return ("relay-exec", report[1:].split(b"\n", 1)[0].decode("ascii", "replace"))
+            if report.startswith(b"S"):
+                return ("relay-setup", report[1:].split(b"\n", 1)[0].decode("utf-8", "replace"))
+        return None
+
+
+# ---------------------------------------------------------------------- starting one
+
+
+class CgroupError(Exception):
+    """The command's cgroup could not be made (the cgroup file system said no)."""
+
+
+def start(
+    spec: JailSpec,
+    argv: Sequence[str],
+    *,
+    bwrap: str,
+    program: bytes,
+    binds: CommandBinds,
+    cwd: str,
+    guard: Guard,
+    cpu_ms: int | None,
+    env: Mapping[str, str] | None = None,
+    stdin: bool = False,
+) -> tuple[ChildProcess, JailSupervisor, int]:
+    """Spawn bwrap for `argv` in the jail `spec` describes (nothing of it runs yet when it
+    blocks): the process, its supervisor (holding the binds, the command's cgroup and the
+    status and report pipes, released by its `close`), and our end of the block pipe (-1
+    when the jail does not wait; then `release` is not needed). On an exception nothing is
+    left open and nothing ran."""
+    block = spec.tmp_bytes is not None or guard.blocks
+    relay = spec.relay is not None
+    given: list[int] = []
+    ours: list[int] = []
+    exec_cgroup: ExecCgroup | None = None
+    try:
+        try:
+            exec_cgroup = guard.new_exec()
+        except OSError as exc:
+            raise CgroupError(str(exc)) from exc
+        # Descriptors as the child sees them: 3 options, 4 seccomp, [5 block,] status,
+        # [the relay's report pipe,] then the binds' directories.
+        status_child = 6 if block else 5
+        options = build_options(
+            spec,
+            cwd=cwd,
+            seccomp_fd=4,
+            block_fd=5 if block else None,
+            status_fd=status_child,
+            env=env,
+            binds=binds.options(status_child + (2 if relay else 1)),
+        )
+        words = b"".join(o.encode("utf-8", "surrogateescape") + b"\0" for o in options)
+        given.append(data_fd(words))
+        given.append(data_fd(program))
+        block_w = status_r = report_r = -1
+        if block:
+            block_r, block_w = os.pipe()
+            ours.append(block_w)
+            given.append(block_r)
+        status_r, status_w = os.pipe()
+        ours.append(status_r)
+        given.append(status_w)
+        if relay:
+            report_r, report_w = os.pipe()
+            ours.append(report_r)
+            os.set_blocking(report_r, False)
+            given.append(report_w)
+        command = jail_command(spec, argv, report_fd=status_child + 1 if relay else None)
+        proc = spawn(
+            [bwrap, "--args", "3", "--", *command],
+            env={},
+            stdin=stdin,
+            pass_fds=[*given, *binds.fds],
+        )
+    except BaseException:
+        if exec_cgroup is not None:
+            exec_cgroup.remove()
+        for fd in ours:
+            os.close(fd)
+        binds.close()
+        raise
+    finally:
+        for fd in given:
+            os.close(fd)
+    binds.spawned()
+    sup = JailSupervisor(
+        cgroup=exec_cgroup,
+        cpu_ms=cpu_ms,
+        disk_bytes=spec.tmp_bytes,
+        status=Status(status_r),
+        binds=binds,
+        report_fd=report_r if relay else None,
+        defaults=guard.defaults,
+    )
+    return proc, sup, block_w
+
+
+def release(proc: ChildProcess, sup: JailSupervisor, block_w: int, guard: Guard) -> str | None:
+    """Attach the blocked jail to its ceilings (its cgroup, its rlimits, its /tmp watched),
+    then let it run. None when it runs; else why it never ran anything: ``bwrap`` (bwrap
+    ended before the jail started) or ``bounds: <error>`` (a bound could not be set: the
+    jail does not run unbounded). `block_w` is closed either way."""
+    try:
+        sup.status.read_available(wait_s=CHILD_PID_TIMEOUT_S)
+        pid = sup.status.value("child-pid")
+        if pid is None:
+            proc.reap(block=True)
+            return "bwrap"
+        sup.child_pid = pid
+        try:
+            if sup.cgroup is not None:
+                sup.cgroup.attach(pid)
+            if guard.rlimits:
+                sup.rlimits = guard.rlimits.apply(pid)
+            if sup.disk_bytes is not None:
+                sup.tmp_fd = await_tmpfs(pid, sup.disk_bytes)
+        except OSError as exc:  # fail closed: the jail does not run unbounded
+            return f"bounds: {exc}"
+        try:
+            os.write(block_w, b"x")
+        except OSError:  # bwrap is gone: it never ran the command
+            proc.reap(block=True)
+            return "bwrap"
+        return None
+    finally:
+        os.close(block_w)
+
+
+def await_tmpfs(pid: int, size: int) -> int:
+    """Open the jail's /tmp once bwrap has mounted it (it then waits on its block fd).
+
+    Holding a descriptor keeps the tmpfs alive after the jail ends, so its fill level can
+    be read after the exit: that is how a full disk becomes a breach. OSError (timeout)
+    when it does not appear.
+    """
+    page = os.sysconf("SC_PAGE_SIZE")
+    want = -(-size // page) * page
+    host_dev = os.stat("/tmp").st_dev  # noqa: S108 - compared with the jail's private /tmp
+    path = f"/proc/{pid}/root/tmp"
+    deadline = time.monotonic() + SETUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            fd = -1
+        if fd >= 0:
+            st, vfs = os.fstat(fd), os.fstatvfs(fd)
+            if st.st_dev != host_dev and vfs.f_blocks * vfs.f_frsize == want:
+                return fd
+            os.close(fd)
+        time.sleep(0.0005)
+    raise TimeoutError(f"the jail's /tmp did not appear within {SETUP_TIMEOUT_S} s")
