@@ -406,7 +406,22 @@ ok("a direct route appeared")
 HOSTILE_CALLER = r"""
 import asyncio, json, os, resource, socket, subprocess, sys, threading, time
 mode, ws, probe = sys.argv[1], sys.argv[2], sys.argv[3]
-resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+if mode == "floor":  # soft = hard (root here, Docker's default): nothing can be raised
+    resource.setrlimit(resource.RLIMIT_NOFILE, (20000, 20000))
+    import select
+    held = [socket.socket() for _ in range(1100)]  # positive control: past 1,024, select fails
+    fd = os.open("/dev/null", os.O_RDONLY)
+    try:
+        select.select([fd], [], [], 0)
+        floor_control = [fd, "ok"]
+    except ValueError as exc:
+        floor_control = [fd, str(exc)]
+    os.close(fd)
+    for s in held:
+        s.close()
+else:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
 from panday_core.egress import ProxySettings, StaticResolver
 from panday_core.egress.testing import HttpUpstream, LoopbackOnly
 from panday_core.policy import FsPolicy, NetPolicy, SandboxPolicy
@@ -425,7 +440,7 @@ class Half(asyncio.Protocol):
     def eof_received(self):
         return True
 
-if mode == "flood":
+if mode in ("flood", "floor"):
     upstream = HttpUpstream()
     port = upstream.port
 else:
@@ -447,7 +462,7 @@ curl = ["/usr/bin/curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-
         f"http://allowed.test:{port}/"]
 out = {}
 with open_session(policy, egress=settings) as session:
-    if mode == "flood":
+    if mode in ("flood", "floor"):
         out["control"] = session.run(curl).stdout.decode()
     out["rss_before"] = rss_kib()
     done = {}
@@ -461,7 +476,19 @@ with open_session(policy, egress=settings) as session:
         time.sleep(0.05)
     time.sleep(1.0)
     out["ready"] = open(ready).read() if os.path.exists(ready) else None
-    if mode == "flood":
+    if mode == "floor":
+        out["floor_control"] = floor_control
+        out["status"] = session.run(curl).stdout.decode()
+        fds = [os.open("/dev/null", os.O_RDONLY) for _ in range(8)]
+        out["fds"] = fds
+        try:
+            select.select(fds, [], [], 0)
+            out["select"] = "ok"
+        except ValueError as exc:
+            out["select"] = str(exc)
+        for fd in fds:
+            os.close(fd)
+    elif mode == "flood":
         errors, stop = [], threading.Event()
         def work():
             while not stop.is_set():
@@ -566,6 +593,97 @@ def test_idle_connections_from_a_jail_never_exhaust_the_callers_descriptors(esc:
     assert out["errors"] == [], out
     assert cast("int", out["events"]) < 200, out  # the flood is summed up, not logged per line
     esc.held()
+
+
+def test_with_soft_equal_to_hard_a_jails_connections_never_push_the_caller_past_select(
+    esc: Escape,
+) -> None:
+    """soft = hard = 20,000 (the limit cannot be raised): 3,000 credential-less connections a
+    jailed command holds through its relay must not push the caller's new descriptors past
+    1,024, and the caller's next `session.run` (which waits on descriptors) works."""
+    out = _hostile_caller(esc, "floor", FLOOD_PROBE)
+    control = cast("list[object]", out["floor_control"])
+    if out["control"] != "200" or out["ready"] != "3000" or control[1] == "ok":
+        pytest.fail(f"inconclusive: control failed: {out}")
+    assert out["status"] == "200", out
+    assert max(cast("list[int]", out["fds"])) < 1024, out
+    assert out["select"] == "ok", out
+    esc.held()
+
+
+SLOTS_PROBE = (
+    PROXY
+    + r"""
+import time
+def tunnel():
+    url = proxy_url()
+    s = socket.create_connection((url.hostname, url.port), timeout=15)
+    auth = f"Proxy-Authorization: Basic {basic(url)}\r\n"
+    s.sendall(f"CONNECT TARGET HTTP/1.1\r\n{auth}\r\n".encode())
+    line = read_head(s).split(b"\r\n", 1)[0].decode()
+    if " 200 " in line + " ":
+        return s
+    s.close()
+    return line
+held, first = [], None
+for _ in range(LIMIT + 1):
+    got = tunnel()
+    if isinstance(got, str):
+        first = got
+        break
+    held.append(got)
+if len(held) != LIMIT or first is None or " 503 " not in first + " ":
+    print("control failed:", len(held), first, flush=True)
+    sys.exit(0)
+most = len(held)
+for _ in range(20):  # requests and refusals alternate from one command
+    got = tunnel()
+    if not isinstance(got, str):
+        held.append(got)
+    most = max(most, len(held))
+    held.pop().close()
+    for _ in range(500):  # bounded retries until the proxy has seen the close
+        again = tunnel()
+        if not isinstance(again, str):
+            break
+        time.sleep(0.01)
+    if isinstance(again, str):
+        print("control failed: a freed slot was not granted:", again, flush=True)
+        sys.exit(0)
+    held.append(again)
+    most = max(most, len(held))
+if most > LIMIT:
+    ok(f"held {most} tunnels at once with a limit of {LIMIT}")
+blocked(f"never more than {most} tunnels at once")
+"""
+)
+
+
+def test_refusals_as_busy_never_give_a_jailed_command_more_slots(
+    esc: Escape, listen: Callable[[str], Listener]
+) -> None:
+    """A jailed command at its limit whose requests are refused as busy (each refusal's
+    connection then closes) never gains a slot: it cannot hold more than its limit."""
+    from panday_core.egress import ProxyLimits, ProxySettings, StaticResolver  # noqa: PLC0415
+    from panday_tier_linux.session import open_session  # noqa: PLC0415
+
+    server = listen("tcp4")
+    host, port = _host(server.address)
+    options = _granted(esc, host, port)
+    limit = 4
+    code = SLOTS_PROBE.replace("LIMIT", str(limit)).replace("TARGET", _target(ALLOWED, port))
+    settings = ProxySettings(
+        resolver=StaticResolver(esc.names),
+        connector=esc.connector,
+        audit=esc.events.append,
+        limits=ProxyLimits(max_per_command=limit),
+    )
+    with open_session(esc.policy(**options), egress=settings) as session:
+        result = session.run(esc.py(code), timeout_ms=120_000)
+    outcome = esc.parse("inside the jail", result.stdout, result.stderr, result.exit_code)
+    if outcome.verdict is None:
+        pytest.fail(f"inconclusive: control failed: {outcome.raw}")
+    esc.must_block(outcome)
 
 
 def test_half_closed_tunnels_from_a_jail_hold_no_read_buffers_in_the_caller(esc: Escape) -> None:

@@ -91,7 +91,7 @@ class ProxyLimits(msgspec.Struct, frozen=True, kw_only=True):
     """Distinct names one command's requests may wait on at once; beyond them a request
     for another name is refused as busy."""
     backlog: int = 4096
-    chunk_bytes: int = 256 * 1024
+    chunk_bytes: int = 1024 * 1024
     """Size of the relay's read buffers while `buffer_budget_bytes` allows."""
     small_chunk_bytes: int = 16 * 1024
     """Size of the read buffers handed out beyond `buffer_budget_bytes`."""
@@ -99,7 +99,7 @@ class ProxyLimits(msgspec.Struct, frozen=True, kw_only=True):
     """Bytes of large read buffers in use at once (lent to a slow peer included)."""
     write_buffer_bytes: int = 0
     """Bytes a transport may hold unsent before the other side stops reading."""
-    pooled_buffers: int = 32
+    pooled_buffers: int = 8
     """Free large read buffers kept for reuse; beyond this they are released."""
     splice_after: int | None = None
     """Bytes one direction of a tunnel relays through buffers before it switches to

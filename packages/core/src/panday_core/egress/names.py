@@ -133,7 +133,10 @@ class CheckedNames:
     def _queue(self, who: str, flight: _Flight) -> None:
         queue = self._queues.get(who)
         if queue is None:
-            queue = self._queues[who] = collections.deque()
+            # A command with nothing waiting goes first: its turn comes before those of
+            # commands that have been served already (then it joins the back).
+            queue = collections.deque[_Flight]()
+            self._queues = {who: queue, **self._queues}
         queue.append(flight)
         self._pump()
 

@@ -484,7 +484,11 @@ class Connection(End):
         self.buf = None
         self.pool.put(buf)
         if self.state != _HEAD:
-            self.pending += data  # reading is paused while establishing; what raced in waits
+            # Establishing: what the client sends meanwhile waits (reading goes on, so a
+            # client that gives up is noticed, until a head's worth is waiting).
+            self.pending += data
+            if len(self.pending) > self.limits.max_head_bytes and self.transport is not None:
+                self.transport.pause_reading()
             return
         self.heard = True
         try:
@@ -505,7 +509,11 @@ class Connection(End):
         self.return_buffer()
         if self.state == _HEAD:
             self.reason = "client closed before completing its request"
-        return False
+            return False
+        # Establishing: a half-close (a request, then end of file, then the answer is
+        # read) is passed on once the tunnel is up. A client that is gone for good resets
+        # the connection, or is noticed by its deadline.
+        return self.state == _ESTABLISHING
 
     def authenticate(self, creds: tuple[str, str] | None) -> bool:
         """Check the credentials the client presented; True when valid and a slot of its
@@ -526,7 +534,6 @@ class Connection(End):
         self.host, self.port = host, port
         if self.user is None:  # whatever the front-end: no credentials, no connection
             raise Refusal("credentials", "missing proxy credentials")
-        transport.pause_reading()
         self.pending = leftover  # waits here until the tunnel is up
         self.state = _ESTABLISHING
         self.establishing = True
@@ -572,10 +579,9 @@ class Connection(End):
             raise Refusal("policy", reason)
         loop = proxy.loop
         deadline = loop.time() + self.limits.connect_timeout
-        literal = proxy.names.literal(host)
-        addresses = literal or await proxy.names.addresses(
-            host, port, deadline, who=self.user or ""
-        )
+        addresses = proxy.names.literal(host)
+        if addresses is None:
+            addresses = await proxy.names.addresses(host, port, deadline, who=self.user or "")
         failure = Refusal("unreachable", f"cannot connect to {host}:{port}")
         for addr in addresses:
             self.address = str(addr)
@@ -650,7 +656,11 @@ class Connection(End):
         if self.state != _RELAY:
             return
         self.timer = self.proxy.loop.call_later(self.limits.idle_timeout, self._idle_check)
-        if not upstream.get_write_buffer_size() and not self.held:
+        if self.eof:  # the client half-closed while the tunnel was being made
+            if upstream.can_write_eof():
+                upstream.write_eof()
+            self.half_closed()
+        elif not upstream.get_write_buffer_size() and not self.held:
             client.resume_reading()
 
     # ------------------------------------------------------------------ a front's framing
