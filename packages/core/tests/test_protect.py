@@ -882,3 +882,24 @@ def test_an_env_name_with_equals_nul_or_nothing_is_refused_in_the_model(
         policy_from_dict({"allow_env_hooks": [name]})
     with pytest.raises(PolicyError):  # nor can the constructor be used around the loader
         SandboxPolicy(env={name: "x"})
+
+
+# ------------------------------------------------- a workspace inside a home's protected entry
+
+
+def test_a_writable_root_inside_a_homes_protected_entry_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``~/.config`` or ``~/.local/bin`` as a workspace, without ``fs.allow_home``: none of
+    its files would be protected, and they run at the next login or command."""
+    home = tmp_path / "home"
+    for rel in (".config/autostart", ".local/bin", "project"):
+        (home / rel).mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    assert root_refusal(str(home / "project"), writable=True, allow_home=False) is None  # control
+    for rel in (".config", ".config/autostart", ".local/bin"):
+        for spelling in (str(home / rel), "/" + str(home / rel)):
+            why = root_refusal(spelling, writable=True, allow_home=False)
+            assert why is not None, spelling
+            assert "must stay read-only" in why
+        assert root_refusal(str(home / rel), writable=False, allow_home=False) is None

@@ -444,7 +444,34 @@ def root_refusal(
     for ident, top in _identities(_NEVER_BENEATH).items():
         if ident in above:
             return f"{path!r} lies in {top}, which no jail may see (host state and secrets)"
-    return _writable_refusal(path, above) if writable else None
+    if not writable:
+        return None
+    return _writable_refusal(path, above) or _home_entry_refusal(path, above)
+
+
+def _home_entry_refusal(path: str, above: set[tuple[int, int]]) -> str | None:
+    """Why a writable `path` inside a home cannot be a root: it is, or lies in, one of the
+    home's protected entries (``~/.config``, ``~/.local/bin``, ``~/Library/LaunchAgents``
+    ...), whose files run at the next login or command; as a workspace none of them would
+    be protected. Which home holds it is decided by identity; the entry by the path below
+    the home (or, for a bind-mount alias, by each entry's identity)."""
+    for home in sorted(home_directories()):
+        home_id = path_identity(home)
+        if home_id is None or home_id not in above:
+            continue
+        rel = within(path, home_id)
+        for entry in HOME_ENTRIES:
+            if rel is not None:
+                hit = rel == entry.rel or rel.startswith(entry.rel + "/")
+            else:
+                hit = path_identity(os.path.join(home, entry.rel)) in above
+            if hit:
+                where = f"{home}/{entry.rel}"
+                return (
+                    f"{path!r} lies in {where}, which must stay read-only ({entry.why}); "
+                    "choose a project directory"
+                )
+    return None
 
 
 def roots_refusals(

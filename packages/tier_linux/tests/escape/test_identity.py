@@ -161,3 +161,22 @@ def test_a_bind_alias_of_etc_is_refused(esc: Escape) -> None:
         verdict = run(system)
         assert verdict.startswith("REFUSED"), f"ESCAPE: an alias of {system}: {verdict}"
         esc.held()
+
+
+def test_a_workspace_inside_a_homes_protected_entry_is_refused(
+    esc: Escape, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``~/.config`` as a workspace (no ``fs.allow_home`` needed: it is not the home) would
+    leave every file in it writable, autostart entries and systemd user units included."""
+    home = esc.tmp / "home"
+    (home / ".config" / "autostart").mkdir(parents=True)
+    (home / "project").mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    with esc.open(workspace=home / "project"):  # control: a project in the home opens
+        pass
+    for inside in (home / ".config", home / ".config" / "autostart"):
+        with pytest.raises(PolicyViolation) as refused:
+            esc.open(workspace=inside)
+        assert refused.value.field == "fs.workspace"
+        assert "must stay read-only" in refused.value.reason
+        esc.held()
