@@ -356,17 +356,16 @@ def test_a_stalled_audit_reader_never_freezes_the_proxy(env: Env) -> None:
 
     def reader(event: AuditEvent) -> None:
         seen.append(event)
-        stall.wait(30)  # a pipe nobody reads
+        stall.wait(15)  # a pipe nobody reads
 
     handle = env.proxy(allow=[ALLOWED], ports=[80])
     handle.proxy.sink = AuditSink([reader], session_id="stalled", capacity=8)
     creds = handle.basic(handle.proxy.credentials("cmd"))
-    statuses: list[int] = []
-    for _ in range(40):  # refused by policy: one audit event each (not throttled)
+    for i in range(40):  # refused by policy: one audit event each (not throttled)
         status, _, _ = env.http(handle, "http://denied.test/", auth=creds)
-        statuses.append(status)
-    assert _poll(lambda: len(seen) >= 1)  # control: the reader got the first and stalled
-    assert statuses == [403] * 40  # every request answered while the reader stalls
+        if i == 0:  # control: the reader got the first event, and stalls on it
+            env.expect(_poll(lambda: len(seen) >= 1), "the reader was called")
+        assert status == 403, f"request {i} unanswered while the audit reader stalls"
     stall.set()
     assert handle.proxy.sink.flush(10)
     drops = [e for e in seen if e.reason.startswith("audit output stalled")]
