@@ -1,2 +1,6 @@
+import concurrent.futures
+from typing import Any  # noqa: TID251 - an object ref's value is whatever the task returned
+
 class ObjectRef:
     def __hash__(self) -> int: ...
+    def future(self) -> concurrent.futures.Future[Any]: ...

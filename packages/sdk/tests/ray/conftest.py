@@ -243,14 +243,26 @@ class ConstrainedNode:
     lacks: `panday.open` in an actor there sees the same filesystem its commands would.
     """
 
-    def __init__(self, gcs: str, *, hide_files: Iterable[str], cover_dirs: Iterable[str]) -> None:
+    def __init__(
+        self,
+        gcs: str,
+        *,
+        hide_files: Iterable[str],
+        cover_dirs: Iterable[str],
+        user_namespaces: int | None = None,
+    ) -> None:
         mounts = [f"mount --bind /dev/null {shlex.quote(p)}" for p in hide_files]
         mounts += [f"mount -t tmpfs -o ro,size=4k none {shlex.quote(d)}" for d in cover_dirs]
+        unshare = ["unshare", "--mount", "--propagation", "private"]
+        if user_namespaces is not None:
+            # A user namespace of its own (root mapped to root): its limit is its own.
+            unshare[1:1] = ["--user", "--map-root-user"]
+            mounts.append(f"echo {user_namespaces} > /proc/sys/user/max_user_namespaces")
         node = f"exec {shlex.quote(sys.executable)} {shlex.quote(str(NODE_MAIN))}"
         script = " && ".join([*mounts, f"{node} {shlex.quote(gcs)} {OBJECT_STORE}"])
         before = live_nodes()
         self.proc = subprocess.Popen(
-            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+            [*unshare, "sh", "-c", script],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,
@@ -265,6 +277,14 @@ class ConstrainedNode:
 
     def pids(self) -> set[int]:
         return {self.proc.pid} | descendants([self.proc.pid])
+
+    def set_user_namespaces(self, limit: int) -> None:
+        """Set this node's own user-namespace limit (0: no jail can start here)."""
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write(f"max_user_namespaces {limit}\n".encode())
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == b"ok"
 
     def stop(self) -> set[int]:
         """End the node (its stdin closes: it stops its own Ray processes); the PIDs it had."""
@@ -301,9 +321,18 @@ class NodeMaker:
         self.bwrap_paths = bwrap_paths
 
     def __call__(
-        self, *, hide_files: Iterable[str] = (), cover_dirs: Iterable[str] = ()
+        self,
+        *,
+        hide_files: Iterable[str] = (),
+        cover_dirs: Iterable[str] = (),
+        user_namespaces: int | None = None,
     ) -> ConstrainedNode:
-        node = ConstrainedNode(self.gcs, hide_files=hide_files, cover_dirs=cover_dirs)
+        node = ConstrainedNode(
+            self.gcs,
+            hide_files=hide_files,
+            cover_dirs=cover_dirs,
+            user_namespaces=user_namespaces,
+        )
         self.started.append(node)
         return node
 

@@ -6,12 +6,19 @@ that really lacks something, rather than one told to pretend. It is built exactl
 `ray.cluster_utils.Cluster.add_node` builds a worker node, prints its node id, and runs
 until its standard input closes (the test ends it, or the test process died), then stops
 every Ray process it started.
+
+Started in a user namespace of its own (``unshare --user``), it also takes one command on
+its standard input, ``max_user_namespaces N``: it writes N to that namespace's
+``/proc/sys/user/max_user_namespaces`` (a limit of this namespace only: the host's is never
+touched) and answers ``ok``. With 0, no jail can start on this node (bwrap's new user
+namespace fails with ENOSPC) while everything else about it still works.
 """
 # pyright: reportMissingModuleSource=false
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from ray._private.node import Node
 from ray._private.parameter import RayParams
@@ -33,7 +40,12 @@ def main(gcs_address: str, object_store_bytes: int) -> None:
     try:
         sys.stdout.write(f"{node.node_id}\n")
         sys.stdout.flush()
-        sys.stdin.read()  # until the test closes it (or dies)
+        for line in sys.stdin:  # until the test closes it (or dies)
+            name, _, value = line.strip().partition(" ")
+            if name == "max_user_namespaces" and value.isdigit():
+                Path("/proc/sys/user/max_user_namespaces").write_text(value, encoding="ascii")
+                sys.stdout.write("ok\n")
+                sys.stdout.flush()
     finally:
         node.kill_all_processes(check_alive=False, allow_graceful=True)
 
