@@ -535,7 +535,15 @@ def test_a_planned_jail_is_bounded_as_the_sessions_jail(ws: Path) -> None:
     cgroup, rlimits = theirs
     if not cgroup and "unlimited" in rlimits.split("address space", 1)[1].split("\n", 1)[0]:
         pytest.fail(f"inconclusive: the session's jail is not bounded: {theirs}")
-    assert _bounds_of_a_planned_jail(made) == theirs
+    planned = _bounds_of_a_planned_jail(made)
+    assert planned == theirs
+    if planned[0]:  # a cgroup: the kernel holds the host's protection ceilings themselves
+        from panday_tier_linux import hostguard  # noqa: PLC0415 - the ceilings expected
+
+        expected = hostguard.ceilings()
+        assert planned[0].get("pids.max") == str(expected["pids"]), planned
+        memory = planned[0].get("memory.max", planned[0].get("memory.limit_in_bytes"))
+        assert memory == str(expected["mem_bytes"]), planned
 
 
 def test_without_a_writable_cgroup_a_planned_jail_gets_the_sessions_rlimits(
