@@ -1,3 +1,4 @@
+# Over 500 lines: queue, running commands, futures and fault rules share one lock and thread.
 """`Pool`: actors holding warm panday sessions, one policy, on every node that can enforce
 it; commands submitted from any thread (futures), a dispatcher thread that routes replies,
 retires failing nodes, admits late ones and probes health, all within fixed bounds."""
