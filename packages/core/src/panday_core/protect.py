@@ -230,8 +230,16 @@ def home_directories() -> frozenset[str]:
     """Home directories a jail's writes could turn into code run at someone's next login:
     the caller's (``$HOME`` and its password-file entry) and, for a root caller (whose jail
     writes as root), every account that can log in."""
-    homes: set[str] = set()
     env_home = os.environ.get("HOME")
+    try:
+        passwd = os.stat("/etc/passwd")
+        stamp: object = (passwd.st_ino, passwd.st_size, passwd.st_mtime_ns)
+    except OSError:
+        stamp = None
+    key = (env_home, os.geteuid(), stamp)
+    if _HOMES and _HOMES[0][0] == key:
+        return _HOMES[0][1]
+    homes: set[str] = set()
     if env_home and env_home.startswith("/"):
         homes.add(os.path.normpath(env_home))
     try:
@@ -244,7 +252,15 @@ def home_directories() -> frozenset[str]:
                     homes.add(entry.pw_dir)
     except (ImportError, KeyError):
         pass
-    return frozenset(h for h in homes if h.startswith("/") and h != "/")
+    found = frozenset(h for h in homes if h.startswith("/") and h != "/")
+    _HOMES[:] = [(key, found)]
+    return found
+
+
+_HOMES: list[tuple[object, frozenset[str]]] = []
+"""The last answer of `home_directories` and what it depended on ($HOME, the euid, the
+password file's identity): every command asks, and a root caller's answer reads the whole
+password file."""
 
 
 def _ident(st: os.stat_result) -> tuple[int, int]:
@@ -1029,12 +1045,22 @@ def interpreter_paths() -> tuple[str, ...]:
     for name in ("panday_core", "panday_tier_linux", "panday_tier_macos", "panday"):
         module = sys.modules.get(name)
         candidates += list(getattr(module, "__path__", ()))
+    # Which exist is part of the key: one created since (by the user) must be resolved.
+    key = (*candidates, *(str(os.path.lexists(c)) for c in candidates))
+    if _INTERPRETER and _INTERPRETER[0][0] == key:
+        return _INTERPRETER[0][1]
     out: list[str] = []
     for candidate in candidates:
         real = _real_dir(candidate)
         if real is not None and real not in out:
             out.append(real)
+    _INTERPRETER[:] = [(key, tuple(out))]
     return tuple(out)
+
+
+_INTERPRETER: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+"""The last answer of `interpreter_paths` for the same candidates, each existing or not as
+then: resolving ~20 paths is a few hundred ``lstat`` calls, and every command asks."""
 
 
 def missing_import_paths() -> tuple[str, ...]:
@@ -1142,7 +1168,27 @@ def sys_path_refusal(workspace: str, *, writable: bool, fd: int | None = None) -
 def _inside_entries(root: tuple[int, int], skip: frozenset[str]) -> list[Entry]:
     """What lies inside the workspace whose identity is `root` and must stay read-only
     there: panday's interpreter and code, import paths that do not exist yet, panday's own
-    project, its state, and any home directory's start-up files."""
+    project, its state, and any home directory's start-up files. The same answer as last
+    time while what it is made of is the same (every command asks)."""
+    missing = tuple(e for e in sys.path if e and os.path.isabs(e) and not os.path.lexists(e))
+    homes, state = home_directories(), state_directories()
+    key = (root, skip, interpreter_paths(), missing, state, homes)
+    if _INSIDE and _INSIDE[0][0] == key:
+        return list(_INSIDE[0][1])
+    entries = _find_inside(root, skip, homes, state)
+    _INSIDE[:] = [(key, tuple(entries))]
+    return entries
+
+
+_INSIDE: list[tuple[object, tuple[Entry, ...]]] = []
+
+
+def _find_inside(
+    root: tuple[int, int],
+    skip: frozenset[str],
+    homes: frozenset[str],
+    state: tuple[str, ...],
+) -> list[Entry]:
     entries: list[Entry] = []
     for path in interpreter_paths():
         rel = within(path, root, resolved=True)
@@ -1154,11 +1200,11 @@ def _inside_entries(root: tuple[int, int], skip: frozenset[str]) -> list[Entry]:
             why = "on this Python's import path, missing: a module created there runs next"
             entries.append(Entry(rel, "dir", why))
     entries += own_project_entries(root)
-    for path in state_directories():
+    for path in state:
         rel = within(path, root)
         if rel is not None:
             entries.append(Entry(rel, "dir", "panday's own state (filter cache, plans, policy)"))
-    for home in home_directories():
+    for home in homes:
         home_id = path_identity(home)
         rel_home = "" if home_id == root else within(home, root)
         if rel_home is None:
@@ -1173,10 +1219,13 @@ def _dedupe(entries: list[Entry]) -> tuple[Entry, ...]:
     Of repeats, one that must not be created wins (a home's ``.gitconfig`` over the
     workspace default that may be)."""
     kept: list[Entry] = []
+    taken: set[str] = set()
     for entry in sorted(entries, key=lambda e: (e.rel.count("/"), e.rel, not e.create)):
-        if any(entry.rel == k.rel or entry.rel.startswith(k.rel + "/") for k in kept):
+        parts = entry.rel.split("/")
+        if any("/".join(parts[:depth]) in taken for depth in range(1, len(parts) + 1)):
             continue
         kept.append(entry)
+        taken.add(entry.rel)
     return tuple(kept)
 
 
