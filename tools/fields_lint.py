@@ -4,7 +4,8 @@ A field that no enforcement code reads is a lie told at the consent prompt. For 
 and each policy field this proves, by static analysis of the source (AST), one of:
 
 * the tier's enforcement code reads the field (``policy.limits.mem_bytes``,
-  ``limits.mem_bytes``, ``net.allow``, ``policy.env``, or ``getattr(x, "mem_bytes")``), or
+  ``limits.mem_bytes``, ``net.allow``, ``policy.env``, or ``getattr(x, "mem_bytes")``) and
+  that read reaches an enforcement site (below), or
 * the tier's capability data refuses it (``NOT_ENFORCED``, with a reason), or
 * the capability data declares it not applicable there, with a reason, and that (tier,
   field) pair is in `REVIEWED_NOT_APPLICABLE` below. "Not applicable" needs no reader, so
@@ -17,6 +18,24 @@ field the tier says nothing about. Enforcement code is the tier's package plus t
 ``panday_core`` modules it imports, minus the model and data modules (which read fields
 only to validate or describe them). Manifest fields must be read by the manifest's
 ``to_policy`` or ``consent_summary`` (what is enforced or displayed).
+
+**A read is not enforcement** (issue 28: ``_unused = limits.threads`` satisfied the old
+lint). A read counts only when its value reaches an enforcement site, decided from the AST
+of the function holding it (`reaches_use`): walking up from the read through the
+expressions that merely carry it (attribute and item access, operators, literals,
+comprehensions, f-strings), the first thing that does something with it must be a call
+(as an argument, a keyword or the receiver of a method: the value goes into the code that
+applies it), a test (``if``, ``while``, ``assert``, a conditional expression, ``match``:
+it decides what happens), a hand-over (``return``, ``yield``, ``await``, ``raise``, a
+``lambda`` body, a default argument, a ``with`` item), or a store into an object's
+attribute or item (state the enforcement code carries on). A store into local names
+(``x = limits.pids``, a ``for`` target, ``:=``) defers the verdict to each load of those
+names in the same function, judged by the same rule: one that reaches a site makes the
+read live. Anything else is dead (a bare expression statement, ``del``, a name nobody
+loads), and a field whose only reads are dead fails, naming the files of its dead reads.
+The rule is intraprocedural and does not follow values through calls: a read passed to
+any call counts, so it proves "the value goes somewhere that acts", not that the callee
+enforces it correctly; that is the escape suite's and `falsify`'s job.
 """
 
 from __future__ import annotations
@@ -24,6 +43,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import importlib.util
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,28 +155,145 @@ def _terminal_name(node: ast.expr) -> str | None:
     return None
 
 
+def _parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
+    return {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+
+
+def _scope(node: ast.AST, parents: Mapping[ast.AST, ast.AST]) -> ast.AST:
+    """The function (or module) whose body holds `node`: where a local name lives."""
+    here = parents.get(node)
+    while here is not None and not isinstance(here, SCOPES):
+        here = parents.get(here)
+    return here if here is not None else node
+
+
+SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)
+"""What holds a local name: its loads are looked for there (nested functions included,
+as closures read their enclosing function's names)."""
+TESTS = (ast.If, ast.While, ast.IfExp, ast.Assert, ast.match_case)
+STORES = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)
+LOOPS = (ast.For, ast.AsyncFor, ast.comprehension)
+
+
+def _target_names(targets: Iterable[ast.AST]) -> tuple[set[str], bool]:
+    """(local names bound by `targets`, whether any target stores into an object)."""
+    names: set[str] = set()
+    into_object = False
+    for target in targets:
+        for node in ast.walk(target):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(
+                node.ctx, ast.Store
+            ):
+                into_object = True
+    return names, into_object
+
+
+def _flows(
+    names: set[str],
+    at: ast.AST,
+    parents: Mapping[ast.AST, ast.AST],
+    seen: set[tuple[int, str]],
+) -> bool:
+    """Whether a load of one of `names` (in the scope of `at`) reaches a use."""
+    scope = _scope(at, parents)
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load):
+            key = (id(scope), node.id)
+            if key in seen:
+                continue
+            seen.add(key)
+            if reaches_use(node, parents, seen):
+                return True
+    return False
+
+
+def reaches_use(  # noqa: C901, PLR0911 - one case per kind of parent, as the docstring lists
+    node: ast.AST, parents: Mapping[ast.AST, ast.AST], seen: set[tuple[int, str]] | None = None
+) -> bool:
+    """Whether the value of the expression `node` reaches an enforcement site.
+
+    Walking up from the read through the expressions that hold it (attribute and subscript
+    access, operators, literals, comprehensions, f-strings) to the first place that does
+    something with it: a call (an argument, a keyword, or the receiver of a method: the
+    value goes into the code that applies it), a test (``if``/``while``/``assert``/a
+    conditional expression/a ``case``: it decides what happens), ``return``/``yield``/
+    ``await``/``raise``/a ``lambda`` body/a default argument (handed to the caller), or a
+    store into an object's attribute or item (state the enforcement code carries). A store
+    into local names (``x = limits.pids``, a ``for`` target, ``:=``) passes the question on
+    to each load of those names in the same function: the read reaches a use when one of
+    them does. Anything else is dead: a bare expression statement, a ``del``, a local name
+    nobody loads (``_unused = limits.threads``).
+    """
+    seen = set() if seen is None else seen
+    child, parent = node, parents.get(node)
+    while parent is not None:
+        if isinstance(parent, (ast.Call, ast.Return, ast.Yield, ast.YieldFrom, ast.Await)):
+            return True
+        if isinstance(parent, (ast.Raise, ast.Lambda, ast.arguments, ast.keyword)):
+            return True
+        if isinstance(parent, TESTS) and child is getattr(parent, "test", None):
+            return True
+        if isinstance(parent, (ast.match_case, ast.Match)):
+            return True
+        if isinstance(parent, STORES):
+            if child is not parent.value:
+                return True  # an index or key of a store target: it selects what is written
+            targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+            names, into_object = _target_names(targets)
+            return into_object or _flows(names, parent, parents, seen)
+        if isinstance(parent, LOOPS):
+            if child is not parent.iter:
+                return isinstance(parent, ast.comprehension)  # an ``if`` of a comprehension
+            names, into_object = _target_names([parent.target])
+            return into_object or _flows(names, parent, parents, seen)
+        if isinstance(parent, (ast.With, ast.AsyncWith, ast.withitem)):
+            return True  # a context manager is entered: its __enter__ runs
+        if isinstance(parent, ast.stmt):
+            return False  # an expression statement, ``del``, ...: the value goes nowhere
+        child, parent = parent, parents.get(parent)
+    return False
+
+
+def _field_of(node: ast.AST) -> str | None:
+    """The policy field an expression reads, if it is a field read."""
+    if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+        base = _terminal_name(node.value)
+        if base in SECTIONS:
+            dotted = f"{base}.{node.attr}"
+            return ACCESSORS.get(dotted, dotted)
+        if base is not None and base.endswith("policy"):
+            return node.attr
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "getattr"
+        and len(node.args) >= 2  # noqa: PLR2004 - getattr(obj, name)
+        and isinstance(node.args[1], ast.Constant)
+        and isinstance(node.args[1].value, str)
+    ):
+        base = _terminal_name(node.args[0])
+        if base in SECTIONS:
+            return f"{base}.{node.args[1].value}"
+    return None
+
+
 def fields_read(tree: ast.AST) -> set[str]:
-    """Dotted policy fields this AST reads."""
-    found: set[str] = set()
+    """Dotted policy fields this AST reads where the read reaches a use (`reaches_use`)."""
+    return {name for name, live in field_reads(tree) if live}
+
+
+def field_reads(tree: ast.AST) -> list[tuple[str, bool]]:
+    """Every policy field read in `tree`, each with whether it reaches a use."""
+    parents = _parents(tree)
+    found: list[tuple[str, bool]] = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
-            base = _terminal_name(node.value)
-            if base in SECTIONS:
-                dotted = f"{base}.{node.attr}"
-                found.add(ACCESSORS.get(dotted, dotted))
-            elif base is not None and base.endswith("policy"):
-                found.add(node.attr)
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id == "getattr"
-            and len(node.args) >= 2  # noqa: PLR2004 - getattr(obj, name)
-            and isinstance(node.args[1], ast.Constant)
-            and isinstance(node.args[1].value, str)
-        ):
-            base = _terminal_name(node.args[0])
-            if base in SECTIONS:
-                found.add(f"{base}.{node.args[1].value}")
+        name = _field_of(node)
+        if name is not None:
+            # A section read (``policy.limits``) reaches its fields through the name it is
+            # bound to; a field's read is then judged at the field (``limits.pids``).
+            found.append((name, reaches_use(node, parents)))
     return found
 
 
@@ -167,9 +304,10 @@ def check_tier(
 ) -> Verdict:
     verdict = Verdict(source.tier)
     readers: dict[str, list[str]] = {}
+    dead: dict[str, list[str]] = {}
     for path in enforcement_files(source.roots):
-        for name in fields_read(ast.parse(path.read_text(encoding="utf-8"))):
-            readers.setdefault(name, []).append(path.name)
+        for name, live in field_reads(ast.parse(path.read_text(encoding="utf-8"))):
+            (readers if live else dead).setdefault(name, []).append(path.name)
     for name in fields:
         if name == "version":
             continue  # the document format: read by the loader, nothing to enforce
@@ -183,6 +321,12 @@ def check_tier(
                 verdict.read.append(name)
             else:
                 what = f"declared {entry.support} but no enforcement code reads it"
+                if name in dead:
+                    where = ", ".join(sorted(set(dead[name])))
+                    what += (
+                        f" where the value reaches a use (only dead reads, in {where}: a "
+                        "read is not enforcement)"
+                    )
                 verdict.problems.append(f"{source.tier}: {name}: {what}")
         else:
             _without_reader(verdict, entry, reviewed)
@@ -274,12 +418,22 @@ def manifest_fields() -> tuple[Path, list[str]] | None:
 def real_tiers() -> list[TierSource]:
     from panday import tiers  # noqa: PLC0415 - tools import packages, never the reverse
 
-    roots = {
-        "t0": [CORE / "t0", CORE / "t0.py"],
-        "t2-linux": [REPO / "packages/tier_linux/src/panday_tier_linux"],
-        "t2-macos": [REPO / "packages/tier_macos/src/panday_tier_macos"],
-    }
-    return [TierSource(t, tiers.declared(t), roots[t]) for t in tiers.ALL_TIERS]
+    # Each tier's source roots are its registry entry's `roots`: import packages, found
+    # where Python finds them (the development environment installs every tier).
+    return [
+        TierSource(t, tiers.declared(t), [p for r in tiers.entry(t).roots for p in _where(r)])
+        for t in tiers.ALL_TIERS
+    ]
+
+
+def _where(package: str) -> list[Path]:
+    """The directories (or file) of import package `package`, without importing it."""
+    spec = importlib.util.find_spec(package)
+    if spec is None:
+        raise SystemExit(f"fields: the tier registry names {package!r}, which is not installed")
+    if spec.submodule_search_locations:
+        return [Path(p) for p in spec.submodule_search_locations]
+    return [Path(spec.origin)] if spec.origin else []
 
 
 def main(argv: Sequence[str] | None = None) -> int:

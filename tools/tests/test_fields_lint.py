@@ -8,6 +8,7 @@ import inspect
 from typing import TYPE_CHECKING
 
 import msgspec
+import pytest
 
 import fields_lint
 from panday_core.capabilities import FieldSupport, Support, TierCapabilities
@@ -161,3 +162,51 @@ def test_each_accessor_is_a_model_property_that_reads_its_field() -> None:
         assert getattr(default, prop) == getattr(default, field.split(".")[1])
         unbounded = msgspec.structs.replace(default, **{field.split(".")[1]: "unbounded"})
         assert getattr(unbounded, prop) is None
+
+
+# ------------------------------------------------------- issue 28: a read is not enforcement
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "    _unused = limits.pids\n",  # the auditor's dead read
+        "    limits.pids\n",  # a bare expression
+        "    x = limits.pids\n    y = x\n",  # carried into a name nobody uses
+        "    for p in [limits.pids]:\n        pass\n",  # a loop target never used
+        "    del limits.pids\n",
+    ],
+)
+def test_a_read_whose_value_goes_nowhere_is_no_read(body: str) -> None:
+    tree = ast.parse(f"def f(limits, apply):\n{body}    apply(limits.mem_bytes)\n")
+    assert fields_lint.fields_read(tree) == {"limits.mem_bytes"}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "    apply(pids=limits.pids)\n",  # into a call
+        "    n = limits.pids\n    apply(n)\n",  # through a local name
+        "    if limits.pids is not None:\n        apply()\n",  # a test
+        "    return {'pids.max': limits.pids}\n",  # handed back
+        "    self.pids = limits.pids\n",  # state carried on
+        "    n = [p for p in (limits.pids,)]\n    return n\n",
+        "    for p in [limits.pids]:\n        apply(p)\n",
+        "    cap = (n := limits.pids) and n\n    return cap\n",
+    ],
+)
+def test_a_read_that_reaches_a_call_test_return_or_state_counts(body: str) -> None:
+    tree = ast.parse(f"def f(self, limits, apply):\n{body}")
+    assert "limits.pids" in fields_lint.fields_read(tree)
+
+
+def test_a_field_with_only_dead_reads_fails_naming_them(tmp_path: Path) -> None:
+    dead = READS_ALL.replace("limits.mem_bytes, ", "").replace(
+        "    limits = policy.limits\n",
+        "    limits = policy.limits\n    _unused = limits.mem_bytes\n",
+    )
+    source = fields_lint.TierSource("t2-linux", caps(), [tier_dir(tmp_path, dead)])
+    verdict = fields_lint.check_tier(source, FIELDS)
+    assert len(verdict.problems) == 1
+    assert "limits.mem_bytes" in verdict.problems[0]
+    assert "only dead reads, in jail.py" in verdict.problems[0]

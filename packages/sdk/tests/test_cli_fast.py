@@ -772,3 +772,21 @@ def test_only_the_locale_passes_into_the_default_policy_on_the_cached_path(run: 
     for _ in range(2):
         assert run(*show, env=env) == expected
     assert len(run.plans()) == 1
+
+
+# ------------------------------------------- issue 28: the current directory is in the key
+
+
+def test_a_run_from_another_directory_gets_that_directorys_workspace(run: Runner) -> None:
+    """The default workspace is the current directory: a plan made in one directory must
+    never serve a run in another (kills "cli fast: the current directory left out of the
+    plan key"). Both runs share one cache, so only the key can tell them apart."""
+    first, second = run.tmp / "a", run.tmp / "b"
+    show = ("run", "--", "sh", "-c", "pwd; echo here > mark")
+    for where in (first, second):
+        where.mkdir()
+        run.cwd = where
+        out, err, code = run(*show)
+        assert (out, code) == (f"{where}\n", 0), err
+        assert (where / "mark").read_text() == "here\n"
+    assert len(run.plans()) == 2

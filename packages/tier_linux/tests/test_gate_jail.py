@@ -1,0 +1,232 @@
+"""Gates round three (issue 28): guards whose faults the auditor planted and no gate saw.
+
+Each test asserts what a real jail, the kernel or the compiled filter does, never a
+constant compared with itself; each kills the `tools/mutations.toml` entry named beside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from panday_core import userstate
+from panday_core.capabilities import Support
+from panday_core.declared.t2_linux import HOST_GUARD
+from panday_core.errors import PolicyViolation
+from panday_core.policy import FsPolicy, SandboxPolicy
+from panday_tier_linux import seccomp
+from panday_tier_linux.capabilities import host_capabilities
+from panday_tier_linux.session import open_session
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="T2 Linux runs on Linux only"
+)
+
+
+def _sh(workspace: Path, script: str, **fs: object) -> tuple[int | None, str]:
+    policy = SandboxPolicy(fs=FsPolicy(workspace=str(workspace), **fs))  # pyright: ignore[reportArgumentType] - test keywords
+    with open_session(policy) as session:
+        result = session.run(["/bin/sh", "-c", script])
+    return result.exit_code, (result.stdout + result.stderr).decode(errors="replace")
+
+
+# ---- kills allow_home - .zshenv dropped (issue 28)
+
+# What the shells themselves read at start-up (bash(1) INVOCATION, zsh(1) STARTUP/SHUTDOWN
+# FILES, dash(1)): written from their manuals, not from panday's table.
+SHELL_START_UP_FILES = (
+    ".profile",
+    ".bash_profile",
+    ".bash_login",
+    ".bashrc",
+    ".bash_logout",
+    ".zshenv",
+    ".zprofile",
+    ".zshrc",
+    ".zlogin",
+    ".zlogout",
+)
+
+
+def test_a_jail_whose_workspace_is_the_home_cannot_write_any_shell_start_up_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    probes = " ; ".join(
+        f"echo planted >> {name} && echo WROTE {name}" for name in SHELL_START_UP_FILES
+    )
+    code, out = _sh(home, f"echo ok > notes.txt && echo CONTROL; {probes}; true", allow_home=True)
+    assert code == 0, out
+    # Positive control: the same jail writes an ordinary file of that home.
+    assert "CONTROL" in out, out
+    assert (home / "notes.txt").read_text() == "ok\n"
+    wrote = [line for line in out.splitlines() if line.startswith("WROTE")]
+    assert not wrote, f"ESCAPE: start-up files written in a home workspace: {wrote}"
+    for name in SHELL_START_UP_FILES:
+        path = home / name
+        assert not path.exists() or b"planted" not in path.read_bytes(), name
+
+
+# ---- kills t2-linux - a staged path's pins inside a protected entry re-bound
+
+
+def test_a_staged_directory_inside_git_leaves_git_hooks_read_only(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    hooks = ws / ".git" / "hooks"
+    (hooks / "data").mkdir(parents=True)
+    (ws / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    # Control: without the staged path, .git/hooks is read-only in the jail.
+    code, out = _sh(ws, "echo evil > .git/hooks/pre-commit || echo REFUSED")
+    if "REFUSED" not in out:
+        pytest.fail(f"inconclusive: control failed: .git/hooks writable already: {out}")
+    code, out = _sh(
+        ws,
+        "echo ok > notes && echo CONTROL; echo evil > .git/hooks/pre-commit && echo WROTE; true",
+        staged_ro=(str(hooks / "data"),),
+    )
+    assert code == 0, out
+    assert "CONTROL" in out, out  # the workspace itself stays writable
+    assert "WROTE" not in out, f"ESCAPE: .git/hooks written beside a staged path: {out}"
+    assert not (hooks / "pre-commit").exists()
+
+
+# ---- kills t2-linux - a workspace on the caller's sys.path accepted
+
+
+def test_a_workspace_on_the_callers_import_path_is_refused_by_the_tier(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    # Control: the same directory off the import path opens and runs.
+    assert _sh(ws, "echo ok")[0] == 0
+    monkeypatch.setattr(sys, "path", [str(ws), *sys.path])
+    with pytest.raises(PolicyViolation) as refused:
+        _sh(ws, "echo 'import os' > msgspec.py")
+    assert "fs.workspace" in str(refused.value)
+    assert "sys.path" in str(refused.value)
+    assert not (ws / "msgspec.py").exists()
+
+
+# ---- kills hostguard - the default pid ceiling raised
+
+
+def test_a_default_jails_pid_ceiling_is_what_the_hosts_pid_max_gives(tmp_path: Path) -> None:
+    """The documented bound (docs/tiers.md, hostguard's docstring): 4096 tasks, or a quarter
+    of ``kernel.pid_max`` when that is smaller, read back from the jail's cgroup."""
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    expected = max(64, min(4096, pid_max // 4))
+    row = next(g for g in host_capabilities().guarantees if g.name == HOST_GUARD)
+    with open_session(SandboxPolicy(fs=FsPolicy(workspace=str(tmp_path)))) as session:
+        seen = session.enforcement()
+    if row.support is not Support.STRICT:
+        pytest.skip("no writable cgroup here: the pid bound is an rlimit (escape suite)")
+    assert seen.cgroup is not None
+    assert int(seen.cgroup_limits["pids.max"]) == expected, (pid_max, seen.cgroup_limits)
+
+
+# ---- kills seccomp - the compiler's identity left out of the key
+
+
+def test_an_edited_compiler_never_reuses_a_cached_program(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(userstate, "passwd_home", lambda: str(tmp_path))  # a cache of its own
+    compiled: list[bytes] = []
+    real = seccomp.compile_program
+
+    def counting(spec: seccomp.FilterSpec) -> bytes:
+        compiled.append(real(spec))
+        return compiled[-1]
+
+    monkeypatch.setattr(seccomp, "compile_program", counting)
+    first = seccomp.program(seccomp.FilterSpec())
+    assert seccomp.program(seccomp.FilterSpec()) == first
+    assert len(compiled) == 1  # control: the second program came from the cache
+    # The compiler is edited (its file changes): the next program is compiled again.
+    edited = tmp_path / "seccomp.py"
+    edited.write_text(Path(seccomp.__file__).read_text() + "\n# edited\n")
+    monkeypatch.setattr(seccomp, "__file__", str(edited))
+    seccomp.program(seccomp.FilterSpec())
+    assert len(compiled) == 2, "an edited compiler's program was served from the cache"
+
+
+# ---- kills t2-linux - die-with-parent dropped (no timing)
+
+PARENT = """
+import sys
+from panday_core.policy import FsPolicy, SandboxPolicy
+from panday_tier_linux.session import open_session
+ws = sys.argv[1]
+with open_session(SandboxPolicy(fs=FsPolicy(workspace=ws))) as session:
+    session.run(["/bin/sh", "-c", "echo $$ > " + ws + "/started; exec sleep 3600"])
+"""
+
+
+def _descendants(pid: int) -> set[int]:
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        here = todo.pop()
+        for task in Path(f"/proc/{here}/task").glob("*"):
+            try:
+                children = (task / "children").read_text().split()
+            except OSError:
+                continue
+            for child in map(int, children):
+                if child not in out:
+                    out.add(child)
+                    todo.append(child)
+    return out
+
+
+def test_the_jail_dies_with_its_sigkilled_caller_whatever_the_load(tmp_path: Path) -> None:
+    """Event-driven, not timed: the jail's processes are found from the caller's process
+    tree, the caller is SIGKILLed, and each process's pidfd must become readable (it
+    exited). Only a jail that never dies meets the bound, which is generous (60 s) and
+    not what the verdict depends on."""
+    started = tmp_path / "started"
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)])
+    try:
+        until = time.monotonic() + 120
+        while not started.exists() and parent.poll() is None and time.monotonic() < until:
+            time.sleep(0.05)
+        if not started.exists():
+            pytest.fail(f"inconclusive: control failed: the jail never ran (exit {parent.poll()})")
+        jail = _descendants(parent.pid)
+        assert jail, "inconclusive: no process under the caller"
+        fds = {pid: os.pidfd_open(pid) for pid in jail if Path(f"/proc/{pid}").exists()}
+        try:
+            os.kill(parent.pid, signal.SIGKILL)
+            parent.wait(timeout=60)
+            poller = select.poll()
+            for fd in fds.values():
+                poller.register(fd, select.POLLIN)
+            alive = set(fds.values())
+            deadline = time.monotonic() + 60
+            while alive and time.monotonic() < deadline:
+                for fd, _ in poller.poll(1000):
+                    alive.discard(fd)
+                    poller.unregister(fd)
+            left = [pid for pid, fd in fds.items() if fd in alive]
+            assert not left, f"ESCAPE: the jail outlived its SIGKILLed caller: {left}"
+        finally:
+            for pid, fd in fds.items():
+                if fd in fds.values() and Path(f"/proc/{pid}").exists():
+                    with contextlib.suppress(ProcessLookupError):
+                        signal.pidfd_send_signal(fd, signal.SIGKILL)
+                os.close(fd)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
