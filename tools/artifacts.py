@@ -35,7 +35,18 @@ DIST = REPO / "dist" / "packages"
 EXAMPLES = REPO / "examples"
 MANIFEST = "plugin.toml"
 """The sample plugin manifest in examples/; every other .toml/.json there is a policy."""
-TIER_PACKAGES = {"linux": "panday_tier_linux", "darwin": "panday_tier_macos"}
+
+
+def tier_packages() -> dict[str, str]:
+    """Platform -> the import package of each tier that ships as its own distribution
+    (from the SDK's tier registry: `requirement` set, `platform` set)."""
+    from panday import tiers  # noqa: PLC0415 - tools import packages lazily
+
+    return {
+        t.platform: t.package
+        for t in tiers.REGISTRY
+        if t.requirement is not None and t.platform is not None
+    }
 
 
 def build(out: Path, members: list[Member]) -> list[Path]:
@@ -112,9 +123,10 @@ def _installed(venv: Path, where: Path) -> set[str]:
 
 def expected_imports() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(panday modules that must import here, tier packages that must be absent here)."""
-    here = next((m for p, m in TIER_PACKAGES.items() if sys.platform.startswith(p)), None)
+    packages = tier_packages()
+    here = next((m for p, m in packages.items() if sys.platform.startswith(p)), None)
     present = ("panday", "panday_core", *([here] if here else []))
-    absent = tuple(m for m in TIER_PACKAGES.values() if m != here)
+    absent = tuple(m for m in packages.values() if m != here)
     return present, absent
 
 

@@ -19,7 +19,6 @@ import msgspec
 
 from panday_core.errors import PolicyViolation
 from panday_core.policy import UNBOUNDED, FsPolicy, Limits, NetPolicy, SandboxPolicy
-from panday_core.types import SandboxTier
 
 
 class Support(StrEnum):
@@ -52,7 +51,8 @@ class Guarantee(msgspec.Struct, frozen=True, kw_only=True):
 class TierCapabilities(msgspec.Struct, frozen=True, kw_only=True):
     """Everything a tier declares about itself, on this host."""
 
-    tier: SandboxTier
+    tier: str
+    """A `SandboxTier` for panday's own tiers; any registered tier's name (panday.tiers)."""
     fields: tuple[FieldSupport, ...]
     guarantees: tuple[Guarantee, ...] = ()
 

@@ -234,12 +234,18 @@ class PluginManifest(_Model, frozen=True, kw_only=True):
     # ------------------------------------------------------------------ consent
 
     def consent_summary(
-        self, tier: TierCapabilities, host_env: Mapping[str, str] | None = None
+        self,
+        tier: TierCapabilities,
+        host_env: Mapping[str, str] | None = None,
+        *,
+        wording: tuple[str, str] | None = None,
     ) -> ConsentSummary:
         """What will actually be granted on this host with `tier`, in words for the person
         who approves it (how each grant is enforced is `panday doctor`'s business, not the
         prompt's). With `host_env`, a requested secret that is not set there is named: the
-        plugin cannot start without it."""
+        plugin cannot start without it. `wording` is how the tier names its sandbox and
+        what a plugin cannot reach in it (the SDK's tier registry entry says it; without
+        it, both are said from the table)."""
         caps = self.capabilities
         placeholder = self.policy_for(
             tier,
@@ -258,10 +264,13 @@ class PluginManifest(_Model, frozen=True, kw_only=True):
         missing = tuple(
             name for name in caps.secrets if host_env is not None and name not in host_env
         )
-        can, cannot, withheld = _grants(self, tier, net_granted, placeholder, missing)
+        sandbox, other_files = wording or (_sandbox_name(tier), _other_files(tier))
+        can, cannot, withheld = _grants(
+            self, net_granted, placeholder, missing, (tier, other_files)
+        )
         lines = [f"{self.name} {self.version} asks to run on this computer."]
         lines += [f"  {line}" for line in self.description.splitlines() if line.strip()]
-        lines += ["", f"If you approve, it runs in {_sandbox_name(tier)}, where it can:"]
+        lines += ["", f"If you approve, it runs in {sandbox}, where it can:"]
         lines += [f"  - {item}" for item in can]
         lines += ["and where it cannot:", *(f"  - {item}" for item in cannot)]
         if withheld:
@@ -344,31 +353,14 @@ def _passes_env(tier: TierCapabilities) -> bool:
     return _enforced(tier.for_field("env"))
 
 
-# How each tier's sandbox is named to the person approving, and what it keeps from a
-# plugin besides what the grants say. Plain words: no mechanism names (the person cannot
-# act on "bwrap" or "Seatbelt"; `panday doctor` shows those).
-_SANDBOXES = {
-    "t2-linux": "panday's Linux sandbox",
-    "t2-macos": "panday's macOS sandbox",
-    "t0": "panday's in-process file tools (it cannot start programs)",
-}
-_OTHER_FILES = {
-    "t2-linux": "see any of your other files (only the workspace and the system's own "
-    "programs and libraries are visible)",
-    "t2-macos": "change anything outside the workspace; note that it CAN read most other files "
-    "on this computer, all but keys, credentials, keychains, shell histories and browser data",
-    "t0": "reach any file outside the workspace",
-}
-
-
+# Without the tier's own wording (the SDK's registry gives it): plain words from its table,
+# no mechanism names (the person cannot act on "bwrap" or "Seatbelt"; `panday doctor` shows
+# those).
 def _sandbox_name(tier: TierCapabilities) -> str:
-    return _SANDBOXES.get(str(tier.tier), f"panday's {tier.tier} sandbox")
+    return f"panday's {tier.tier} sandbox"
 
 
 def _other_files(tier: TierCapabilities) -> str:
-    known = _OTHER_FILES.get(str(tier.tier))
-    if known is not None:
-        return known
     entry = tier.for_field("fs.workspace")
     gap = f" ({entry.note})" if entry is not None and entry.note else ""
     return f"reach your files outside the workspace{gap}"
@@ -376,12 +368,14 @@ def _other_files(tier: TierCapabilities) -> str:
 
 def _grants(
     manifest: PluginManifest,
-    tier: TierCapabilities,
     net_granted: tuple[str, ...],
     policy: SandboxPolicy,
     missing: tuple[str, ...],
+    sandbox: tuple[TierCapabilities, str],
 ) -> tuple[list[str], list[str], list[str]]:
-    """(what it can do, what it cannot, what it asked for and does not get), in words."""
+    """(what it can do, what it cannot, what it asked for and does not get), in words;
+    `sandbox` is the tier's table and what a plugin cannot reach in it."""
+    tier, other_files = sandbox
     caps = manifest.capabilities
     can = [
         {
@@ -392,7 +386,7 @@ def _grants(
             "it in)",
         }[caps.fs]
     ]
-    cannot = [_other_files(tier)]
+    cannot = [other_files]
     withheld: list[str] = []
     if net_granted:
         ports = " and ".join(str(p) for p in policy.net.ports)

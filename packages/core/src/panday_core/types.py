@@ -14,7 +14,8 @@ _MAX_ARGV_BYTES = 1024 * 1024
 
 
 class SandboxTier(StrEnum):
-    """The isolation tiers. T1 (wasm) and T3 (microVM) are reserved names, not built yet."""
+    """panday's own tiers' names. A tier is known by its name (a plain string: a tier
+    registered in `panday.tiers` needs no member here); these are the built-in ones."""
 
     T0 = "t0"
     T2_LINUX = "t2-linux"
@@ -47,7 +48,8 @@ class SandboxHandle(_Value, frozen=True, kw_only=True):
     """An open session. Opaque to callers apart from its id and tier."""
 
     id: str
-    tier: SandboxTier
+    tier: str
+    """A `SandboxTier` for panday's own tiers; any registered tier's name (panday.tiers)."""
     workspace: str
 
 

@@ -138,11 +138,18 @@ class StartGuard:
     found only on the caller's own PATH.
     """
 
-    __slots__ = ("policy", "spec")
+    __slots__ = ("policy", "spec", "tier")
 
-    def __init__(self, policy: SandboxPolicy | None = None, spec: ExecSpec | None = None) -> None:
+    def __init__(
+        self,
+        policy: SandboxPolicy | None = None,
+        spec: ExecSpec | None = None,
+        tier: str | None = None,
+    ) -> None:
         self.policy = policy
         self.spec = spec
+        self.tier = tier
+        """The session's tier, whose default ``PATH`` applies (None: this host's)."""
 
     def feed(self, event: ExecEvent) -> list[ExecEvent]:
         """Events pass unchanged (the tier held back its own setup lines already)."""
@@ -166,10 +173,11 @@ class StartGuard:
     def _unseen(self, program: str) -> tuple[str, Unseen | None]:
         if self.policy is None:
             return "", None
+        from panday import tiers  # noqa: PLC0415 - lazy: only this path needs it
         from panday.toolchains import diagnose  # noqa: PLC0415 - lazy: only this path needs it
-        from panday_tier_linux.argv import DEFAULT_PATH  # noqa: PLC0415 - lazy: only this path needs it
 
-        path = self.policy.env.get("PATH", DEFAULT_PATH)
+        env = self.policy.env
+        path = env["PATH"] if "PATH" in env else tiers.default_path(self.tier)
         cwd = self.spec.cwd if self.spec is not None else None
         try:
             return diagnose(program, policy=self.policy, cwd=cwd, sandbox_path=path)

@@ -95,7 +95,7 @@ class AsyncSession(SessionInfo):
         return self._events(exec_spec(cmd, stdin=stdin, cwd=cwd, timeout=timeout))
 
     async def _events(self, spec: ExecSpec) -> AsyncIterator[ExecEvent]:
-        guard = StartGuard(self.policy, spec)
+        guard = StartGuard(self.policy, spec, self.tier)
         events = self.sandbox.exec(self.handle, spec)
         try:
             async for event in events:

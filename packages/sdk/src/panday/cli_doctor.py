@@ -1,5 +1,6 @@
 """`panday doctor [--json] [--probe]`: each tier, available or not and why; what the host's
-tier uses (bwrap, libseccomp, cgroups) and enforces here; optionally, escape probes."""
+tier uses (its registry entry's doctor details: bwrap, libseccomp, cgroups on T2 Linux) and
+enforces here; optionally, escape probes."""
 
 from __future__ import annotations
 
@@ -20,39 +21,12 @@ _SUPPORT = {
 }
 
 
-def _cgroup_mechanism() -> str:
-    """How T2 Linux would hold ceilings here: a throwaway session cgroup, made and removed."""
-    from panday_tier_linux import cgroups  # noqa: PLC0415 - doctor only
-
-    try:
-        made = cgroups.open_session(
-            {"mem_bytes": 1 << 26, "pids": 64, "cpu_ms": 1000}, f"doctor-{os.urandom(3).hex()}"
-        )
-    except cgroups.CgroupUnavailable as exc:
-        return f"none: {exc.reason}"
-    except OSError as exc:
-        return f"none: {exc.strerror}"
-    made.remove()
-    return made.mechanism
-
-
-def _linux_details() -> dict[str, str]:
-    from panday_tier_linux import host_report  # noqa: PLC0415 - doctor only
-
-    details = host_report()
-    jail = details.pop("jail", None)
-    details["cgroups"] = _cgroup_mechanism()
-    if jail is not None:
-        details["jail"] = jail
-    return details
-
-
 def _status(tier: str, host_tier: str | None) -> TierStatus:
     from panday.reports import TierStatus  # noqa: PLC0415
 
     here = tier == host_tier
     installed = tiers.absent_reason(tier) is None
-    details = _linux_details() if here and installed and tier == "t2-linux" else {}
+    details = tiers.doctor_details(tier) if here and installed else {}
     reason = tiers.unavailable_reason(tier)
     return TierStatus(
         tier=tier,

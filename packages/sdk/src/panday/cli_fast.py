@@ -7,8 +7,9 @@ was opened or spawned.
 Agents call `panday run` once per tool call, so its start-up is paid on every call. The
 full path imports the policy model (msgspec), judges the policy against the tier's table
 and opens a session before the jail starts; for the same inputs on the same host all of
-that comes out the same every time. So a run whose plan (`panday_tier_linux.plan`) is
-cached reads it and starts the jail with neither the model nor typing imported.
+that comes out the same every time. So a run whose plan is cached (by the tier's planner,
+its registry entry's `planner`: T2 Linux's `panday_tier_linux.plan`) reads it and starts
+the jail with neither the model nor typing imported.
 
 How it stays as strict as the full path:
 
@@ -49,13 +50,14 @@ from __future__ import annotations
 import os
 import sys
 
-from panday import exitcodes
+from panday import exitcodes, tiers
 from panday.stdio import repair_std_fds, sanitizing, write_all
 from panday_core.startup import suppress
 
 TYPE_CHECKING = False  # typing's flag without importing typing (this module's purpose)
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from types import ModuleType
     from typing import NoReturn
 
     from panday.terminal import Filter
@@ -71,7 +73,6 @@ VALUED = frozenset(
 option, or the ``--name=value`` form, takes the full path."""
 FLAGS = frozenset({"--sanitize", "--no-sanitize"})
 """The flags this path accepts: they change how output is written, not the jail."""
-TIERS = frozenset({"auto", "t2-linux"})
 MODEL_LIBRARIES = ("msgspec", "typing_extensions")
 """Libraries that decide whether the model accepts a policy: part of the key."""
 _POLICY_LIMIT = 4 << 20
@@ -102,22 +103,36 @@ def run_cached(argv: list[str]) -> int | None:
     """`panday ARGV` through a cached (or newly made) plan: the exit code, or None when the
     full path (`panday.cli.main`) must run instead. None is only ever returned before the
     command has run."""
-    if len(argv) < 2 or argv[0] != "run" or not sys.platform.startswith("linux"):  # noqa: PLR2004 - run and a command
+    if len(argv) < 2 or argv[0] != "run" or not tiers.planners():  # noqa: PLR2004 - run and a command
         return None
     split = _split(argv[1:])
-    if split is None:
+    tier = None if split is None else served_tier(split[0])
+    if split is None or tier is None:
         return None
     options, flags, command = split
     try:
+        jail = tiers.planner(tier)
         plan = _plan(argv[1:], options, command)
-        launched = None if plan is None else _launch(plan, command)
+        launched = None if plan is None else _launch(jail, plan, command)
     except Exception:  # noqa: BLE001 - raised before the command ran: the full path reports it
         return None
     except BaseException as exc:  # noqa: BLE001 - Ctrl-C, SIGTERM: as `panday.cli.main` does
         return _report(exc)
     if plan is None or launched is None:
         return None
-    return _finish(plan, launched, _Output(flags))
+    return _finish(jail, plan, launched, _Output(flags))
+
+
+def served_tier(options: list[str]) -> str | None:
+    """The tier this run would open when it is one whose planner serves cached runs on
+    this host (``--tier`` as named, or what ``auto`` picks here); None: the full path."""
+    named = [options[i + 1] for i in range(0, len(options), 2) if options[i] == "--tier"]
+    here = tiers.host_command_tiers()
+    served = {t for t in tiers.planners() if t in here}
+    if not set(named) <= {tiers.AUTO, *served}:
+        return None
+    tier = named[-1] if named and named[-1] != tiers.AUTO else (here[0] if here else None)
+    return tier if tier in served else None
 
 
 def _split(words: list[str]) -> tuple[list[str], set[str], list[str]] | None:
@@ -192,19 +207,20 @@ def _tree(base: str, into: list[str]) -> None:
                     into.append(f"  {rel} {st.st_size} {st.st_mtime_ns} {st.st_ino}")
 
 
-def _code_identity() -> list[str]:
-    """panday's version, its packages' source files, the interpreter, the model's
-    libraries: a changed panday (an upgrade, an edit in a checkout) plans afresh."""
+def _code_identity(tier: str) -> list[str]:
+    """panday's version, its packages' source files (the tier's among them), the
+    interpreter, the model's libraries: a changed panday (an upgrade, an edit in a
+    checkout) plans afresh."""
     import panday  # noqa: PLC0415 - loaded already (this module's package)
     import panday_core  # noqa: PLC0415 - loaded by the tier
-    import panday_tier_linux  # noqa: PLC0415 - loaded by the tier
 
     impl = sys.implementation
     lines = [
         f"panday {panday.__version__}",
         f"python {sys.version} {impl.name} {impl.cache_tag} {sys.executable} {sys.prefix}",
+        f"tier {tier}",
     ]
-    for package in (panday, panday_core, panday_tier_linux):
+    for package in (panday, panday_core, tiers.import_module(tiers.entry(tier).package)):
         for base in package.__path__:
             lines.append(f"source {package.__name__} {base}")
             _tree(base, lines)
@@ -231,14 +247,15 @@ def _inputs(options: list[str]) -> list[str] | None:
     """The key lines of this run's own inputs (None: a form this path leaves alone)."""
     from panday.defaults import passthrough_env, user_policy_path  # noqa: PLC0415 - light
 
+    tier = served_tier(options)
+    if tier is None:
+        return None
     values: dict[str, list[str]] = {}
     for i in range(0, len(options), 2):
         values.setdefault(options[i], []).append(options[i + 1])
-    if not set(values.get("--tier", ["auto"])) <= TIERS:
-        return None
     lines = [
         KEY_FORMAT,
-        *_code_identity(),
+        *_code_identity(tier),
         f"cwd {os.getcwd()}",
         f"args {options!r}",
     ]
@@ -270,22 +287,27 @@ def _inputs(options: list[str]) -> list[str] | None:
 def cached_plan(options: list[str]) -> Plan | None:
     """The cached plan for `panday run OPTIONS -- ...` in this directory, as things are
     now; None when there is none (or the options are a form this path leaves alone)."""
+    tier = served_tier(options)
     inputs = _inputs(options)
-    if inputs is None:
+    if tier is None or inputs is None:
         return None
-    from panday_tier_linux import plan as jail  # noqa: PLC0415 - Linux only
+    return _load(tiers.planner(tier), inputs)
 
-    facts = jail.host_facts()
-    return None if facts is None else jail.load("\n".join([*inputs, *facts]))
+
+def _load(jail: ModuleType, inputs: list[str]) -> Plan | None:
+    facts: list[str] | None = jail.host_facts()
+    found: Plan | None = None if facts is None else jail.load("\n".join([*inputs, *facts]))
+    return found
 
 
 def _plan(args: list[str], options: list[str], command: list[str]) -> Plan | None:
-    found = cached_plan(options)
+    tier = served_tier(options)
+    inputs = _inputs(options)
+    if tier is None or inputs is None:
+        return None
+    found = _load(tiers.planner(tier), inputs)
     if found is not None:
         return found
-    inputs = _inputs(options)
-    if inputs is None:
-        return None
     from panday.cli_plan import make  # noqa: PLC0415 - on a miss only
 
     return make(args, options, command, inputs, again=_inputs)
@@ -329,27 +351,24 @@ def _report(exc: BaseException) -> int:
     return report(exc, debug=False)
 
 
-def _launch(plan: Plan, command: Sequence[str]) -> Launched | None:
+def _launch(jail: ModuleType, plan: Plan, command: Sequence[str]) -> Launched | None:
     """Start `command` in the planned jail (every per-command check first); None when
     something would be refused or could not be checked, with nothing run."""
     import _signal  # noqa: PLC0415  # pyright: ignore[reportMissingModuleSource] - signal without its enum (panday_core.startup)
 
-    from panday_tier_linux import plan as jail  # noqa: PLC0415 - loaded by `_plan`
-
     for signum in (_signal.SIGTERM, _signal.SIGHUP):
         _signal.signal(signum, _on_signal)
-    return jail.launch(plan, command, os.environ)
+    launched: Launched | None = jail.launch(plan, command, os.environ)
+    return launched
 
 
-def _finish(plan: Plan, launched: Launched, output: _Output) -> int | None:
+def _finish(jail: ModuleType, plan: Plan, launched: Launched, output: _Output) -> int | None:
     """Stream the running command to our output until it ends: its exit code (panday's
     own for a breach, a signal, a reader that went away, output it could not write). None
     only when bwrap could not set the jail up, so the command never ran and the full path
     may run it instead (and classify why, as it does)."""
-    from panday_tier_linux import plan as jail  # noqa: PLC0415 - loaded by `_plan`
-
     try:
-        ended = jail.run(launched, plan, write=output.write)
+        ended: Ended | None = jail.run(launched, plan, write=output.write)
     except BaseException as exc:  # noqa: BLE001 - as `panday.cli.main`: one line and a code
         return _report(exc)
     if ended is None:  # the command never ran: the full path runs it and says why

@@ -189,7 +189,10 @@ def plugin_inspect(file: str, *, as_json: bool) -> int:
     from panday.reports import encode  # noqa: PLC0415
 
     manifest = load_manifest(file)
-    summary = manifest.consent_summary(_host_table(tiers.host_command_tier()), os.environ)
+    host_tier = tiers.host_command_tier()
+    summary = manifest.consent_summary(
+        _host_table(host_tier), os.environ, wording=tiers.consent(host_tier or "")
+    )
     sys.stdout.write(encode(summary) if as_json else summary.render())
     return exitcodes.OK if summary.runnable else exitcodes.FAILED
 

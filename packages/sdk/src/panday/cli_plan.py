@@ -1,6 +1,7 @@
 """Making `panday run`'s jail plan on a miss of its cache (`panday.cli_fast`): the full
-path's own parser, policy, tier choice and session open, then the plan stored under the
-run's key. Never on the start-up path of a run whose plan is cached.
+path's own parser, policy and tier choice, then the tier's planner (its registry entry's
+`planner`) opens a session with every refusal and the plan is stored under the run's key.
+Never on the start-up path of a run whose plan is cached.
 """
 
 from __future__ import annotations
@@ -23,39 +24,35 @@ def make(
     """Plan this run the full path's way (its parser, its policy, its tier choice, the
     tier's session open with every refusal), store the plan under `inputs` (the run's key
     lines, computed again by `again` once the plan is made) and return it; None (with
-    nothing spawned) when the full path should run instead."""
+    nothing spawned) when the full path should run instead (it would choose another tier
+    than the one the cache serves these options with, among others)."""
     from panday import cli_run, tiers  # noqa: PLC0415 - the full path, on a miss only
     from panday._shared import exec_spec  # noqa: PLC0415
-    from panday_tier_linux import plan as jail  # noqa: PLC0415
-    from panday_tier_linux import planning  # noqa: PLC0415
-    from panday_tier_linux.session import open_session  # noqa: PLC0415
+    from panday.cli_fast import served_tier  # noqa: PLC0415 - loaded: the caller
+
+    tier = served_tier(options)
+    if tier is None:
+        return None
 
     opts = cli_run.parse(args)
     if opts.command != command or not set(opts.flags) <= {"--sanitize", "--no-sanitize"}:
         return None
     exec_spec(command, stdin=None, cwd=None, timeout=None)
     policy = cli_run.build_policy(opts)
-    if not planning.plannable(policy) or tiers.choose(policy, opts.one("--tier") or "auto") != (
-        "t2-linux"
-    ):
+    if tiers.choose(policy, opts.one("--tier") or tiers.AUTO) != tier:
         return None
-    session = open_session(policy)
-    try:
-        # The session's own plan (what it launches its commands from), with the names whose
-        # values the cache must not hold (`planning.encode` leaves them out).
-        made = session.plan
-        names = tuple(caller_env(options))
-        if not planning.cacheable(session) or not set(names) <= set(made.spec.env):
-            return None
-        made.caller_env = names
-    finally:
-        session.close()
+    planner = tiers.planner(tier)
+    # The session's own plan (what it launches its commands from), with the names whose
+    # values the cache must not hold (left out when it is stored).
+    made: Plan | None = planner.make(policy, tuple(caller_env(options)))
+    if made is None:
+        return None
     # Keyed by the inputs and facts as they are *after* the open (the session made the /etc
     # view if it was missing), and only when the inputs did not change while it was made (a
     # policy file edited meanwhile): a plan is never stored under inputs it was not made of.
-    facts = jail.host_facts()
+    facts: list[str] | None = planner.host_facts()
     if facts is not None and again(options) == inputs:
-        planning.store("\n".join([*inputs, *facts]), made)
+        planner.store("\n".join([*inputs, *facts]), made)
     return made
 
 

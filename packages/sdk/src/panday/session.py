@@ -1,8 +1,9 @@
 """The synchronous face of panday: ``with panday.open() as session: session.run([...])``.
 
-On Linux a session is the T2 Linux tier's own synchronous `LinuxSession`: no event loop and
-no asyncio import on this path (the CLI's start-up cost). Other tiers implement only the
-async `Sandbox` protocol; their sessions run it on a private event loop.
+A tier whose registry entry has a synchronous opener (`panday.tiers.Tier.opener`: T2 Linux's
+`LinuxSession`) is driven through it: no event loop and no asyncio import on this path (the
+CLI's start-up cost). Other tiers implement only the async `Sandbox` protocol; their
+sessions run it on a private event loop.
 
 >>> import panday
 >>> with panday.open() as session:
@@ -33,11 +34,11 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Generator, Iterator, Mapping, Sequence
 
     from panday.aio import AsyncSession
+    from panday.tiers import SyncSession
     from panday_core.egress.thread import ProxySettings
     from panday_core.policy import SandboxPolicy
     from panday_core.types import ExecEvent, ExecResult, ExecSpec, Snapshot
     from panday_tier_linux.enforcement import Enforcement
-    from panday_tier_linux.session import LinuxSession
 
 
 class _Backend(Protocol):
@@ -54,10 +55,10 @@ class _Backend(Protocol):
     def close(self) -> None: ...
 
 
-class _Linux:
-    """T2 Linux through its synchronous session (no event loop)."""
+class _Sync:
+    """A tier's own synchronous session (no event loop)."""
 
-    def __init__(self, session: LinuxSession) -> None:
+    def __init__(self, session: SyncSession) -> None:
         self.session = session
         self.id = session.id
         self.workspace = session.workspace
@@ -75,7 +76,8 @@ class _Linux:
         return self.session.snapshot()
 
     def enforcement(self) -> Enforcement:
-        return self.session.enforcement()
+        read: Enforcement = self.session.enforcement()  # pyright: ignore[reportAssignmentType] - the tier's own read-back type
+        return read
 
     def close(self) -> None:
         self.session.close()
@@ -201,7 +203,7 @@ class Session(SessionInfo):
 
     def _events(self, spec: ExecSpec) -> Generator[ExecEvent, None, None]:
         self._require_open()  # closed between stream() and the first next()
-        guard = StartGuard(self.policy, spec)
+        guard = StartGuard(self.policy, spec, self.tier)
         events = self._backend.events(spec)
         try:
             for event in events:
@@ -270,8 +272,8 @@ def open(  # noqa: A001 - the public API's name: panday.open
     used as named and never replaced by another.
 
     `egress`: how the session's egress proxy is made beyond the policy (an audit sink, a
-    resolver); passed through on T2 Linux only, and refused (`Unsupported`) on another tier
-    rather than dropped.
+    resolver); passed through to tiers with a synchronous opener (T2 Linux), and refused
+    (`Unsupported`) on another tier rather than dropped.
 
     Raises `PolicyError` (malformed policy), `PolicyViolation` (a field the tier cannot
     enforce here: every such field is named, with the reason), `TierUnavailable` (the
@@ -279,14 +281,9 @@ def open(  # noqa: A001 - the public API's name: panday.open
     """
     resolved = resolve_policy(policy)
     name = tiers.choose(resolved, tiers.check_name(tier))
-    if name == "t2-linux":
-        from panday_tier_linux.session import open_session  # noqa: PLC0415 - lazy tier import
-
-        return Session(_Linux(open_session(resolved, egress=egress)), tier=name, policy=resolved)
-    if egress is not None:
-        from panday_core.errors import Unsupported  # noqa: PLC0415 - error path
-
-        raise Unsupported(f"egress: proxy settings are passed through on t2-linux only, not {name}")
+    opened = tiers.open_sync(name, resolved, egress)
+    if opened is not None:
+        return Session(_Sync(opened), tier=name, policy=resolved)
     import asyncio  # noqa: PLC0415 - only tiers without a synchronous session need a loop
 
     from panday.aio import open_session as aopen  # noqa: PLC0415

@@ -1,44 +1,82 @@
-"""The tier registry: one table of every tier panday knows, and what follows from it.
+"""The tier registry: every tier panday knows, each declared by one `Tier` entry.
 
-Each row names the tier, the package that implements it, the platform it runs on, whether
-it runs commands, and where core keeps its declared capability table. Everything else
-(which tier `auto` picks, whether a tier is available here and why not, which table a
-policy is judged by) is derived from that one table, so a tier whose package is not
-installed on this platform (`pip install panday` installs T2 Linux only on Linux and T2
-macOS only on macOS) is *unavailable, with its reason*, and never a `ModuleNotFoundError`;
-a policy is still judged for it by the table core declares for it.
+An entry carries everything tier-specific the rest of panday needs: its package and the
+platform it runs on, its declared capability table (in core), the host probe, its openers
+(async `Sandbox`, and a synchronous session where it has one), the plan-cache hook of
+`panday run` (`planner`), doctor's details, the default ``PATH`` inside, the consent
+wording, the source roots the fields lint reads, the doctor probes that apply to it, and
+the requirement that installs it. Everything else (which tier `auto` picks, whether a tier
+is available here and why not, which table a policy is judged by) is derived from the
+entries. Nothing outside this module names a tier or imports a tier's internals: they are
+reached through the entry's dotted paths (``module:attribute``), imported only when asked
+for, so the CLI pays for the one tier it uses, and a tier whose package is not installed
+on this platform is *unavailable, with its reason*, never a `ModuleNotFoundError`.
 
-Tier packages are imported only when asked for, so the CLI pays for the one it uses.
+Adding a tier is its package (or module) + one `register(Tier(...))` + its docs. Python
+entry points are not read: `importlib.metadata` alone costs more than `panday run`'s whole
+cached start-up (docs/architecture.md, "Adding things"); a tier outside panday's own
+packages calls `register` when it is imported, as the test suite's fake tier does.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # typing's flag without importing typing: `panday run`'s start-up path
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
     from types import ModuleType
+    from typing import Protocol
 
     from panday_core.capabilities import TierCapabilities
+    from panday_core.egress.thread import ProxySettings
     from panday_core.policy import SandboxPolicy
     from panday_core.protocol import Sandbox
+    from panday_core.types import ExecEvent, ExecSpec, Snapshot
+
+    class SyncSession(Protocol):
+        """What a tier's synchronous opener returns: one open session, no event loop."""
+
+        @property
+        def id(self) -> str: ...
+        @property
+        def workspace(self) -> str: ...
+        def exec(self, spec: ExecSpec) -> Iterator[ExecEvent]: ...
+        def put(self, path: str, data: bytes) -> None: ...
+        def get(self, path: str, *, max_bytes: int) -> bytes: ...
+        def snapshot(self) -> Snapshot: ...
+        def enforcement(self) -> object: ...
+        def close(self) -> None: ...
+
+    Opener = Callable[..., SyncSession]
 
 
 class Tier:
-    """One row of the registry. A plain class: a NamedTuple costs a millisecond to create,
-    and this module is on `panday run`'s start-up path."""
+    """One entry of the registry. A plain class: a NamedTuple costs a millisecond to create,
+    and this module is on `panday run`'s start-up path. Every ``module:attribute`` string
+    is imported only when it is used."""
 
     __slots__ = (
+        "consent",
+        "declared",
+        "declared_args",
         "distribution",
+        "doctor",
         "host",
         "name",
+        "opener",
         "package",
+        "path",
+        "planner",
         "platform",
+        "probes",
+        "requirement",
+        "roots",
         "runs_commands",
         "sandbox",
-        "table",
+        "strength",
         "title",
+        "unavailable",
     )
 
     def __init__(
@@ -48,11 +86,22 @@ class Tier:
         title: str,
         package: str,
         distribution: str,
+        requirement: str | None,
         platform: str | None,
         runs_commands: bool,
-        table: str,
+        strength: int,
+        declared: str,
+        declared_args: tuple[str, ...] = (),
         host: str,
+        unavailable: str | None,
         sandbox: str,
+        opener: str | None = None,
+        planner: str | None = None,
+        doctor: str | None = None,
+        path: str | None = None,
+        consent: tuple[str, str],
+        roots: tuple[str, ...],
+        probes: tuple[str, ...] = (),
     ) -> None:
         self.name = name
         self.title = title
@@ -61,69 +110,187 @@ class Tier:
         """The import package that implements it; its absence makes the tier unavailable."""
         self.distribution = distribution
         """The distribution (what pip installs) that ships `package`."""
+        self.requirement = requirement
+        """Its line in the panday distribution's dependencies (None: panday-core ships it)."""
         self.platform = platform
         """The `sys.platform` prefix it runs on; None: wherever Python runs."""
         self.runs_commands = runs_commands
-        self.table = table
-        """The core module holding its declared capability table (`declared_capabilities`)."""
+        self.strength = strength
+        """Its isolation (T2: 2): `auto` tries the strongest first."""
+        self.declared = declared
+        """``module:function`` of the capability table it declares, in core (its
+        ``declared/*`` table): what a policy is judged by wherever the tier is not here."""
+        self.declared_args = declared_args
+        """Arguments that function takes for the documented table."""
         self.host = host
-        """The module whose `host_capabilities` and `unavailable_reason` probe this host."""
+        """``module:function``: its capability table as probed on this host."""
+        self.unavailable = unavailable
+        """``module:function``: why it cannot run here, or None; None: it runs wherever
+        its package imports."""
         self.sandbox = sandbox
-        """``module:Class`` of its async `Sandbox`."""
+        """``module:Class`` of its async `Sandbox` (the async opener)."""
+        self.opener = opener
+        """``module:function`` opening a synchronous session (policy, egress=); None: the
+        synchronous face runs the async `Sandbox` on a private event loop, and proxy
+        settings (`egress`) are refused."""
+        self.planner = planner
+        """The module `panday run` plans and launches cached jails through (host_facts,
+        load, launch, run, make, store); None: every run takes the full path."""
+        self.doctor = doctor
+        """``module:function`` returning doctor's details of this host (name -> text)."""
+        self.path = path
+        """``module:NAME`` of the ``PATH`` a command gets inside when the policy sets none
+        (a string, or the tier's base environment holding it)."""
+        self.consent = consent
+        """How a consent prompt names its sandbox, and what a plugin cannot reach in it."""
+        self.roots = roots
+        """Import packages whose source holds its enforcement code (the fields lint reads)."""
+        self.probes = probes
+        """The doctor probes (`panday.probes.PROBES` names) whose guarantee it claims."""
 
     def __repr__(self) -> str:
         return f"Tier(name={self.name!r}, package={self.package!r}, platform={self.platform!r})"
 
 
-REGISTRY: tuple[Tier, ...] = (
+AUTO = "auto"
+REGISTRY: tuple[Tier, ...] = ()
+"""Command tiers strongest first, then the rest (`register` keeps it so)."""
+COMMAND_TIERS: tuple[str, ...] = ()
+"""Tiers that run commands, strongest first."""
+ALL_TIERS: tuple[str, ...] = ()
+"""Every tier the registry knows. T0 serves file tools in-process and never runs commands."""
+TIER_CHOICES: tuple[str, ...] = (AUTO,)
+
+_PLATFORMS = {"linux": "Linux", "darwin": "macOS"}
+
+
+def _publish(rows: list[Tier]) -> None:
+    """Rebind the registry and every name derived from it (read as module attributes, so
+    a tier registered later is seen by everyone who reads `tiers.COMMAND_TIERS`)."""
+    rows.sort(key=lambda r: (not r.runs_commands, -r.strength))  # stable: ties keep order
+    table = tuple(rows)
+    names = tuple(t.name for t in table)
+    globals().update(
+        REGISTRY=table,
+        COMMAND_TIERS=tuple(t.name for t in table if t.runs_commands),
+        ALL_TIERS=names,
+        TIER_CHOICES=(AUTO, *names),
+    )
+
+
+def register(row: Tier) -> Tier:
+    """Add `row` to the registry (replacing an entry of the same name); every derived name
+    (`COMMAND_TIERS`, `ALL_TIERS`, `TIER_CHOICES`) follows."""
+    if row.name == AUTO:
+        raise ValueError(f"tier: {AUTO!r} is a choice, not a tier name")
+    _publish([*(r for r in REGISTRY if r.name != row.name), row])
+    return row
+
+
+def unregister(name: str) -> None:
+    """Remove the entry `name` (a test's fake tier); `KeyError` when there is none."""
+    entry(name)
+    _publish([r for r in REGISTRY if r.name != name])
+
+
+register(
     Tier(
         name="t2-linux",
         title="T2 Linux",
         package="panday_tier_linux",
         distribution="panday-tier-linux",
+        requirement="panday-tier-linux; sys_platform == 'linux'",
         platform="linux",
         runs_commands=True,
-        table="panday_core.declared.t2_linux",
-        host="panday_tier_linux.capabilities",
+        strength=2,
+        declared="panday_core.declared.t2_linux:declared_capabilities",
+        host="panday_tier_linux.capabilities:host_capabilities",
+        unavailable="panday_tier_linux.capabilities:unavailable_reason",
         sandbox="panday_tier_linux.sandbox:T2LinuxSandbox",
-    ),
+        opener="panday_tier_linux.session:open_session",
+        planner="panday_tier_linux.plan",
+        doctor="panday_tier_linux.doctor:details",
+        path="panday_tier_linux.argv:DEFAULT_PATH",
+        consent=(
+            "panday's Linux sandbox",
+            (
+                "see any of your other files (only the workspace and the system's own programs "
+                "and libraries are visible)"
+            ),
+        ),
+        roots=("panday_tier_linux",),
+        probes=(
+            "read-next-to-workspace",
+            "write-next-to-workspace",
+            "etc-shadow",
+            "host-loopback-tcp",
+            "host-process-signal",
+            "environment-canary",
+            "wall-clock",
+        ),
+    )
+)
+register(
     Tier(
         name="t2-macos",
         title="T2 macOS",
         package="panday_tier_macos",
         distribution="panday-tier-macos",
+        requirement="panday-tier-macos; sys_platform == 'darwin'",
         platform="darwin",
         runs_commands=True,
-        table="panday_core.declared.t2_macos",
-        host="panday_tier_macos.capabilities",
+        strength=2,
+        declared="panday_core.declared.t2_macos:declared_capabilities",
+        host="panday_tier_macos.capabilities:host_capabilities",
+        unavailable="panday_tier_macos.capabilities:unavailable_reason",
         sandbox="panday_tier_macos.sandbox:T2MacosSandbox",
-    ),
+        path="panday_tier_macos.sandbox:BASE_ENV",
+        consent=(
+            "panday's macOS sandbox",
+            (
+                "change anything outside the workspace; note that it CAN read most other files "
+                "on this computer, all but keys, credentials, keychains, shell histories and "
+                "browser data"
+            ),
+        ),
+        roots=("panday_tier_macos",),
+        probes=(
+            "write-next-to-workspace",
+            "host-loopback-tcp",
+            "host-process-signal",
+            "environment-canary",
+            "wall-clock",
+        ),
+    )
+)
+register(
     Tier(
         name="t0",
         title="T0",
         package="panday_core.t0",
         distribution="panday-core",
+        requirement=None,
         platform=None,
         runs_commands=False,
-        table="panday_core.t0.capabilities",
-        host="panday_core.t0.capabilities",
+        strength=0,
+        # The table with the kernel's openat2 resolver; docs/tiers/t0.md states the
+        # fallback walk's mechanism beside it.
+        declared="panday_core.t0.capabilities:declared_capabilities",
+        declared_args=("openat2",),
+        host="panday_core.t0.capabilities:declared_capabilities",
+        unavailable=None,  # in-process: runs wherever Python does
         sandbox="panday_core.t0.sandbox:T0Sandbox",
-    ),
+        consent=(
+            "panday's in-process file tools (it cannot start programs)",
+            "reach any file outside the workspace",
+        ),
+        roots=("panday_core.t0",),
+    )
 )
-"""Command tiers strongest first, then the rest."""
-
-_PLATFORMS = {"linux": "Linux", "darwin": "macOS"}
-
-COMMAND_TIERS = tuple(t.name for t in REGISTRY if t.runs_commands)
-"""Tiers that run commands, strongest first."""
-ALL_TIERS = tuple(t.name for t in REGISTRY)
-"""Every tier the registry knows. T0 serves file tools in-process and never runs commands."""
-AUTO = "auto"
-TIER_CHOICES = (AUTO, *ALL_TIERS)
 
 
 def entry(tier: str) -> Tier:
-    """The registry row of `tier` (`KeyError` for a name that is not a tier)."""
+    """The registry entry of `tier` (`KeyError` for a name that is not a tier)."""
     for row in REGISTRY:
         if row.name == tier:
             return row
@@ -157,10 +324,17 @@ def check_name(tier: str) -> str:
     return tier
 
 
-def _import(name: str) -> ModuleType:
-    import importlib  # noqa: PLC0415 - lazy: only this path needs it
+def import_module(name: str) -> ModuleType:
+    """The module `name`, imported now (``__import__``: importlib costs start-up time)."""
+    __import__(name)
+    return sys.modules[name]
 
-    return importlib.import_module(name)
+
+def resolve(dotted: str) -> object:
+    """What ``module:attribute`` names (the module alone without ``:``), imported now."""
+    module, _, attribute = dotted.partition(":")
+    found = import_module(module)
+    return getattr(found, attribute) if attribute else found
 
 
 def absent_reason(tier: str) -> str | None:
@@ -172,7 +346,7 @@ def absent_reason(tier: str) -> str | None:
         needs = _PLATFORMS.get(row.platform, row.platform)
         return f"{row.title} needs {needs}; this host is {sys.platform}"
     try:
-        _import(row.package)
+        import_module(row.package)
     except ModuleNotFoundError as exc:
         missing = exc.name or ""
         if missing == row.package or row.package.startswith(f"{missing}."):
@@ -188,10 +362,10 @@ def absent_reason(tier: str) -> str | None:
 
 
 def require(tier: str) -> Tier:
-    """The registry row of `tier`, or `TierUnavailable` when its package cannot load here."""
+    """The registry entry of `tier`, or `TierUnavailable` when its package cannot load here."""
     reason = absent_reason(tier)
     if reason is not None:
-        from panday_core.errors import TierUnavailable  # noqa: PLC0415 - error path
+        from panday_core.errors import TierUnavailable  # noqa: PLC0415 - lazy: not on the start-up path
 
         raise TierUnavailable(tier, reason)
     return entry(tier)
@@ -219,14 +393,14 @@ def choose(
         return tier
     found = tuple(candidates) if candidates is not None else host_command_tiers()
     if not found:
-        from panday_core.errors import TierUnavailable  # noqa: PLC0415 - error path
+        from panday_core.errors import TierUnavailable  # noqa: PLC0415 - lazy: not on the start-up path
 
         raise TierUnavailable(AUTO, f"panday has no tier that runs commands on {sys.platform}")
     if len(found) == 1:
         require(found[0])
         return found[0]
-    from panday_core.capabilities import check_policy  # noqa: PLC0415 - several candidates only
-    from panday_core.errors import PolicyViolation  # noqa: PLC0415
+    from panday_core.capabilities import check_policy  # noqa: PLC0415 - lazy: not on the start-up path
+    from panday_core.errors import PolicyViolation  # noqa: PLC0415 - lazy: not on the start-up path
 
     table = capabilities or host_capabilities
     first_refusals = None
@@ -241,26 +415,15 @@ def choose(
 def host_capabilities(tier: str) -> TierCapabilities:
     """The capability table of `tier` as it holds on this host (probed where it must be);
     `TierUnavailable` when its package cannot load here (`declared` still answers)."""
-    row = require(tier)
-    module = _import(row.host)
-    if row.host == row.table:  # T0: its declared table, with the resolver this host has
-        t0_table: TierCapabilities = module.declared_capabilities()
-        return t0_table
-    table: TierCapabilities = module.host_capabilities()
-    return table
+    probe: Callable[[], TierCapabilities] = resolve(require(tier).host)  # pyright: ignore[reportAssignmentType] - the entry names a table function
+    return probe()
 
 
 def declared(tier: str) -> TierCapabilities:
     """The capability table a tier declares, from core: available whatever is installed."""
     row = entry(tier)
-    module = _import(row.table)
-    if tier == "t0":
-        # The table with the kernel's openat2 resolver; docs/tiers/t0.md states the
-        # fallback walk's mechanism beside it.
-        t0_table: TierCapabilities = module.declared_capabilities("openat2")
-        return t0_table
-    table: TierCapabilities = module.declared_capabilities()
-    return table
+    table: Callable[..., TierCapabilities] = resolve(row.declared)  # pyright: ignore[reportAssignmentType] - the entry names a table function
+    return table(*row.declared_args)
 
 
 def unavailable_reason(tier: str) -> str | None:
@@ -269,14 +432,82 @@ def unavailable_reason(tier: str) -> str | None:
     if absent is not None:
         return absent
     row = entry(tier)
-    if row.host == row.table:  # T0: in-process, runs wherever Python does
+    if row.unavailable is None:
         return None
-    reason: str | None = _import(row.host).unavailable_reason()
-    return reason
+    probe: Callable[[], str | None] = resolve(row.unavailable)  # pyright: ignore[reportAssignmentType] - the entry names a probe function
+    return probe()
 
 
 def sandbox(tier: str) -> Sandbox:
     """A fresh instance of `tier`'s async `Sandbox` (`TierUnavailable` when it cannot load)."""
-    module, _, name = require(tier).sandbox.partition(":")
-    made: Sandbox = getattr(_import(module), name)()
-    return made
+    made: Callable[[], Sandbox] = resolve(require(tier).sandbox)  # pyright: ignore[reportAssignmentType] - the entry names a Sandbox class
+    return made()
+
+
+def opener(tier: str) -> Opener | None:
+    """`tier`'s synchronous opener (``opener(policy, egress=...)``), or None when it has
+    none (its sessions run its async `Sandbox` on a private loop)."""
+    row = require(tier)
+    if row.opener is None:
+        return None
+    found: Opener = resolve(row.opener)  # pyright: ignore[reportAssignmentType] - the entry names an opener
+    return found
+
+
+def open_sync(tier: str, policy: SandboxPolicy, egress: ProxySettings | None) -> SyncSession | None:
+    """`tier`'s synchronous session on `policy`, or None when it has no synchronous opener;
+    `Unsupported` when `egress` is given to a tier that cannot take it."""
+    found = opener(tier)
+    if found is not None:
+        return found(policy, egress=egress)
+    if egress is not None:
+        from panday_core.errors import Unsupported  # noqa: PLC0415 - lazy: not on the start-up path
+
+        takes = " and ".join(t.name for t in REGISTRY if t.opener is not None) or "no tier"
+        raise Unsupported(f"egress: proxy settings are passed through on {takes} only, not {tier}")
+    return None
+
+
+def default_path(tier: str | None) -> str:
+    """The ``PATH`` a command gets inside `tier` (None: this host's command tier) when its
+    policy sets none (a plain system ``PATH`` when the tier does not say, or cannot load
+    here)."""
+    from collections.abc import Mapping  # noqa: PLC0415 - not on the start-up path
+
+    fallback = "/usr/bin:/bin:/usr/sbin:/sbin"
+    try:
+        row = entry(tier or host_command_tier() or "")
+    except KeyError:
+        return fallback
+    if row.path is None or absent_reason(row.name) is not None:
+        return fallback
+    found = resolve(row.path)
+    if isinstance(found, Mapping):  # the tier's base environment
+        found = found.get("PATH")  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType] - any mapping
+    return found if isinstance(found, str) else fallback
+
+
+def doctor_details(tier: str) -> dict[str, str]:
+    """What doctor shows under `tier` on this host (empty when the tier says nothing)."""
+    row = require(tier)
+    if row.doctor is None:
+        return {}
+    details: Callable[[], dict[str, str]] = resolve(row.doctor)  # pyright: ignore[reportAssignmentType] - the entry names a details function
+    return details()
+
+
+def consent(tier: str) -> tuple[str, str]:
+    """How a consent prompt names `tier`'s sandbox, and what a plugin cannot reach there."""
+    return entry(tier).consent
+
+
+def planners() -> tuple[str, ...]:
+    """The tiers `panday run` can serve from a cached plan (those with a `planner`)."""
+    return tuple(t.name for t in REGISTRY if t.planner is not None)
+
+
+def planner(tier: str) -> ModuleType:
+    """`tier`'s plan-cache module (`KeyError`-free: only called for `planners()`)."""
+    row = entry(tier)
+    assert row.planner is not None  # noqa: S101 - callers pick from planners()
+    return import_module(row.planner)

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from panday_core.execution import ChildProcess, Ended
+    from panday_core.policy import SandboxPolicy
     from panday_core.process import Stream
     from panday_tier_linux.jail import JailSupervisor
 
@@ -575,9 +576,7 @@ def _start(
     return launched
 
 
-def run(
-    launched: Launched, plan: Plan, *, write: Callable[[Stream, bytes], None]
-) -> Ended | None:
+def run(launched: Launched, plan: Plan, *, write: Callable[[Stream, bytes], None]) -> Ended | None:
     """Stream a command launched for `plan` to `write` until it ends, within the plan's
     output cap, wall clock and ceilings (the core pump with the jail's supervisor, as a
     session streams it). None when the command never ran (bwrap could not set the jail
@@ -605,3 +604,23 @@ def run(
     finally:
         with suppress(OSError):
             launched.close()
+
+
+# ------------------------------------------------------------------ the registry's planner hook
+# The SDK reaches this module as T2 Linux's ``planner`` (`panday.tiers`): a hit uses
+# `host_facts`, `load`, `launch` and `run` above; a miss `make` and `store` below, whose
+# code lives in `planning` and is imported only then.
+
+
+def make(policy: SandboxPolicy, caller_env: Sequence[str]) -> Plan | None:
+    """On a miss: the plan a session for `policy` launches from (`planning.make`)."""
+    from panday_tier_linux import planning  # noqa: PLC0415 - a miss only
+
+    return planning.make(policy, caller_env)
+
+
+def store(key: str, plan: Plan) -> bool:
+    """On a miss: write `plan` under `key` (`planning.store`)."""
+    from panday_tier_linux import planning  # noqa: PLC0415 - a miss only
+
+    return planning.store(key, plan)

@@ -14,6 +14,8 @@ from panday_tier_linux.plan import FORMAT, Plan, file_name, open_plan_dir, seal
 
 TYPE_CHECKING = False  # typing's flag without importing typing
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from panday_core.policy import SandboxPolicy
     from panday_tier_linux.session import LinuxSession
 
@@ -37,6 +39,26 @@ def cacheable(session: LinuxSession) -> bool:
         and plan.spec.tmp_bytes is None
         and plan.bwrap_id is not None
     )
+
+
+def make(policy: SandboxPolicy, caller_env: Sequence[str]) -> Plan | None:
+    """The plan a session for `policy` launches its commands from, made by opening (and
+    closing) that session, so every check at open runs; None when it cannot be cached, or
+    when a name of `caller_env` (values the cache must not hold: `encode` leaves them out)
+    is not in its environment."""
+    if not plannable(policy):
+        return None
+    from panday_tier_linux.session import open_session  # noqa: PLC0415 - a miss only
+
+    session = open_session(policy)
+    try:
+        made = session.plan
+        if not cacheable(session) or not set(caller_env) <= set(made.spec.env):
+            return None
+        made.caller_env = tuple(caller_env)
+    finally:
+        session.close()
+    return made
 
 
 def encode(plan: Plan) -> bytes:
