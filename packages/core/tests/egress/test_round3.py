@@ -454,12 +454,14 @@ def test_an_http10_request_with_transfer_encoding_is_refused(env: Env) -> None:
     handle = env.proxy(allow=["127.0.0.1"], ports=[up.port])
     auth = b"Proxy-Authorization: " + handle.basic() + b"\r\n"
     body = b"5\r\nhello\r\n0\r\n\r\n"
+    target = f"http://127.0.0.1:{up.port}/".encode()
     for version, expected in ((b"HTTP/1.1", 200), (b"HTTP/1.0", 400)):  # control first
+        head = b"POST %s %s\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n" % (
+            target,
+            version,
+        )
         with env.open_conn(handle.host, handle.port) as sock:
-            sock.sendall(
-                b"POST http://127.0.0.1:" + str(up.port).encode() + b"/ " + version + b"\r\n"
-                b"Host: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n" + auth + b"\r\n" + body
-            )
+            sock.sendall(head + auth + b"\r\n" + body)
             status, headers, _ = env.parse_response(env.recv_all(sock))
         assert status == expected, (version, headers)
     assert len(up.requests) == 1
@@ -469,8 +471,11 @@ def test_an_http10_request_with_transfer_encoding_is_refused(env: Env) -> None:
 class _HalfOpen(asyncio.Protocol):
     """Echoes, and keeps its own half open when the client half-closes."""
 
+    opened: list[asyncio.BaseTransport] = []  # noqa: RUF012 - the test closes them all
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
+        self.opened.append(transport)
 
     def data_received(self, data: bytes) -> None:
         assert isinstance(self.transport, asyncio.Transport)
@@ -481,11 +486,27 @@ class _HalfOpen(asyncio.Protocol):
 
 
 def test_a_half_closed_tunnel_is_closed_after_its_own_timeout(env: Env) -> None:
+    servers: list[asyncio.Server] = []
+
     async def serve() -> int:
         server = await asyncio.get_running_loop().create_server(_HalfOpen, "127.0.0.1", 0)
+        servers.append(server)
         return int(server.sockets[0].getsockname()[1])
 
+    async def stop() -> None:
+        for server in servers:
+            server.close()
+        for transport in _HalfOpen.opened:
+            transport.close()  # it half-closed: it never reads the proxy's reset
+
     port = env.lt.call(serve())
+    try:
+        _half_closed(env, port)
+    finally:
+        env.lt.call(stop())
+
+
+def _half_closed(env: Env, port: int) -> None:
     limits = ProxyLimits(half_closed_timeout=0.2, idle_timeout=300.0)
     handle = env.proxy(allow=["127.0.0.1"], ports=[port], limits=limits)
     status, _, sock, _ = env.connect(handle, f"127.0.0.1:{port}")
