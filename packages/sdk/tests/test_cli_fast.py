@@ -493,7 +493,7 @@ def test_the_start_up_path_imports_neither_the_model_nor_typing(run: Runner, exe
     assert done.returncode == 0, done.stderr
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if "|" in line}
     assert "panday_tier_linux.plan" in imported  # the cached path ran ...
-    assert "panday.cli_run" not in imported  # ... and the full path did not
+    assert "panday.cli.run" not in imported  # ... and the full path did not
     assert not {m for m in imported if m.split(".")[0] in HEAVY}
 
 
@@ -663,7 +663,7 @@ from panday import cli_fast
 from panday.stdio import repair_std_fds
 repair_std_fds()  # as the console script (cli_fast.console) does first
 code = cli_fast.run_cached(sys.argv[4:])
-os.write(report, f"{code} {'panday.cli_run' in sys.modules}".encode())
+os.write(report, f"{code} {'panday.cli.run' in sys.modules}".encode())
 """
 """`cli_fast.console` up to its exit, with descriptor `fd` made unusable (or non-blocking)
 first; reports the exit code and whether the full path was loaded."""

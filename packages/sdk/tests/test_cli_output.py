@@ -212,7 +212,7 @@ def test_a_json_document_that_cannot_be_built_is_refused(
     def too_big(*_args: object) -> bytes:
         raise MemoryError
 
-    monkeypatch.setattr("panday.cli_run._document", too_big)
+    monkeypatch.setattr("panday.cli.run._document", too_big)
     monkeypatch.chdir(tmp_path)
     code = cli.main(["run", "--json", "--", "true"])
     out, err = capfd.readouterr()

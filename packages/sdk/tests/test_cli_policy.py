@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from panday import cli_misc, exitcodes, tiers
+from panday import exitcodes, tiers
+from panday.cli import policy as cli_misc
 from panday_core.capabilities import FieldSupport, Support, TierCapabilities
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ import pytest
 
 import panday
 from panday import cli, exitcodes, tiers
-from panday.cli_doctor import collect
+from panday.cli.doctor import collect
 from panday.probes import PROBES
 from panday_core.capabilities import (
     FieldSupport,

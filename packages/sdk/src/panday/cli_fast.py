@@ -22,7 +22,7 @@ How it stays as strict as the full path:
   (kernel, bwrap, libseccomp, the /etc view, the user). Anything different: another key,
   no plan, and the plan is made again.
 * A plan is made (on a miss) by the full path's own functions: its option parser,
-  `cli_run.build_policy`, the tier choice and the tier's session open with every refusal.
+  `panday.cli.run.build_policy`, the tier choice and the tier's session open with every refusal.
   So a plan exists only for inputs that would have started a jail.
 * What must be judged per command is judged on every run, hit or miss: the workspace
   and staged paths are opened again without following links and refused again (a link, a
@@ -76,7 +76,7 @@ FLAGS = frozenset({"--sanitize", "--no-sanitize"})
 MODEL_LIBRARIES = ("msgspec", "typing_extensions")
 """Libraries that decide whether the model accepts a policy: part of the key."""
 _POLICY_LIMIT = 4 << 20
-"""As `panday.cli_input.POLICY_LIMIT`: a larger file takes the full path (which refuses it)."""
+"""As `panday.cli.inputs.POLICY_LIMIT`: a larger file takes the full path (which refuses it)."""
 
 
 def console() -> NoReturn:
@@ -137,7 +137,7 @@ def served_tier(options: list[str]) -> str | None:
 
 def _split(words: list[str]) -> tuple[list[str], set[str], list[str]] | None:
     """(option words, flags, command) for the plain form ``[--opt VALUE | --flag]... [--]
-    CMD...``, split where `panday.cli_run.parse` splits it (the plan is made only when that
+    CMD...``, split where `panday.cli.run.parse` splits it (the plan is made only when that
     parser agrees); None for anything else."""
     options: list[str] = []
     flags: set[str] = set()
@@ -167,7 +167,7 @@ def _digest(data: bytes) -> str:
 
 
 def _read_policy(path: str) -> bytes | None:
-    """The bytes `panday.cli_input.read_input` would read (a regular file), or None."""
+    """The bytes `panday.cli.inputs.read_input` would read (a regular file), or None."""
     import stat  # noqa: PLC0415 - loaded at interpreter start
 
     try:
@@ -314,7 +314,7 @@ def _plan(args: list[str], options: list[str], command: list[str]) -> Plan | Non
 
 
 class _Output:
-    """The command's output to ours, as `panday.cli_run._stream` writes it: through the
+    """The command's output to ours, as `panday.cli.run._stream` writes it: through the
     terminal filter where it applies (`panday.terminal`), every write looped."""
 
     __slots__ = ("filters",)
@@ -340,13 +340,13 @@ class _Output:
 
 def _on_signal(signum: int, frame: object) -> None:
     del frame
-    from panday.cli import Terminated  # noqa: PLC0415 - loaded: the console script lives there
+    from panday.cli.errors import Terminated  # noqa: PLC0415 - a signal arrived: the error path
 
     raise Terminated(signum)
 
 
 def _report(exc: BaseException) -> int:
-    from panday.cli import report  # noqa: PLC0415 - loaded: the console script lives there
+    from panday.cli.errors import report  # noqa: PLC0415 - the error path
 
     return report(exc, debug=False)
 
@@ -381,8 +381,8 @@ def _finish(jail: ModuleType, plan: Plan, launched: Launched, output: _Output) -
 
 
 def _exit_code(ended: Ended) -> int:
-    """What `panday run` exits with (as `panday.cli_run.exit_code_of`), after the line a
-    breach gets on stderr (as `panday.cli_run._breach_line`)."""
+    """What `panday run` exits with (as `panday.cli.run.exit_code_of`), after the line a
+    breach gets on stderr (as `panday.cli.run._breach_line`)."""
     if ended.breach is not None:
         kind, detail = ended.breach
         how = (

@@ -26,8 +26,9 @@ def make(
     lines, computed again by `again` once the plan is made) and return it; None (with
     nothing spawned) when the full path should run instead (it would choose another tier
     than the one the cache serves these options with, among others)."""
-    from panday import cli_run, tiers  # noqa: PLC0415 - the full path, on a miss only
+    from panday import tiers  # noqa: PLC0415 - the full path, on a miss only
     from panday._shared import exec_spec  # noqa: PLC0415
+    from panday.cli import run as cli_run  # noqa: PLC0415
     from panday.cli_fast import served_tier  # noqa: PLC0415 - loaded: the caller
 
     tier = served_tier(options)
@@ -59,7 +60,7 @@ def make(
 def caller_env(options: list[str]) -> list[str]:
     """The names whose values come from the environment: those whose last ``--env`` is
     ``--env NAME`` rather than ``--env NAME=VALUE`` (the last one wins, as in
-    `panday.cli_run`)."""
+    `panday.cli.run`)."""
     last: dict[str, bool] = {}
     for i in range(0, len(options), 2):
         if options[i] == "--env":

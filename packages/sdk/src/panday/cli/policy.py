@@ -1,29 +1,20 @@
-"""`panday policy check|schema`, `panday plugin inspect` and `panday proxy`."""
+"""`panday policy check FILE...` and `panday policy schema`."""
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import TYPE_CHECKING
 
 from panday import exitcodes, tiers
-from panday.cli import UsageError
+from panday.cli.common import DEBUG, file_action, parser
+from panday.cli.errors import UsageError
 
 if TYPE_CHECKING:
-    import argparse
     from collections.abc import Sequence
 
     from panday.reports import PolicyCheckReport, TierCheck
-    from panday_core.capabilities import Refusal, TierCapabilities
+    from panday_core.capabilities import Refusal
     from panday_core.policy import SandboxPolicy
-
-
-def _host_table(tier: str | None) -> TierCapabilities:
-    if tier is None:
-        from panday_core.errors import TierUnavailable  # noqa: PLC0415 - error path
-
-        raise TierUnavailable("auto", f"panday has no tier that runs commands on {sys.platform}")
-    return tiers.host_capabilities(tier)
 
 
 def _root_refusals(policy: SandboxPolicy) -> tuple[Refusal, ...]:
@@ -76,9 +67,9 @@ def _tier_rows(policy: SandboxPolicy) -> list[TierCheck]:
 def _check_one(file: str, *, debug: bool) -> PolicyCheckReport:
     """One file's report; a document that cannot be read or parsed is reported, not raised
     (with `debug`, its traceback is printed first)."""
-    from panday import cli_input  # noqa: PLC0415 - lazy: only this path needs it
     from panday._shared import missing_paths  # noqa: PLC0415
-    from panday.cli import InvalidInputError, NoInputError  # noqa: PLC0415 - lazy: only this path needs it
+    from panday.cli import inputs as cli_input  # noqa: PLC0415 - lazy: only this path needs it
+    from panday.cli.errors import InvalidInputError, NoInputError  # noqa: PLC0415 - lazy: only this path needs it
     from panday.reports import PolicyCheckReport  # noqa: PLC0415 - lazy: only this path needs it
 
     try:
@@ -118,7 +109,7 @@ def _check_one(file: str, *, debug: bool) -> PolicyCheckReport:
 
 
 def _render_check(report: PolicyCheckReport) -> list[str]:
-    from panday import cli_input  # noqa: PLC0415 - lazy: only this path needs it
+    from panday.cli import inputs as cli_input  # noqa: PLC0415 - lazy: only this path needs it
 
     name = cli_input.shown(report.file)
     host_tier = tiers.host_command_tier()
@@ -183,60 +174,18 @@ def policy_schema() -> int:
     return exitcodes.OK
 
 
-def plugin_inspect(file: str, *, as_json: bool) -> int:
-    """What this host's tier would really grant the plugin: the consent summary."""
-    from panday.cli_input import load_manifest  # noqa: PLC0415
-    from panday.reports import encode  # noqa: PLC0415
-
-    manifest = load_manifest(file)
-    host_tier = tiers.host_command_tier()
-    summary = manifest.consent_summary(
-        _host_table(host_tier), os.environ, wording=tiers.consent(host_tier or "")
+def main(args: list[str]) -> int:
+    """`panday policy ARGS`: the exit code."""
+    ns = parser("panday policy", "Check a policy file or print its schema.")
+    sub = ns.add_subparsers(dest="action", required=True, parser_class=type(ns))
+    file_action(
+        sub.add_parser("check", help="validate policies and say where they are enforceable"),
+        "policy file (.toml or .json); '-' reads one from standard input",
+        many=True,
     )
-    sys.stdout.write(encode(summary) if as_json else summary.render())
-    return exitcodes.OK if summary.runnable else exitcodes.FAILED
-
-
-def _port(option: str, text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise UsageError(f"{option} {text!r}: not a port number") from None
-    return value
-
-
-def proxy(ns: argparse.Namespace) -> int:
-    """Run the egress proxy until Ctrl-C (or SIGTERM); exit 71 when it cannot listen."""
-    from panday import cli_input  # noqa: PLC0415
-    from panday_core.domains import normalize_pattern  # noqa: PLC0415
-    from panday_core.policy import FieldError, NetPolicy  # noqa: PLC0415
-
-    base = cli_input.load_policy(ns.policy).net if ns.policy else NetPolicy()
-    for option, hosts in (("--allow", ns.allow), ("--deny", ns.deny)):
-        for host in hosts:
-            try:
-                normalize_pattern(host)
-            except ValueError as exc:
-                raise UsageError(f"{option} {host!r}: {exc}") from None
-    ports = tuple(_port("--port", p) for p in ns.port) or base.ports
-    listen_port = _port("--listen-port", ns.listen_port)
-    if not 0 <= listen_port <= 65535:  # noqa: PLR2004 - TCP port range
-        raise UsageError(f"--listen-port {ns.listen_port!r}: not a TCP port (0-65535)")
-    try:
-        net = NetPolicy(allow=(*base.allow, *ns.allow), deny=(*base.deny, *ns.deny), ports=ports)
-    except FieldError as exc:
-        raise UsageError(f"--port: {exc.reason}") from None
-    from panday_core.egress.standalone import run_proxy  # noqa: PLC0415 - asyncio: this path only
-
-    try:
-        return run_proxy(
-            net,
-            listen_host=ns.listen,
-            listen_port=listen_port,
-            session_id=ns.session_id,
-            audit_jsonl=ns.audit_jsonl,
-        )
-    except OSError as exc:
-        what = f"open {exc.filename}" if exc.filename else f"listen on {ns.listen}:{listen_port}"
-        sys.stderr.write(f"panday: the egress proxy cannot {what}: {exc.strerror or exc}\n")
-        return exitcodes.OS_ERROR
+    schema = sub.add_parser("schema", help="print the policy's JSON Schema")
+    schema.add_argument("--debug", action="store_true", help="show a traceback with an error")
+    parsed = ns.parse_args(args)
+    if parsed.action == "check":
+        return policy_check(parsed.files, as_json=parsed.json, debug=parsed.debug or DEBUG[0])
+    return policy_schema()

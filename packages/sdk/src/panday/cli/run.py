@@ -13,7 +13,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from panday import exitcodes
-from panday.cli import NoInputError, Terminated, UsageError
+from panday.cli.errors import NoInputError, Terminated, UsageError
 from panday.stdio import OutputError, sanitizing, write_all
 
 if TYPE_CHECKING:
@@ -196,7 +196,7 @@ def _base_policy(opts: RunOptions, workspace: str | None) -> tuple[SandboxPolicy
 
     file = opts.one("--policy")
     if file is not None:
-        from panday import cli_input  # noqa: PLC0415 - only when there is a file to read
+        from panday.cli import inputs as cli_input  # noqa: PLC0415 - only when there is a file to read
 
         if file == cli_input.STDIN and "--stdin" in opts.flags:
             raise UsageError(
@@ -206,7 +206,7 @@ def _base_policy(opts: RunOptions, workspace: str | None) -> tuple[SandboxPolicy
         return cli_input.load_policy(file), file
     user = user_policy_path()
     if os.path.lexists(user):
-        from panday import cli_input  # noqa: PLC0415 - only when there is a file to read
+        from panday.cli import inputs as cli_input  # noqa: PLC0415 - only when there is a file to read
 
         return cli_input.load_policy(user, what="per-user default policy file"), user
     return default_policy(workspace), None
@@ -468,7 +468,7 @@ def _check_tier(tier: str) -> None:
         )
 
 
-def run(args: list[str]) -> int:
+def main(args: list[str]) -> int:
     """`panday run ARGS`: the exit code (errors are raised for `panday.cli.report`)."""
     opts = parse(args)
     if "--help" in opts.flags or "-h" in opts.flags:

@@ -13,7 +13,7 @@ import stat
 import sys
 from typing import TYPE_CHECKING
 
-from panday.cli import InvalidInputError, NoInputError
+from panday.cli.errors import InvalidInputError, NoInputError
 
 if TYPE_CHECKING:
     from panday_core.manifest import PluginManifest

@@ -9,6 +9,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from panday import exitcodes, tiers
+from panday.cli.common import parser
 
 if TYPE_CHECKING:
     from panday.reports import DoctorReport, ProbeOutcome, TierStatus, UserPolicyStatus
@@ -40,8 +41,8 @@ def _status(tier: str, host_tier: str | None) -> TierStatus:
 
 def _user_policy() -> UserPolicyStatus:
     """The per-user default policy: where it is looked for, and whether it is usable."""
-    from panday import cli_input  # noqa: PLC0415 - lazy: only this path needs it
-    from panday.cli import InvalidInputError, NoInputError  # noqa: PLC0415 - lazy: only this path needs it
+    from panday.cli import inputs as cli_input  # noqa: PLC0415 - lazy: only this path needs it
+    from panday.cli.errors import InvalidInputError, NoInputError  # noqa: PLC0415 - lazy: only this path needs it
     from panday.defaults import user_policy_path  # noqa: PLC0415 - lazy: only this path needs it
     from panday.reports import UserPolicyStatus  # noqa: PLC0415 - lazy: only this path needs it
 
@@ -157,3 +158,12 @@ def doctor(*, as_json: bool, probe: bool) -> int:
     else:
         sys.stdout.write(render(report))
     return _exit_code(report)
+
+
+def main(args: list[str]) -> int:
+    """`panday doctor ARGS`: the exit code."""
+    ns = parser("panday doctor", "What this host enforces, tier by tier.")
+    ns.add_argument("--json", action="store_true", help="machine-readable output")
+    ns.add_argument("--probe", action="store_true", help="run a fast subset of the escape probes")
+    parsed = ns.parse_args(args)
+    return doctor(as_json=parsed.json, probe=parsed.probe)
