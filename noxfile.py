@@ -207,6 +207,10 @@ def tests(session: nox.Session) -> None:
     ]
     slow = "" if everything else " and not slow"
     junits = [venv / "junit.xml", venv / "junit-serial.xml"]
+    # Tests a -m expression leaves out still count toward the floors (tools/floors.py, as a
+    # plugin, lists them): a floor means the same here as in CI, which runs the slow ones.
+    deselected = venv / "deselected.txt"
+    deselected.unlink(missing_ok=True)
     # One worker per core (pytest-xdist): most of these tests wait on a jail, a socket or a
     # clock, so two workers on two cores take ~0.55x the time of one. Tests marked `serial`
     # watch what any panday of this user changes on the host (a SIGKILLed panday's cgroups,
@@ -219,11 +223,13 @@ def tests(session: nox.Session) -> None:
             "pytest",
             *common,
             f"--junitxml={junit}",
+            "-p",
+            "floors",
             *options,
             *session.posargs,
             success_codes=[0, 5],  # 5 (nothing collected) is turned into a failure below
             # The tools' tests call their `main`; without a run id they record nothing.
-            env={results.RUN_ENV: ""},
+            env={results.RUN_ENV: "", "PANDAY_FLOORS_DESELECTED": str(deselected)},
         )
     totals = {
         k: sum(
@@ -242,7 +248,7 @@ def tests(session: nox.Session) -> None:
         f"test directories on {sys.platform}"
     )
     failed = totals["failures"] + totals["errors"]
-    floor_problems = _floors(session, "tests", junits, dirs)
+    floor_problems = _floors(session, "tests", junits, dirs, deselected=deselected)
     results.record(
         "tests",
         f"{totals['tests']} tests, {failed} failed" + (", below a floor" if floor_problems else ""),
@@ -254,14 +260,25 @@ def tests(session: nox.Session) -> None:
         session.error(f"tests: {len(floor_problems)} test directories below their floor")
 
 
-def _floors(session: nox.Session, table: str, junits: list[Path], dirs: list[str]) -> list[str]:
-    """Check the tests collected per directory against tools/test-floors.toml."""
+def _floors(
+    session: nox.Session,
+    table: str,
+    junits: list[Path],
+    dirs: list[str],
+    *,
+    deselected: Path | None = None,
+) -> list[str]:
+    """Check the tests collected per directory against tools/test-floors.toml: none below
+    its floor, and every floor within 10% of its count (`nox -s floors -- --write`)."""
     import floors  # noqa: PLC0415 - tools/floors.py, on the path like results
 
     if session.posargs:
         print(f"{table}: floors not checked: arguments narrowed the run ({session.posargs})")
         return []
     found = floors.counts(junits, dirs)
+    if deselected is not None:
+        extra = floors.deselected_counts(deselected, junits, dirs)
+        found = {d: n + extra.get(d, 0) for d, n in found.items()}
     problems = floors.check(found, floors.load(table))
     for problem in problems:
         print(f"{table}: FLOOR: {problem}")
@@ -269,6 +286,28 @@ def _floors(session: nox.Session, table: str, junits: list[Path], dirs: list[str
         shown = ", ".join(f"{d} {n}" for d, n in sorted(found.items()))
         print(f"{table}: every directory at or above its floor ({shown})")
     return problems
+
+
+@nox.session(venv_backend="none", default=False)
+def floors(session: nox.Session) -> None:
+    """Test floors against the last `tests` and `escape` runs' reports; with `-- --write`,
+    raise tools/test-floors.toml to those counts (floors only go up)."""
+    tests_dir = REPO / ".nox" / "tests"
+    who = "root" if hasattr(os, "geteuid") and os.geteuid() == 0 else "user"
+    escape = sorted(results.RESULTS.glob(f"escape-{who}*.xml"))
+    tables = [
+        ("tests", [tests_dir / "junit.xml", tests_dir / "junit-serial.xml"]),
+        ("escape", escape),
+    ]
+    for table, junits in tables:
+        present = [j for j in junits if j.is_file()]
+        if not present:
+            session.error(f"floors: no {table} report here: run `nox -s {table}` first")
+        extra = ["--deselected", str(tests_dir / "deselected.txt")] if table == "tests" else []
+        _tool(
+            session, "floors.py", "--table", table, "--measure", *map(str, present), *extra,
+            *session.posargs,
+        )  # fmt: skip
 
 
 @nox.session(venv_backend="none", tags=["static"])
@@ -612,7 +651,8 @@ def falsify_ray(session: nox.Session) -> None:
 # does, from the newest run's records (`uv run --locked nox`, then `... nox -s report`).
 # `report_fresh` is a default gate (not `static`: a pull request changes code, and CI cannot
 # write this host's report): it fails when the committed report names no commit, was written
-# from a dirty tree, or anything but itself changed since the commit it names.
+# from a dirty tree, anything but itself changed since the commit it names, the working tree
+# is dirty now, or the report is not what its own records (kept at its end) regenerate.
 
 
 @nox.session(venv_backend="none", default=False)
@@ -623,5 +663,6 @@ def report(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def report_fresh(session: nox.Session) -> None:
-    """RUN-REPORT.md describes HEAD: its commit is HEAD's or only the report changed since."""
+    """RUN-REPORT.md describes HEAD: its commit is HEAD's or only the report changed since,
+    the working tree is clean, and the report regenerates from its records as committed."""
     _tool(session, "report.py", "--check")

@@ -15,7 +15,16 @@ JSON of ``gh run view RUN --json headSha,url,jobs``).
 A plain `nox` does not rewrite it (it is a committed file): `nox -s report` does, from the
 newest run's records. `--check` (the `report_fresh` gate) fails when the committed report is
 stale: it names no commit, was written from a dirty tree, or files other than itself
-changed since the commit it names.
+changed since the commit it names; when the working tree has uncommitted changes now (the
+report can only describe committed code); and when the report is not what its records give.
+
+The records a report was written from are kept at its end (an HTML comment, one JSON
+record per gate), so `--check` regenerates the whole report from them (with the same inputs
+the writer had: benchmarks/results.json, the tiers' data, the mutmut measurements) and
+compares it with the committed text: a figure edited by hand ("1486 tests" -> "1999"), a
+failure deleted ("benchmarks FAILED"), or records edited to match (they must equal what
+this host recorded for that run, while it still holds them) all fail it. The date is the
+newest record's, so regenerating never differs by the day it runs.
 """
 
 from __future__ import annotations
@@ -213,8 +222,10 @@ def _tier_tables() -> list[tuple[str, str | None, TierCapabilities]]:
     for tier in tiers.ALL_TIERS:
         reason = tiers.unavailable_reason(tier)
         caps = tiers.declared(tier)
-        if reason is None and tiers.entry(tier).runs_commands:
-            caps = tiers.host_capabilities(tier)  # as probed here
+        if reason is None and tier == "t2-linux":
+            from panday_tier_linux import host_capabilities  # noqa: PLC0415 - host probe
+
+            caps = host_capabilities()
         out.append((tier, reason, caps))
     return out
 
@@ -436,7 +447,149 @@ def render(
         "",
         *mutation_testing(),
     ]
-    return "\n".join(lines).rstrip() + "\n"
+    return "\n".join(lines).rstrip() + "\n\n" + records_block(records)
+
+
+RECORDS_OPEN = "<!-- gate records (`nox -s report_fresh` regenerates this report from them):"
+RECORDS_CLOSE = "-->"
+
+
+def records_block(records: dict[str, dict[str, object]]) -> str:
+    """The records a report is written from, one JSON line per gate, as an HTML comment."""
+    body = [json.dumps(records[g], sort_keys=True, ensure_ascii=True) for g in sorted(records)]
+    return "\n".join([RECORDS_OPEN, *body, RECORDS_CLOSE]) + "\n"
+
+
+def embedded_records(text: str) -> dict[str, dict[str, object]] | None:
+    """The records kept at the end of a report (None: it carries none, or they do not
+    parse)."""
+    start = text.rfind(f"\n{RECORDS_OPEN}\n")
+    if start < 0:
+        return None
+    body = text[start + len(RECORDS_OPEN) + 2 :].split(f"\n{RECORDS_CLOSE}", 1)[0]
+    out: dict[str, dict[str, object]] = {}
+    try:
+        for line in body.splitlines():
+            doc = cast("dict[str, object]", json.loads(line))
+            out[str(doc["gate"])] = doc
+    except (ValueError, KeyError, TypeError):
+        return None
+    return out
+
+
+def records_date(records: dict[str, dict[str, object]]) -> dt.date:
+    """The day the newest record was written (UTC): the report's date, so that the same
+    records always render the same report."""
+    written = [float(cast("float", r.get("written", 0.0))) for r in records.values()]
+    newest = max(written, default=0.0)
+    if newest <= 0:
+        return dt.datetime.now(tz=dt.UTC).date()
+    return dt.datetime.fromtimestamp(newest, tz=dt.UTC).date()
+
+
+def recorded_run(run_id: str, where: Path = results.RESULTS) -> dict[str, dict[str, object]]:
+    """What this host holds of run `run_id`'s records: the copy `nox -s report` kept when it
+    wrote the report (`reported/<run>.json`), else the gates' own files if no later run
+    has overwritten them."""
+    kept = where / "reported" / f"{run_id}.json"
+    if run_id and kept.is_file():
+        try:
+            return cast("dict[str, dict[str, object]]", json.loads(kept.read_text("utf-8")))
+        except (OSError, ValueError):
+            pass
+    out: dict[str, dict[str, object]] = {}
+    for path in sorted(where.glob("*.json")) if where.is_dir() else []:
+        try:
+            doc = cast("dict[str, object]", json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue
+        if doc.get("run") == run_id:
+            out[str(doc["gate"])] = doc
+    return out
+
+
+def keep_records(records: dict[str, dict[str, object]], where: Path = results.RESULTS) -> None:
+    """Keep the records a report was written from (`recorded_run` compares with them)."""
+    runs = {str(r.get("run", "")) for r in records.values()}
+    if len(runs) != 1 or not (run_id := runs.pop()):
+        return
+    (where / "reported").mkdir(parents=True, exist_ok=True)
+    text = json.dumps(records, sort_keys=True, indent=1) + "\n"
+    (where / "reported" / f"{run_id}.json").write_text(text, encoding="utf-8")
+
+
+def regeneration(
+    text: str,
+    *,
+    bench: tuple[int, list[str]] | None = None,
+    run: dict[str, object] | None = None,
+    where: Path = results.RESULTS,
+) -> list[str]:
+    """Why `text` is not the report its own records give (empty when it is)."""
+    records = embedded_records(text)
+    if not records:
+        return [
+            (
+                "RUN-REPORT.md carries no gate records to regenerate it from (written before "
+                "they were kept, or cut): run `uv run --locked nox`, then `nox -s report`"
+            )
+        ]
+    problems: list[str] = []
+    runs = {str(r.get("run", "")) for r in records.values()}
+    held = recorded_run(runs.pop(), where) if len(runs) == 1 else {}
+    if held and held != records:
+        changed = sorted(g for g in set(held) | set(records) if held.get(g) != records.get(g))
+        problems.append(
+            "RUN-REPORT.md's records differ from the ones this host recorded for that run "
+            f"(gates {', '.join(changed)}): edited by hand?"
+        )
+    expected = render(records, records_date(records), bench=bench, run=run)
+    if expected != text:
+        import difflib  # noqa: PLC0415 - only on a failure
+
+        diff = [
+            ln
+            for ln in difflib.unified_diff(
+                text.splitlines(),
+                expected.splitlines(),
+                "committed",
+                "regenerated",
+                n=0,
+                lineterm="",
+            )
+            if ln[:1] in "+-" and not ln.startswith(("+++", "---"))
+        ]
+        shown = "\n    ".join(d[:200] for d in diff[:12])
+        problems.append(
+            "RUN-REPORT.md is not what its records give (edited by hand, or its inputs "
+            "changed since: regenerate it with `nox -s report`); regenerated, it differs in "
+            f"{len(diff)} lines:\n    {shown}"
+        )
+    return problems
+
+
+def dirty_tree(repo: Path = REPO) -> list[str]:
+    """Uncommitted changes in the working tree (RUN-REPORT.md and untracked files included):
+    the report can describe committed code only."""
+    done = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        return []  # not a checkout: staleness() says the report names nothing it can find
+    files = [ln[3:] for ln in done.stdout.splitlines() if ln.strip()]
+    if not files:
+        return []
+    shown = ", ".join(files[:5]) + (", …" if len(files) > 5 else "")  # noqa: PLR2004 - a few names
+    return [
+        (
+            f"the working tree has uncommitted changes ({len(files)} files: {shown}): the "
+            "report describes committed code only; commit or remove them"
+        )
+    ]
 
 
 def check_structure(text: str) -> list[str]:
@@ -511,12 +664,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.check:
         text = OUT.read_text(encoding="utf-8")
-        problems = check_structure(text) + staleness(text)
+        problems = check_structure(text) + staleness(text) + dirty_tree()
+        problems += regeneration(text, bench=budgets(), run=ci_run())
         for problem in problems:
             print(f"report: {problem}", file=sys.stderr)
         if not problems:
             sha, _ = stamped_commit(text) or ("?", False)
-            print(f"report: RUN-REPORT.md describes {sha[:12]}; nothing but itself changed since")
+            print(
+                f"report: RUN-REPORT.md describes {sha[:12]}; nothing but itself changed since, "
+                "the tree is clean, and it regenerates from its records as committed"
+            )
         return 1 if problems else 0
     records = results.load()
     if not records:
@@ -524,9 +681,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     bench = budgets()
     run = ci_run()
-    OUT.write_text(
-        render(records, dt.datetime.now(tz=dt.UTC).date(), bench=bench, run=run), encoding="utf-8"
-    )
+    OUT.write_text(render(records, records_date(records), bench=bench, run=run), encoding="utf-8")
+    keep_records(records)
     line, failed, missing = verification(records, bench)
     print(f"report: wrote {OUT.name}: {line}")
     print(f"report: {_stamp(records).removeprefix('- ')}")

@@ -197,3 +197,90 @@ def test_the_mutation_section_shows_each_measurement_against_its_floor_and_tree(
     assert f"| {listed.module} | nowhere | `-    a = 1`<br>`+    a = 2` | NOT LISTED |" in text
     assert listed.reason.replace("|", "\\|").replace("\n", " ") in text
     assert "(2, from <code>tools/mutmut-survivors.toml</code>)" in text
+
+
+# ------------------------------------------- issue 28: report_fresh regenerates and compares
+
+BENCH = (9, ["egress: throughput_ratio"])
+
+
+def _written() -> dict[str, dict[str, object]]:
+    recs = stamped(tests="1486 tests, 0 failed", fmt="fmt", falsify="falsify 207/207")
+    for rec in recs.values():
+        rec.update(run="77-1", written=1_790_000_000.0)
+    return recs
+
+
+def test_a_report_regenerates_from_its_own_records(tmp_path: Path) -> None:
+    recs = _written()
+    text = report.render(recs, report.records_date(recs), bench=BENCH)
+    assert report.embedded_records(text) == recs
+    assert "benchmarks FAILED" in text
+    assert report.regeneration(text, bench=BENCH, where=tmp_path) == []
+
+
+def test_a_figure_edited_by_hand_fails_regeneration(tmp_path: Path) -> None:
+    recs = _written()
+    text = report.render(recs, report.records_date(recs), bench=BENCH)
+    for edited in (
+        text.replace("1486 tests", "1999 tests", 1),  # the line, not the records
+        text.replace(
+            " · benchmarks FAILED (8/9 budgets met; missed: egress: throughput_ratio)", ""
+        ),
+    ):
+        assert edited != text
+        (problem,) = report.regeneration(edited, bench=BENCH, where=tmp_path)
+        assert "is not what its records give" in problem
+
+
+def test_records_edited_to_match_differ_from_what_this_host_recorded(tmp_path: Path) -> None:
+    recs = _written()
+    for gate, rec in recs.items():  # what the gates recorded on this host for run 77-1
+        (tmp_path / f"{gate}.json").write_text(report.json.dumps(rec))
+    forged = {g: dict(r) for g, r in recs.items()}
+    forged["tests"]["label"] = "1999 tests, 0 failed"
+    text = report.render(forged, report.records_date(forged), bench=BENCH)
+    problems = report.regeneration(text, bench=BENCH, where=tmp_path)
+    assert problems == [
+        (
+            "RUN-REPORT.md's records differ from the ones this host recorded for that run "
+            "(gates tests): edited by hand?"
+        )
+    ]
+    # Control: the true records, also held here, regenerate.
+    true = report.render(recs, report.records_date(recs), bench=BENCH)
+    assert report.regeneration(true, bench=BENCH, where=tmp_path) == []
+
+
+def test_a_report_without_records_cannot_be_regenerated(tmp_path: Path) -> None:
+    text = report.render(_written(), dt.date(2026, 1, 2), bench=BENCH)
+    cut = text.split(f"\n{report.RECORDS_OPEN}\n", 1)[0] + "\n"
+    (problem,) = report.regeneration(cut, bench=BENCH, where=tmp_path)
+    assert "carries no gate records" in problem
+
+
+def test_a_dirty_working_tree_fails_the_check(tmp_path: Path) -> None:
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "code")
+    assert report.dirty_tree(tmp_path) == []  # control: a clean tree
+    (tmp_path / "code.py").write_text("x = 2\n")
+    (problem,) = report.dirty_tree(tmp_path)
+    assert "uncommitted changes (1 files: code.py)" in problem
+    (tmp_path / "code.py").write_text("x = 1\n")
+    (tmp_path / "new.py").write_text("")
+    assert "new.py" in report.dirty_tree(tmp_path)[0]
+
+
+def test_records_kept_at_writing_catch_a_consistent_forgery_after_later_runs(
+    tmp_path: Path,
+) -> None:
+    recs = _written()
+    report.keep_records(recs, tmp_path)  # `nox -s report` keeps them; later runs overwrite
+    forged = report.render(recs, report.records_date(recs), bench=BENCH).replace(
+        "1486 tests",
+        "1999 tests",  # the line and the records alike
+    )
+    (problem,) = report.regeneration(forged, bench=BENCH, where=tmp_path)
+    assert "differ from the ones this host recorded for that run (gates tests)" in problem
