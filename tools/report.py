@@ -222,10 +222,8 @@ def _tier_tables() -> list[tuple[str, str | None, TierCapabilities]]:
     for tier in tiers.ALL_TIERS:
         reason = tiers.unavailable_reason(tier)
         caps = tiers.declared(tier)
-        if reason is None and tier == "t2-linux":
-            from panday_tier_linux import host_capabilities  # noqa: PLC0415 - host probe
-
-            caps = host_capabilities()
+        if reason is None and tiers.entry(tier).runs_commands:
+            caps = tiers.host_capabilities(tier)  # as probed here
         out.append((tier, reason, caps))
     return out
 
