@@ -50,7 +50,7 @@ def _ip_literal(text: str) -> str | None:
     ruled out without parsing: the egress proxy asks this several times per request."""
     if not (text[:1].isdigit() or ":" in text):
         return None  # an IPv4 literal starts with a digit; an IPv6 one has a colon
-    import ipaddress  # noqa: PLC0415 - only literals need it; keeps it off the default run path
+    import ipaddress
 
     try:
         return str(ipaddress.ip_address(text))

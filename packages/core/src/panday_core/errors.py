@@ -35,7 +35,7 @@ class PolicyError(SandboxError, ValueError):
         super().__init__(f"{field}: {reason}" if field else reason)
 
 
-class PolicyViolation(SandboxError):  # noqa: N818 - the name is the project's vocabulary
+class PolicyViolation(SandboxError):
     """A valid policy asks for something the chosen tier cannot enforce.
 
     Raised by `create` before anything is spawned. `violations` lists every refused field;
@@ -54,11 +54,11 @@ class PolicyViolation(SandboxError):  # noqa: N818 - the name is the project's v
         super().__init__(f"tier {tier} cannot enforce this policy: {lines}")
 
 
-class Unsupported(SandboxError):  # noqa: N818 - the name is the project's vocabulary
+class Unsupported(SandboxError):
     """The operation has no meaning on this tier (e.g. `exec` on T0, which never executes)."""
 
 
-class LimitExceeded(SandboxError):  # noqa: N818 - the name is the project's vocabulary
+class LimitExceeded(SandboxError):
     """A command crossed a resource ceiling; `kind` names which (see `LimitKind`)."""
 
     def __init__(self, kind: str, detail: str) -> None:
@@ -67,7 +67,7 @@ class LimitExceeded(SandboxError):  # noqa: N818 - the name is the project's voc
         super().__init__(f"limit exceeded: {kind}: {detail}")
 
 
-class TierUnavailable(SandboxError):  # noqa: N818 - the name is the project's vocabulary
+class TierUnavailable(SandboxError):
     """The tier's mechanism cannot run on this host; `reason` says why in one line."""
 
     def __init__(self, tier: str, reason: str) -> None:
@@ -76,7 +76,7 @@ class TierUnavailable(SandboxError):  # noqa: N818 - the name is the project's v
         super().__init__(f"tier {tier} is unavailable: {reason}")
 
 
-class CommandNotFound(SandboxError):  # noqa: N818 - the name is the project's vocabulary
+class CommandNotFound(SandboxError):
     """The command could not be started inside the sandbox: no such program on the sandbox's
     PATH or at that path (`exit_code` 127, as a shell reports it), or it is not executable
     there (126). The sandbox itself works; this is about the command.
@@ -102,7 +102,7 @@ class CommandNotFound(SandboxError):  # noqa: N818 - the name is the project's v
         super().__init__(f"{program!r}: {reason}")
 
 
-class SessionClosed(SandboxError):  # noqa: N818 - the name is the project's vocabulary
+class SessionClosed(SandboxError):
     """The session was closed: it runs nothing more and no longer reads or writes its
     workspace. The synchronous and asynchronous sessions raise the same error, for every
     operation, as soon as it is called (also `stream`, before anything is iterated)."""
@@ -112,7 +112,7 @@ class SessionClosed(SandboxError):  # noqa: N818 - the name is the project's voc
         super().__init__(f"session {session_id} is closed")
 
 
-class WorkspaceUnusable(SandboxError):  # noqa: N818 - the name is the project's vocabulary
+class WorkspaceUnusable(SandboxError):
     """The workspace, or the directory a command would start in, cannot be used: the current
     directory a session would take as its workspace was deleted, or the jail (which runs as
     the caller's uid without capabilities, so a root caller's jail cannot pass permission
@@ -129,11 +129,11 @@ class WorkspaceUnusable(SandboxError):  # noqa: N818 - the name is the project's
         super().__init__(f"{field}: {path!r} {reason}")
 
 
-class Internal(SandboxError):  # noqa: N818 - the name is the project's vocabulary
+class Internal(SandboxError):
     """panday itself failed (a bug or an unexpected host state); the session is unusable."""
 
 
-class PathRefused(SandboxError):  # noqa: N818 - the name is the project's vocabulary
+class PathRefused(SandboxError):
     """A path names something the session may not touch: outside the workspace and the
     staged paths (through ``..``, an absolute path, a symbolic link, a hard link, a /proc
     magic link), malformed (NUL byte, over-long), or a write to a read-only root.

@@ -364,7 +364,7 @@ class _Events:
         output_cap: int | None,
         timeout_ms: int | None,
     ) -> None:
-        from panday_core.types import OutputChunk  # noqa: PLC0415 - see the imports
+        from panday_core.types import OutputChunk
 
         self.chunk = OutputChunk
         self.events: list[ExecEvent] = []
@@ -393,7 +393,7 @@ class _Events:
 
 def exit_event(ended: Ended) -> ExecExit:
     """The `ExecExit` of a plain `Ended`."""
-    from panday_core.types import ExecExit, LimitBreach, LimitKind  # noqa: PLC0415 - see the imports
+    from panday_core.types import ExecExit, LimitBreach, LimitKind
 
     breach = ended.breach
     return ExecExit(
@@ -427,7 +427,7 @@ def stream(
 
 async def _wait(pump: Pump) -> None:
     """Sleep until one of the pump's descriptors is ready or its next timer is due."""
-    import asyncio  # noqa: PLC0415 - only async callers pay for asyncio
+    import asyncio
 
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[None] = loop.create_future()
@@ -488,7 +488,7 @@ class _Collector:
         self.exit: ExecExit | None = None
 
     def add(self, event: ExecEvent) -> None:
-        from panday_core.types import OutputChunk  # noqa: PLC0415 - see the imports
+        from panday_core.types import OutputChunk
 
         if isinstance(event, OutputChunk):
             (self.out if event.stream == "stdout" else self.err).write(event.data)
@@ -496,7 +496,7 @@ class _Collector:
             self.exit = event
 
     def result(self) -> ExecResult:
-        from panday_core.types import ExecResult  # noqa: PLC0415 - see the imports
+        from panday_core.types import ExecResult
 
         if self.exit is None:
             raise RuntimeError("the command's event stream ended without an ExecExit")

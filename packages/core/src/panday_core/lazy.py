@@ -23,7 +23,7 @@ def lazy_getattr(
         if module is None:
             msg = f"module {package!r} has no attribute {name!r}"
             raise AttributeError(msg)
-        import importlib  # noqa: PLC0415 - part of the lazy-import mechanism
+        import importlib
 
         value: object = getattr(importlib.import_module(module), name)
         namespace[name] = value

@@ -417,7 +417,7 @@ def _grants(
 
 
 def _overlaps(a: str, b: str) -> bool:
-    import posixpath  # noqa: PLC0415 - only this path needs it
+    import posixpath
 
     x, y = posixpath.normpath(a).rstrip("/") + "/", posixpath.normpath(b).rstrip("/") + "/"
     return x.startswith(y) or y.startswith(x)
@@ -446,7 +446,7 @@ def _manifest_error(exc: msgspec.ValidationError, doc: object) -> PolicyError:
         if table == "capabilities" and unknown in PluginManifest.__struct_fields__:
             reason += _TRAP
         else:
-            import difflib  # noqa: PLC0415 - only on the error path
+            import difflib
 
             close = difflib.get_close_matches(unknown, known, n=1)
             reason += f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(known)})"

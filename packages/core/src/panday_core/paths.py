@@ -101,7 +101,7 @@ class _Openat2:
     time and the CLI rarely resolves paths)."""
 
     def __init__(self) -> None:
-        import ctypes  # noqa: PLC0415 - see class docstring
+        import ctypes
 
         class OpenHow(ctypes.Structure):
             _fields_ = (
@@ -244,7 +244,7 @@ def fd_path(fd: int) -> str | None:
     try:
         if _LINUX:
             return os.readlink(f"/proc/self/fd/{fd}")  # noqa: PTH115 - os terms (dir_fd calls)
-        import fcntl  # noqa: PLC0415 - only where /proc is missing (macOS)
+        import fcntl
 
         raw = fcntl.fcntl(fd, getattr(fcntl, "F_GETPATH", 50), b"\0" * 1024)
         return c_string(raw)

@@ -501,7 +501,7 @@ def policy_error_from(exc: msgspec.ValidationError, doc: object, prefix: str = "
         keys = [*keys, unknown]
         reason = f"unknown key {unknown!r}"
         if known:
-            import difflib  # noqa: PLC0415 - only on the error path
+            import difflib
 
             close = difflib.get_close_matches(unknown, known, n=1)
             reason += f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(known)})"
@@ -542,7 +542,7 @@ def policy_from_json(text: str | bytes) -> SandboxPolicy:
 
 def parse_toml(text: str) -> dict[str, Any]:
     """A TOML document as builtins, or `PolicyError` (shared by policies and manifests)."""
-    import tomllib  # noqa: PLC0415 - tomllib costs start-up time; only policy files need it
+    import tomllib
 
     try:
         return tomllib.loads(text)

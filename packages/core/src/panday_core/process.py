@@ -186,7 +186,7 @@ def _high(fd: int) -> int:
     """Move `fd` above the standard descriptors (a daemon may run with 0-2 closed)."""
     if fd > 2:  # noqa: PLR2004 - 0, 1 and 2 are stdin, stdout and stderr
         return fd
-    import fcntl  # noqa: PLC0415 - only on this rare path
+    import fcntl
 
     new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
     os.close(fd)

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 # ------------------------------------------------------------------------------ roots
 
 
-class RootRefused(Exception):  # noqa: N818 - a refusal, carried to the tier's Refusal list
+class RootRefused(Exception):
     """A workspace or staged path that cannot be a root of a jail; `reason` says why."""
 
     def __init__(self, reason: str) -> None:
@@ -77,7 +77,7 @@ def fd_path(fd: int) -> str | None:
         if _O_PATH:
             found = os.readlink(f"/proc/self/fd/{fd}")
         else:
-            import fcntl  # noqa: PLC0415 - only where /proc is missing (macOS)
+            import fcntl
 
             raw = fcntl.fcntl(fd, getattr(fcntl, "F_GETPATH", 50), b"\0" * 1024)
             found = raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
@@ -243,7 +243,7 @@ def home_directories() -> frozenset[str]:
     if env_home and env_home.startswith("/"):
         homes.add(os.path.normpath(env_home))
     try:
-        import pwd  # noqa: PLC0415 - not on macOS's start-up path unless a root is checked
+        import pwd
 
         homes.add(pwd.getpwuid(os.geteuid()).pw_dir)
         if os.geteuid() == 0:
@@ -1125,7 +1125,7 @@ def state_directories() -> tuple[str, ...]:
     """panday's own per-user state (cached seccomp programs, /etc views, jail plans and the
     key that seals them; the user's default policy): a jail that rewrote them would widen
     every later jail."""
-    from panday_core import userstate  # noqa: PLC0415 - builtin imports only; here for its callers
+    from panday_core import userstate
 
     # The caches and their key where `userstate` keeps them (the password file's home, never
     # $XDG_CACHE_HOME); the per-user policy where `panday.defaults` reads it
@@ -1422,7 +1422,7 @@ def host_git_configs() -> tuple[str, ...]:
     ``$HOME``), and the ones ``GIT_CONFIG_GLOBAL``/``GIT_CONFIG_SYSTEM`` name."""
     homes = {os.path.expanduser("~")}
     try:
-        import pwd  # noqa: PLC0415 - not on macOS's start-up path unless a root is checked
+        import pwd
 
         homes.add(pwd.getpwuid(os.geteuid()).pw_dir)
     except (ImportError, KeyError):

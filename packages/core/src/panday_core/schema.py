@@ -17,7 +17,7 @@ SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 def public_models() -> dict[str, type[msgspec.Struct]]:
     """Schema name -> model, for every model users write or read as a document."""
-    from panday_core.manifest import PluginManifest  # noqa: PLC0415 - keeps policy-only users lean
+    from panday_core.manifest import PluginManifest
 
     return {"policy": SandboxPolicy, "plugin": PluginManifest}
 

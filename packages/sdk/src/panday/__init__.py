@@ -112,7 +112,7 @@ _lazy = lazy_getattr(__name__, _LAZY, globals())
 
 def __getattr__(name: str) -> object:
     if name == "aio":  # a submodule: importing it binds it here
-        import importlib  # noqa: PLC0415 - part of the lazy-import mechanism
+        import importlib
 
         return importlib.import_module("panday.aio")
     return _lazy(name)

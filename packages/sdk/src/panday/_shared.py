@@ -38,7 +38,7 @@ class SessionInfo:
     def capabilities(self) -> TierCapabilities:
         """This tier's table as it holds on this host (every policy field, every guarantee)."""
         if self._caps is None:
-            from panday import tiers  # noqa: PLC0415 - reports only
+            from panday import tiers
 
             self._caps = tiers.host_capabilities(self.tier)
         return self._caps
@@ -58,7 +58,7 @@ def current_directory() -> str:
             was = os.readlink("/proc/self/cwd").removesuffix(" (deleted)")
         except OSError:
             was = "."
-        from panday_core.errors import WorkspaceUnusable  # noqa: PLC0415 - error path
+        from panday_core.errors import WorkspaceUnusable
 
         why = (
             "no longer exists (it was deleted)"
@@ -80,20 +80,20 @@ def resolve_policy(
     """The policy a session opens with: the embedded default when None, a loaded file for a
     path, a validated document for a mapping; the workspace filled in with the current
     directory when the policy leaves it out."""
-    from panday_core.policy import SandboxPolicy  # noqa: PLC0415 - lazy, see panday.cli
+    from panday_core.policy import SandboxPolicy
 
     if policy is None:
-        from panday.defaults import default_policy  # noqa: PLC0415
+        from panday.defaults import default_policy
 
         return default_policy()
     if isinstance(policy, SandboxPolicy):
         resolved = policy
     elif isinstance(policy, str | os.PathLike):
-        from panday_core.policy import load_policy  # noqa: PLC0415
+        from panday_core.policy import load_policy
 
         resolved = load_policy(os.fspath(policy))
     else:
-        from panday_core.policy import policy_from_dict  # noqa: PLC0415
+        from panday_core.policy import policy_from_dict
 
         resolved = policy_from_dict(policy)
     if resolved.fs.workspace is None:
@@ -173,8 +173,8 @@ class StartGuard:
     def _unseen(self, program: str) -> tuple[str, Unseen | None]:
         if self.policy is None:
             return "", None
-        from panday import tiers  # noqa: PLC0415 - lazy: only this path needs it
-        from panday.toolchains import diagnose  # noqa: PLC0415 - lazy: only this path needs it
+        from panday import tiers
+        from panday.toolchains import diagnose
 
         env = self.policy.env
         path = env["PATH"] if "PATH" in env else tiers.default_path(self.tier)
@@ -189,7 +189,7 @@ def missing_paths(policy: SandboxPolicy) -> tuple[Refusal, ...]:
     """The policy's paths that do not exist here (or a workspace that is not a directory):
     a session could not open with them, and that is about the input, not the tier (the CLI
     exits 66 for it however the path got into the policy)."""
-    from panday_core.capabilities import Refusal  # noqa: PLC0415 - loaded with the tier - lazy: only this path needs it
+    from panday_core.capabilities import Refusal
 
     found: list[Refusal] = []
     workspace = policy.fs.workspace

@@ -58,7 +58,7 @@ class AsyncSession(SessionInfo):
     def handle(self) -> SandboxHandle:
         """The tier's handle; `SessionClosed` once the session is closed."""
         if self._handle is None:
-            from panday_core.errors import SessionClosed  # noqa: PLC0415 - lazy: only this path needs it
+            from panday_core.errors import SessionClosed
 
             raise SessionClosed(self.id)
         return self._handle
@@ -73,7 +73,7 @@ class AsyncSession(SessionInfo):
     ) -> ExecResult:
         """Run `cmd` (a list; never a shell line) to completion; its output is kept up to
         ``limits.output_bytes`` per stream. A crossed ceiling is in ``result.breach``."""
-        from panday_core.execution import acollect  # noqa: PLC0415 - loaded by the tier already
+        from panday_core.execution import acollect
 
         return await acollect(self.stream(cmd, stdin=stdin, cwd=cwd, timeout=timeout))
 
@@ -130,7 +130,7 @@ class AsyncSession(SessionInfo):
         read it back yet."""
         read = getattr(self.sandbox, "enforcement", None)
         if read is None:
-            from panday_core.errors import Unsupported  # noqa: PLC0415 - error path
+            from panday_core.errors import Unsupported
 
             raise Unsupported(f"tier {self.tier} has no enforcement read-back")
         report: Enforcement = await read(self.handle)
@@ -151,7 +151,7 @@ class AsyncSession(SessionInfo):
 
 async def open_session(policy: SandboxPolicy, tier: str) -> AsyncSession:
     """Open `policy` (workspace set) on exactly `tier` (a tier name, not auto)."""
-    from panday_core.types import SessionSpec  # noqa: PLC0415 - loaded with the policy
+    from panday_core.types import SessionSpec
 
     sandbox = sandbox_for(tier)
     handle = await sandbox.create(SessionSpec(policy=policy))

@@ -90,7 +90,7 @@ def console() -> NoReturn:
     repair_std_fds()  # first: nothing may be opened onto a closed 0, 1 or 2
     code = run_cached(sys.argv[1:])
     if code is None:
-        from panday.cli import console as full_cli  # noqa: PLC0415 - everything but a cached run
+        from panday.cli import console as full_cli
 
         full_cli()
     for stream in (sys.stdout, sys.stderr):  # a line `panday.cli.report` wrote
@@ -161,14 +161,14 @@ def _split(words: list[str]) -> tuple[list[str], set[str], list[str]] | None:
 
 
 def _digest(data: bytes) -> str:
-    from _blake2 import blake2b  # noqa: PLC0415 - loaded by the tier's plan module already
+    from _blake2 import blake2b
 
     return blake2b(data, digest_size=32).hexdigest()
 
 
 def _read_policy(path: str) -> bytes | None:
     """The bytes `panday.cli.inputs.read_input` would read (a regular file), or None."""
-    import stat  # noqa: PLC0415 - loaded at interpreter start
+    import stat
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
@@ -211,8 +211,8 @@ def _code_identity(tier: str) -> list[str]:
     """panday's version, its packages' source files (the tier's among them), the
     interpreter, the model's libraries: a changed panday (an upgrade, an edit in a
     checkout) plans afresh."""
-    import panday  # noqa: PLC0415 - loaded already (this module's package)
-    import panday_core  # noqa: PLC0415 - loaded by the tier
+    import panday
+    import panday_core
 
     impl = sys.implementation
     lines = [
@@ -245,7 +245,7 @@ def _code_identity(tier: str) -> list[str]:
 
 def _inputs(options: list[str]) -> list[str] | None:
     """The key lines of this run's own inputs (None: a form this path leaves alone)."""
-    from panday.defaults import passthrough_env, user_policy_path  # noqa: PLC0415 - light
+    from panday.defaults import passthrough_env, user_policy_path
 
     tier = served_tier(options)
     if tier is None:
@@ -308,7 +308,7 @@ def _plan(args: list[str], options: list[str], command: list[str]) -> Plan | Non
     found = _load(tiers.planner(tier), inputs)
     if found is not None:
         return found
-    from panday.cli_plan import make  # noqa: PLC0415 - on a miss only
+    from panday.cli_plan import make
 
     return make(args, options, command, inputs, again=_inputs)
 
@@ -323,7 +323,7 @@ class _Output:
         self.filters: dict[int, Filter] = {}
         for fd in (1, 2):
             if sanitizing(flags, fd):
-                from panday.terminal import Filter  # noqa: PLC0415 - only for a terminal (re)
+                from panday.terminal import Filter
 
                 self.filters[fd] = Filter()
 
@@ -340,13 +340,13 @@ class _Output:
 
 def _on_signal(signum: int, frame: object) -> None:
     del frame
-    from panday.cli.errors import Terminated  # noqa: PLC0415 - a signal arrived: the error path
+    from panday.cli.errors import Terminated
 
     raise Terminated(signum)
 
 
 def _report(exc: BaseException) -> int:
-    from panday.cli.errors import report  # noqa: PLC0415 - the error path
+    from panday.cli.errors import report
 
     return report(exc, debug=False)
 
@@ -354,7 +354,7 @@ def _report(exc: BaseException) -> int:
 def _launch(jail: ModuleType, plan: Plan, command: Sequence[str]) -> Launched | None:
     """Start `command` in the planned jail (every per-command check first); None when
     something would be refused or could not be checked, with nothing run."""
-    import _signal  # noqa: PLC0415  # pyright: ignore[reportMissingModuleSource] - signal without its enum (panday_core.startup)
+    import _signal  # pyright: ignore[reportMissingModuleSource] - signal without its enum (panday_core.startup)
 
     for signum in (_signal.SIGTERM, _signal.SIGHUP):
         _signal.signal(signum, _on_signal)

@@ -26,10 +26,10 @@ def make(
     lines, computed again by `again` once the plan is made) and return it; None (with
     nothing spawned) when the full path should run instead (it would choose another tier
     than the one the cache serves these options with, among others)."""
-    from panday import tiers  # noqa: PLC0415 - the full path, on a miss only
-    from panday._shared import exec_spec  # noqa: PLC0415
-    from panday.cli import run as cli_run  # noqa: PLC0415
-    from panday.cli_fast import served_tier  # noqa: PLC0415 - loaded: the caller
+    from panday import tiers
+    from panday._shared import exec_spec
+    from panday.cli import run as cli_run
+    from panday.cli_fast import served_tier
 
     tier = served_tier(options)
     if tier is None:

@@ -64,7 +64,7 @@ and the terminal type."""
 def __getattr__(name: str) -> int:
     """`DEFAULT_WALL_CLOCK_MS` and `DEFAULT_OUTPUT_BYTES`: the model's own, loaded with it."""
     if name in {"DEFAULT_WALL_CLOCK_MS", "DEFAULT_OUTPUT_BYTES"}:
-        from panday_core import policy  # noqa: PLC0415 - the model, on first use only
+        from panday_core import policy
 
         value: int = getattr(policy, name)
         return value
@@ -85,10 +85,10 @@ def default_policy(
 ) -> SandboxPolicy:
     """The embedded default for `workspace` (the current directory when None), with the
     locale and terminal type of `environ` (this process's environment when None)."""
-    import os  # noqa: PLC0415 - loaded at interpreter start anyway
+    import os
 
-    from panday._shared import current_directory  # noqa: PLC0415 - lazy
-    from panday_core.policy import FsPolicy, SandboxPolicy  # noqa: PLC0415 - lazy
+    from panday._shared import current_directory
+    from panday_core.policy import FsPolicy, SandboxPolicy
 
     if environ is None:
         environ = os.environ
@@ -107,7 +107,7 @@ def user_policy_path(environ: Mapping[str, str] | None = None) -> str:
     replaces the embedded default as a whole, exactly as ``--policy`` would. The library's
     `panday.open()` does not read it: a program states its policy itself.
     """
-    import os  # noqa: PLC0415 - loaded at interpreter start anyway
+    import os
 
     env = os.environ if environ is None else environ
     base = env.get("XDG_CONFIG_HOME", "")

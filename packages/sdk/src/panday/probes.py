@@ -72,7 +72,7 @@ class Context:
     def close(self) -> None:
         self.listener.close()
         if self.sleeper is not None:
-            import signal  # noqa: PLC0415 - loaded already
+            import signal
 
             os.kill(self.sleeper, signal.SIGKILL)
             os.waitpid(self.sleeper, 0)
@@ -82,7 +82,7 @@ class Context:
 
 def _outside(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
     """Run `argv` on the host, unsandboxed (the control), through the same exec machinery."""
-    from panday_core.execution import Supervisor, collect, spawn, stream  # noqa: PLC0415
+    from panday_core.execution import Supervisor, collect, spawn, stream
 
     proc = spawn(list(argv), env=dict(env or {"PATH": "/usr/bin:/bin"}))
     result = collect(stream(proc, Supervisor(), timeout_ms=int(_TIMEOUT_S * 1000)))
@@ -145,7 +145,7 @@ def _host_loopback(ctx: Context, session: Session) -> tuple[Verdict, str]:
 
 
 def _host_process(ctx: Context, session: Session) -> tuple[Verdict, str]:
-    from panday_core.execution import spawn  # noqa: PLC0415
+    from panday_core.execution import spawn
 
     sleeper = spawn(["/bin/sh", "-c", "exec sleep 60"], env={"PATH": "/usr/bin:/bin"})
     ctx.sleeper = sleeper.pid
@@ -223,8 +223,8 @@ PROBES: tuple[Probe, ...] = (
 
 def run_probes(tier: str) -> Iterator[ProbeOutcome]:
     """Every probe that applies to `tier`, in order, as it finishes."""
-    import panday  # noqa: PLC0415
-    from panday import tiers  # noqa: PLC0415 - the tiers that claim each probe's guarantee
+    import panday
+    from panday import tiers
 
     # realpath: on macOS the temp directory is spelt through the /var link, which no root
     # may pass through.

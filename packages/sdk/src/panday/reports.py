@@ -138,7 +138,7 @@ class DoctorReport(_Report, frozen=True, kw_only=True):
 
 def cli_models() -> dict[str, type[msgspec.Struct]]:
     """Schema name -> model for every ``--json`` output."""
-    from panday_core.manifest import ConsentSummary  # noqa: PLC0415 - plugin inspect only
+    from panday_core.manifest import ConsentSummary
 
     return {
         "cli-doctor": DoctorReport,
@@ -150,7 +150,7 @@ def cli_models() -> dict[str, type[msgspec.Struct]]:
 
 def rendered_schemas() -> dict[str, str]:
     """File name -> text, rendered like the core's schemas."""
-    from panday_core.schema import json_schema, render  # noqa: PLC0415
+    from panday_core.schema import json_schema, render
 
     return {
         f"{name}.schema.json": render(json_schema(model, name))

@@ -174,7 +174,7 @@ class Session(SessionInfo):
         ``limits.wall_clock_ms`` applies. Raises `CommandNotFound` when the program cannot
         be started inside the sandbox.
         """
-        from panday_core.execution import collect  # noqa: PLC0415 - loaded by the tier already
+        from panday_core.execution import collect
 
         return collect(self.stream(cmd, stdin=stdin, cwd=cwd, timeout=timeout))
 
@@ -197,7 +197,7 @@ class Session(SessionInfo):
 
     def _require_open(self) -> None:
         if self.closed:
-            from panday_core.errors import SessionClosed  # noqa: PLC0415 - lazy: only this path needs it
+            from panday_core.errors import SessionClosed
 
             raise SessionClosed(self.id)
 
@@ -284,9 +284,9 @@ def open(  # noqa: A001 - the public API's name: panday.open
     opened = tiers.open_sync(name, resolved, egress)
     if opened is not None:
         return Session(_Sync(opened), tier=name, policy=resolved)
-    import asyncio  # noqa: PLC0415 - only tiers without a synchronous session need a loop
+    import asyncio
 
-    from panday.aio import open_session as aopen  # noqa: PLC0415
+    from panday.aio import open_session as aopen
 
     loop = asyncio.new_event_loop()
     try:

@@ -34,7 +34,7 @@ def repair_std_fds() -> tuple[int, ...]:
     missing ``sys`` stream is rebuilt over the repaired descriptor. Returns the repaired
     numbers. Cheap: three system calls when nothing is wrong.
     """
-    import fcntl  # noqa: PLC0415 - loaded by the run path anyway (binds.py); 0.2 ms otherwise
+    import fcntl
 
     repaired: list[int] = []
     for fd in (0, 1, 2):
@@ -68,7 +68,7 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
     Linux (and earlier on a pipe or a full disk), and a descriptor the caller left
     non-blocking answers EAGAIN rather than waiting. Nothing is dropped silently: a write
     that fails for good raises (`OutputError`, or BrokenPipeError when the reader left)."""
-    import select  # noqa: PLC0415 - loaded by the exec machinery anyway
+    import select
 
     view = memoryview(data)
     while view:

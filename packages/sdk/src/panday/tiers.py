@@ -365,7 +365,7 @@ def require(tier: str) -> Tier:
     """The registry entry of `tier`, or `TierUnavailable` when its package cannot load here."""
     reason = absent_reason(tier)
     if reason is not None:
-        from panday_core.errors import TierUnavailable  # noqa: PLC0415 - lazy: not on the start-up path
+        from panday_core.errors import TierUnavailable
 
         raise TierUnavailable(tier, reason)
     return entry(tier)
@@ -393,14 +393,14 @@ def choose(
         return tier
     found = tuple(candidates) if candidates is not None else host_command_tiers()
     if not found:
-        from panday_core.errors import TierUnavailable  # noqa: PLC0415 - lazy: not on the start-up path
+        from panday_core.errors import TierUnavailable
 
         raise TierUnavailable(AUTO, f"panday has no tier that runs commands on {sys.platform}")
     if len(found) == 1:
         require(found[0])
         return found[0]
-    from panday_core.capabilities import check_policy  # noqa: PLC0415 - lazy: not on the start-up path
-    from panday_core.errors import PolicyViolation  # noqa: PLC0415 - lazy: not on the start-up path
+    from panday_core.capabilities import check_policy
+    from panday_core.errors import PolicyViolation
 
     table = capabilities or host_capabilities
     first_refusals = None
@@ -461,7 +461,7 @@ def open_sync(tier: str, policy: SandboxPolicy, egress: ProxySettings | None) ->
     if found is not None:
         return found(policy, egress=egress)
     if egress is not None:
-        from panday_core.errors import Unsupported  # noqa: PLC0415 - lazy: not on the start-up path
+        from panday_core.errors import Unsupported
 
         takes = " and ".join(t.name for t in REGISTRY if t.opener is not None) or "no tier"
         raise Unsupported(f"egress: proxy settings are passed through on {takes} only, not {tier}")
@@ -472,7 +472,7 @@ def default_path(tier: str | None) -> str:
     """The ``PATH`` a command gets inside `tier` (None: this host's command tier) when its
     policy sets none (a plain system ``PATH`` when the tier does not say, or cannot load
     here)."""
-    from collections.abc import Mapping  # noqa: PLC0415 - not on the start-up path
+    from collections.abc import Mapping
 
     fallback = "/usr/bin:/bin:/usr/sbin:/sbin"
     try:

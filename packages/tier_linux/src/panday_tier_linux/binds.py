@@ -343,7 +343,7 @@ class Roots:
         )
         if not check_entries:
             return roots, []
-        from panday_core.errors import PolicyViolation  # noqa: PLC0415 - see `_refusal`
+        from panday_core.errors import PolicyViolation
 
         try:
             # Fail at open, not at the first command, for what is wrong already.
@@ -561,7 +561,7 @@ class ProtectedLinkWarning(UserWarning):
 
 
 def _report(message: str) -> None:
-    import warnings  # noqa: PLC0415 - only when there is something to report
+    import warnings
 
     warnings.warn(message, ProtectedLinkWarning, stacklevel=4)
 
@@ -569,13 +569,13 @@ def _report(message: str) -> None:
 def _refusal(field: str, reason: str) -> Refusal:
     # Imported here: the capability model needs msgspec, which `panday run`'s start-up path
     # never loads unless something is refused (nor the errors, unless something fails).
-    from panday_core.capabilities import Refusal  # noqa: PLC0415
+    from panday_core.capabilities import Refusal
 
     return Refusal(field=field, reason=reason)
 
 
 def _violation(field: str, reason: str) -> PolicyViolation:
-    from panday_core.errors import PolicyViolation  # noqa: PLC0415 - see `_refusal`
+    from panday_core.errors import PolicyViolation
 
     return PolicyViolation(TIER, [_refusal(field, reason)])
 

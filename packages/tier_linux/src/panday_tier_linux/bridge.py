@@ -56,7 +56,7 @@ def unavailable_reason() -> str | None:
     real = os.path.realpath(PYTHON)
     if not real.startswith("/usr/"):
         return f"{PYTHON} resolves to {real}, outside /usr, which is all a jail shows"
-    import subprocess  # noqa: PLC0415 - once per process, and only for sessions with net.allow
+    import subprocess
 
     want = ".".join(str(v) for v in MIN_PYTHON)
     try:
@@ -76,7 +76,7 @@ def unavailable_reason() -> str | None:
 
 def relay_source() -> bytes:
     """The relay program (copied into each session's runtime directory)."""
-    from importlib.resources import files  # noqa: PLC0415 - sessions with net.allow only
+    from importlib.resources import files
 
     return files("panday_tier_linux").joinpath(RELAY_NAME).read_bytes()
 
@@ -123,7 +123,7 @@ class Bridge:
 
         Raises `OSError` or `RuntimeError` when it cannot; nothing is left behind then.
         """
-        from panday_core.egress.thread import ProxyThread  # noqa: PLC0415 - asyncio only here
+        from panday_core.egress.thread import ProxyThread
 
         directory = runtime_dir()
         try:

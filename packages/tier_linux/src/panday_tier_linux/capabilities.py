@@ -55,7 +55,7 @@ def host_capabilities(
         cgroup_reasons = probe_cgroups()
     if bridge_reason == PROBE:
         bridge_reason = probe_bridge()
-    import os  # noqa: PLC0415 - loaded at interpreter start anyway
+    import os
 
     return capabilities(cgroup_reasons, bridge_reason, root=os.geteuid() == 0)
 
@@ -64,7 +64,7 @@ def probe_bridge() -> str | None:
     """Why the egress bridge cannot run here, or None (see `panday_tier_linux.bridge`)."""
     if not sys.platform.startswith("linux"):
         return f"the egress bridge needs Linux; this host is {sys.platform}"
-    from panday_tier_linux.bridge import unavailable_reason as bridge_reason  # noqa: PLC0415
+    from panday_tier_linux.bridge import unavailable_reason as bridge_reason
 
     return bridge_reason()
 
@@ -73,7 +73,7 @@ def probe_cgroups() -> dict[str, str]:
     """field -> why no cgroup can hold that ceiling here (absent when one can)."""
     if not sys.platform.startswith("linux"):
         return dict.fromkeys(CGROUP_FIELDS, f"cgroups need Linux; this host is {sys.platform}")
-    from panday_tier_linux import cgroups  # noqa: PLC0415 - only when probing
+    from panday_tier_linux import cgroups
 
     reasons: dict[str, str] = {}
     for name in CGROUP_FIELDS:
@@ -85,6 +85,6 @@ def probe_cgroups() -> dict[str, str]:
 
 def unavailable_reason() -> str | None:
     """None when T2 Linux can run here; else why not (see `panday_tier_linux.probe`)."""
-    from panday_tier_linux.probe import unavailable_reason as probe_reason  # noqa: PLC0415
+    from panday_tier_linux.probe import unavailable_reason as probe_reason
 
     return probe_reason()

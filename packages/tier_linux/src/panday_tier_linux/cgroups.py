@@ -33,7 +33,7 @@ PREFIX = "panday-"
 _RMDIR_WAIT_S = 2.0
 
 
-class CgroupUnavailable(Exception):  # noqa: N818 - a reason, raised and caught inside the tier
+class CgroupUnavailable(Exception):
     """No writable cgroup can hold the requested ceilings; `reason` says which and why."""
 
     def __init__(self, reason: str) -> None:

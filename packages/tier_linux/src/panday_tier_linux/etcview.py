@@ -28,7 +28,7 @@ MAX_BYTES = 32 << 20
 MAX_ENTRIES = 20_000
 
 
-class _TooLarge(Exception):  # noqa: N818 - internal signal, never leaves this module
+class _TooLarge(Exception):
     pass
 
 
@@ -56,7 +56,7 @@ class _Copier:
             self.bytes += st.st_size
             if self.bytes > MAX_BYTES:
                 raise _TooLarge
-            import shutil  # noqa: PLC0415 - only when the view is (re)built, not per run
+            import shutil
 
             try:
                 shutil.copyfile(src, dst, follow_symlinks=False)
@@ -80,7 +80,7 @@ def _build(target: str) -> bool:
             copier.copy(src, dst)
         os.rename(tmp, target)
     except (OSError, _TooLarge):
-        import shutil  # noqa: PLC0415 - only on this rare path
+        import shutil
 
         shutil.rmtree(tmp, ignore_errors=True)
         return os.path.isdir(target)  # another process may have made it meanwhile
@@ -88,7 +88,7 @@ def _build(target: str) -> bool:
 
 
 def _prune(parent: str, keep: str) -> None:
-    import shutil  # noqa: PLC0415 - only when a stale view is removed
+    import shutil
 
     for entry in os.listdir(parent):
         if entry.startswith("etc-") and entry != keep:

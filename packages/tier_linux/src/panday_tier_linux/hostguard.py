@@ -99,7 +99,7 @@ class Rlimits:
     def apply(self, pid: int) -> dict[str, int]:
         """Lower `pid`'s limits (soft and hard, so nothing in the jail can raise them).
         Returns what was set (resource name -> value)."""
-        import resource  # noqa: PLC0415 - only sessions without a writable cgroup
+        import resource
 
         wanted: list[tuple[str, int, int]] = []
         bounds = ceilings()
@@ -135,7 +135,7 @@ def open_cgroups(
     One function for a session's open and for `panday run`'s cached start-up
     (`plan.open_guard`), so a planned jail is bounded exactly as a session's would be now.
     """
-    from panday_tier_linux import cgroups  # noqa: PLC0415 - loaded when a session opens
+    from panday_tier_linux import cgroups
 
     defaults = {k: v for k, v in ceilings().items() if k not in explicit}
     attempts = [{**explicit, **defaults}]

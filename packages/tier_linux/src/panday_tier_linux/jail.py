@@ -132,7 +132,7 @@ class Guard:
         """The session's cgroup with the policy's ceilings and the host's protection
         (`hostguard.open_cgroups`), the rlimits for the rest, and why a ceiling cannot be
         held (by name)."""
-        from panday_tier_linux import hostguard  # noqa: PLC0415 - only when a jail is bounded
+        from panday_tier_linux import hostguard
 
         session, held, reasons = hostguard.open_cgroups(dict(explicit), session_id)
         return cls(session, explicit, held, hostguard.plan(set(explicit), set(held))), reasons

@@ -311,7 +311,7 @@ def host_facts() -> list[str] | None:
     ceilings (they follow its RAM and pid space). Which cgroups a session could make is not
     a fact of the key: each run makes them the session's way and compares (`open_guard`).
     """
-    from panday_tier_linux import hostguard  # noqa: PLC0415 - light; loaded here only
+    from panday_tier_linux import hostguard
 
     found = host.find_bwrap()
     if found is None:
@@ -542,7 +542,7 @@ def launch(plan: Plan, argv: Sequence[str], environ: Mapping[str, str]) -> Launc
     except BaseException as exc:
         roots.close()
         guard.remove()
-        from panday_core.errors import PolicyViolation  # noqa: PLC0415 - refusals only
+        from panday_core.errors import PolicyViolation
 
         if isinstance(exc, PolicyViolation):
             return None
@@ -614,13 +614,13 @@ def run(launched: Launched, plan: Plan, *, write: Callable[[Stream, bytes], None
 
 def make(policy: SandboxPolicy, caller_env: Sequence[str]) -> Plan | None:
     """On a miss: the plan a session for `policy` launches from (`planning.make`)."""
-    from panday_tier_linux import planning  # noqa: PLC0415 - a miss only
+    from panday_tier_linux import planning
 
     return planning.make(policy, caller_env)
 
 
 def store(key: str, plan: Plan) -> bool:
     """On a miss: write `plan` under `key` (`planning.store`)."""
-    from panday_tier_linux import planning  # noqa: PLC0415 - a miss only
+    from panday_tier_linux import planning
 
     return planning.store(key, plan)

@@ -48,7 +48,7 @@ def make(policy: SandboxPolicy, caller_env: Sequence[str]) -> Plan | None:
     is not in its environment."""
     if not plannable(policy):
         return None
-    from panday_tier_linux.session import open_session  # noqa: PLC0415 - a miss only
+    from panday_tier_linux.session import open_session
 
     session = open_session(policy)
     try:

@@ -25,7 +25,7 @@ def unavailable_reason(bwrap: host.Bwrap | None = None) -> str | None:
         return f"T2 Linux needs Linux; this host is {os.uname().sysname}"
     binary = bwrap or host.find_bwrap()
     if binary is None:
-        from panday_tier_linux.session import MISSING_BWRAP  # noqa: PLC0415 - avoids a cycle
+        from panday_tier_linux.session import MISSING_BWRAP
 
         return MISSING_BWRAP
     if binary.path not in _CACHE:
@@ -34,8 +34,8 @@ def unavailable_reason(bwrap: host.Bwrap | None = None) -> str | None:
 
 
 def _probe(binary: host.Bwrap) -> str | None:
-    from panday_core.policy import FsPolicy, SandboxPolicy  # noqa: PLC0415 - probing only
-    from panday_tier_linux.session import open_session  # noqa: PLC0415 - as above
+    from panday_core.policy import FsPolicy, SandboxPolicy
+    from panday_tier_linux.session import open_session
 
     workspace = tempfile.mkdtemp(prefix="panday-probe-")
     try:
@@ -64,9 +64,9 @@ def available(bwrap: host.Bwrap | None = None) -> bool:
 
 def _host_bounds(cgroup_reasons: dict[str, str]) -> str:
     """How a command is bounded when the policy sets no pid or memory ceiling (hostguard)."""
-    import os  # noqa: PLC0415 - loaded at interpreter start anyway
+    import os
 
-    from panday_tier_linux import hostguard  # noqa: PLC0415 - reports only
+    from panday_tier_linux import hostguard
 
     bounds = hostguard.ceilings()
     pids, gib = bounds["pids"], bounds["mem_bytes"] / (1 << 30)
@@ -87,8 +87,8 @@ def _host_bounds(cgroup_reasons: dict[str, str]) -> str:
 def host_report() -> dict[str, str]:
     """What `panday doctor` shows for T2 Linux: which bwrap and version, user namespaces,
     libseccomp, the cgroup ceilings this caller can hold, and whether a jail runs."""
-    from panday_tier_linux.capabilities import probe_bridge, probe_cgroups  # noqa: PLC0415 - reports only
-    from panday_tier_linux.host import library_identity  # noqa: PLC0415 - as above
+    from panday_tier_linux.capabilities import probe_bridge, probe_cgroups
+    from panday_tier_linux.host import library_identity
 
     binary = host.find_bwrap() if host.is_linux() else None
     cgroups = probe_cgroups()

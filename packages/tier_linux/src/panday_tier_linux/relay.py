@@ -169,7 +169,7 @@ class Relay:
         if self.refusing >= REFUSERS:
             os.close(fd)
             return
-        import threading  # noqa: PLC0415 - only when the proxy is gone
+        import threading
 
         self.refusing += 1
 

@@ -256,7 +256,7 @@ def _machine() -> str:
 
 
 def _crc(text: str) -> str:
-    import zlib  # noqa: PLC0415 - cheap, but only needed for the cache name
+    import zlib
 
     return f"{zlib.crc32(text.encode()):08x}"
 
@@ -331,14 +331,14 @@ def _write_cache(directory: str, path: str, data: bytes) -> None:
 def compile_program(spec: FilterSpec) -> bytes:
     """Compile `spec` with libseccomp (slow: loads the library through ctypes)."""
     try:
-        import pyseccomp as sc  # noqa: PLC0415  # pyright: ignore[reportMissingTypeStubs] - heavy, only on a cache miss; typed inline, no stub package
+        import pyseccomp as sc  # pyright: ignore[reportMissingTypeStubs] - heavy, only on a cache miss; typed inline, no stub package
     except (ImportError, RuntimeError, OSError) as exc:
         raise TierUnavailable(
             "t2-linux",
             f"libseccomp is unavailable ({exc}); install libseccomp2 (Debian/Ubuntu) or "
             "libseccomp (Fedora/Arch) — the jail will not run without its syscall filter",
         ) from None
-    import tempfile  # noqa: PLC0415 - as above
+    import tempfile
 
     ops = {"NE": sc.NE, "LT": sc.LT, "GT": sc.GT, "EQ": sc.EQ, "MASKED_EQ": sc.MASKED_EQ}
     filt = sc.SyscallFilter(sc.ALLOW)

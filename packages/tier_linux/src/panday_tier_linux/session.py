@@ -277,7 +277,7 @@ class LinuxSession:
 
     def enforcement(self) -> Enforcement:
         """What is actually applied, read back inside a jail of this session."""
-        from panday_tier_linux.enforcement import read_enforcement  # noqa: PLC0415 - reports only
+        from panday_tier_linux.enforcement import read_enforcement
 
         return read_enforcement(self)
 
@@ -288,10 +288,10 @@ class LinuxSession:
         directories: the core's confined path resolution (openat2 RESOLVE_BENEATH, or a
         no-follow walk), shared by every tier, rather than a second implementation here."""
         if self._t0 is None:
-            import msgspec  # noqa: PLC0415 - loaded with the policy already
+            import msgspec
 
-            from panday_core.policy import SandboxPolicy  # noqa: PLC0415
-            from panday_core.t0.session import T0Session  # noqa: PLC0415 - not on the exec path
+            from panday_core.policy import SandboxPolicy
+            from panday_core.t0.session import T0Session
 
             fs = msgspec.structs.replace(
                 self.policy.fs,
@@ -315,7 +315,7 @@ class LinuxSession:
         return self._files().read_all(path, max_bytes=max_bytes)
 
     def snapshot(self) -> Snapshot:
-        from panday_core.t0.sandbox import snapshot_of  # noqa: PLC0415 - as above
+        from panday_core.t0.sandbox import snapshot_of
 
         return snapshot_of(self._files(), self.id)
 
@@ -348,7 +348,7 @@ class LinuxSession:
 def _policy_refusals(policy: SandboxPolicy) -> tuple[list[Refusal], Roots | None]:
     """What of the policy's file system cannot be a jail here, and the held roots if all
     of it can (see binds.py: opened without following links, never resolved again)."""
-    from panday_tier_linux.binds import Roots  # noqa: PLC0415 - loaded when a session opens
+    from panday_tier_linux.binds import Roots
 
     roots, refusals = Roots.open(policy.fs)
     if policy.limits.disk_bytes is not None and policy.fs.access == "rw":
@@ -396,7 +396,7 @@ def open_session(
         if roots is not None:
             roots.close()
         raise PolicyViolation(str(TIER), refusals)
-    from panday_tier_linux.binds import entry_problem  # noqa: PLC0415 - loaded with Roots
+    from panday_tier_linux.binds import entry_problem
 
     problem = entry_problem(roots.workspace)
     if problem is not None:  # a fault of the path: bwrap would fail to mount or enter it
@@ -404,9 +404,7 @@ def open_session(
         roots.close()
         raise WorkspaceUnusable("fs.workspace", roots.workspace.path, problem)
     try:
-        return _finish_open(
-            policy, sid=sid, roots=roots, bwrap=bwrap, egress=egress, guard=guard
-        )
+        return _finish_open(policy, sid=sid, roots=roots, bwrap=bwrap, egress=egress, guard=guard)
     except BaseException:
         guard.remove()
         roots.close()
@@ -417,14 +415,14 @@ def _bridge_reason(policy: SandboxPolicy) -> str | None:
     """Why the egress bridge cannot run here (asked only when the policy needs it)."""
     if not policy.net.allow:
         return None
-    from panday_tier_linux.bridge import unavailable_reason  # noqa: PLC0415 - net.allow only
+    from panday_tier_linux.bridge import unavailable_reason
 
     return unavailable_reason()
 
 
 def _start_bridge(policy: SandboxPolicy, sid: str, egress: ProxySettings | None) -> Bridge:
     """The session's egress proxy for `policy.net`, or `PolicyViolation` on ``net.allow``."""
-    from panday_tier_linux.bridge import Bridge  # noqa: PLC0415 - net.allow only
+    from panday_tier_linux.bridge import Bridge
 
     try:
         return Bridge.start(policy.net, session_id=sid, settings=egress)
@@ -442,7 +440,7 @@ def _finish_open(
     egress: ProxySettings | None,
     guard: Guard,
 ) -> LinuxSession:
-    from panday_tier_linux import etcview, seccomp  # noqa: PLC0415 - keeps the package import light
+    from panday_tier_linux import etcview, seccomp
 
     binary = bwrap or host.find_bwrap()
     if binary is None:
@@ -467,7 +465,7 @@ def _finish_open(
     bridge = _start_bridge(policy, sid, egress) if with_bridge else None
     if bridge is not None:
         spec.relay = bridge.relay_spec()
-    from panday_tier_linux.plan import bwrap_identity  # noqa: PLC0415 - loaded with Plan
+    from panday_tier_linux.plan import bwrap_identity
 
     fs, limits = policy.fs, policy.limits
     plan = Plan(

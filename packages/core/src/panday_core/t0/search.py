@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from types import ModuleType
 
 
-class InvalidArgument(SandboxError, ValueError):  # noqa: N818 - the project's error vocabulary
+class InvalidArgument(SandboxError, ValueError):
     """A tool argument is malformed (a bad pattern, a negative count); `argument` names it."""
 
     def __init__(self, argument: str, reason: str) -> None:

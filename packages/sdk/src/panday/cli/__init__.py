@@ -122,7 +122,7 @@ def console() -> NoReturn:
         code = main()
     except SystemExit as exc:  # argparse's --help, or a SystemExit from below
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    import contextlib  # noqa: PLC0415 - loaded by typing already
+    import contextlib
 
     for stream in (sys.stdout, sys.stderr):
         # A reader that went away: the exit code already says what happened.
@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(HELP)
         return exitcodes.OK
     if args[0] == "--version":
-        from panday import __version__  # noqa: PLC0415
+        from panday import __version__
 
         print(f"panday {__version__}")
         return exitcodes.OK

@@ -21,7 +21,7 @@ DEBUG = [False]
 
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
     """argparse that raises `UsageError` instead of printing usage and exiting with 2."""
-    import argparse  # noqa: PLC0415 - not on `run`'s path
+    import argparse
 
     class Parser(argparse.ArgumentParser):
         def error(self, message: str) -> None:  # pyright: ignore[reportIncompatibleMethodOverride] - raises instead
@@ -45,7 +45,7 @@ def file_action(action: argparse.ArgumentParser, file: str, *, many: bool = Fals
 def host_table(tier: str | None) -> TierCapabilities:
     """This host's command tier's table as it holds here (`TierUnavailable` without one)."""
     if tier is None:
-        from panday_core.errors import TierUnavailable  # noqa: PLC0415 - error path
+        from panday_core.errors import TierUnavailable
 
         raise TierUnavailable("auto", f"panday has no tier that runs commands on {sys.platform}")
     return tiers.host_capabilities(tier)

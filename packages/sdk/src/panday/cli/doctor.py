@@ -23,7 +23,7 @@ _SUPPORT = {
 
 
 def _status(tier: str, host_tier: str | None) -> TierStatus:
-    from panday.reports import TierStatus  # noqa: PLC0415
+    from panday.reports import TierStatus
 
     here = tier == host_tier
     installed = tiers.absent_reason(tier) is None
@@ -41,10 +41,10 @@ def _status(tier: str, host_tier: str | None) -> TierStatus:
 
 def _user_policy() -> UserPolicyStatus:
     """The per-user default policy: where it is looked for, and whether it is usable."""
-    from panday.cli import inputs as cli_input  # noqa: PLC0415 - lazy: only this path needs it
-    from panday.cli.errors import InvalidInputError, NoInputError  # noqa: PLC0415 - lazy: only this path needs it
-    from panday.defaults import user_policy_path  # noqa: PLC0415 - lazy: only this path needs it
-    from panday.reports import UserPolicyStatus  # noqa: PLC0415 - lazy: only this path needs it
+    from panday.cli import inputs as cli_input
+    from panday.cli.errors import InvalidInputError, NoInputError
+    from panday.defaults import user_policy_path
+    from panday.reports import UserPolicyStatus
 
     path = user_policy_path()
     if not os.path.lexists(path):
@@ -59,8 +59,8 @@ def _user_policy() -> UserPolicyStatus:
 
 
 def collect(*, probe: bool) -> DoctorReport:
-    from panday import __version__  # noqa: PLC0415
-    from panday.reports import DoctorReport  # noqa: PLC0415
+    from panday import __version__
+    from panday.reports import DoctorReport
 
     host_tier = tiers.host_command_tier()
     statuses = tuple(_status(tier, host_tier) for tier in tiers.ALL_TIERS)
@@ -71,7 +71,7 @@ def collect(*, probe: bool) -> DoctorReport:
     usable = any(s.available for s in statuses if s.host_tier)
     probes: tuple[ProbeOutcome, ...] | None = None
     if probe:
-        from panday.probes import run_probes  # noqa: PLC0415
+        from panday.probes import run_probes
 
         probes = tuple(run_probes(host_tier)) if host_tier is not None and usable else ()
     return DoctorReport(
@@ -152,7 +152,7 @@ def _render_user_policy(report: DoctorReport) -> list[str]:
 def doctor(*, as_json: bool, probe: bool) -> int:
     report = collect(probe=probe)
     if as_json:
-        from panday.reports import encode  # noqa: PLC0415
+        from panday.reports import encode
 
         sys.stdout.write(encode(report))
     else:

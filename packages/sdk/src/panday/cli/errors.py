@@ -44,7 +44,7 @@ def report(exc: BaseException, *, debug: bool) -> int:
     if isinstance(exc, SystemExit):
         raise exc
     if debug and not isinstance(exc, KeyboardInterrupt | Terminated):
-        import traceback  # noqa: PLC0415 - error path
+        import traceback
 
         traceback.print_exception(exc)
     code, line = classify(exc)
@@ -69,7 +69,7 @@ def classify(exc: BaseException) -> tuple[int, str]:  # noqa: C901, PLR0911, PLR
         return exitcodes.INVALID_POLICY, str(exc)
     if isinstance(exc, OutputError):
         return exitcodes.OUTPUT_ERROR, str(exc)
-    from panday_core.errors import (  # noqa: PLC0415 - error path
+    from panday_core.errors import (
         CommandNotFound,
         LimitExceeded,
         PolicyError,
@@ -106,9 +106,9 @@ def _refusal_hint(exc: PolicyViolation) -> str:
     another host); a refusal of a value (a workspace that would expose the whole host) says
     what is wrong with it in its own reason, and gets no generic advice.
     """
-    from panday import tiers  # noqa: PLC0415 - lazy: only this path needs it
-    from panday_core.capabilities import Support  # noqa: PLC0415 - lazy: only this path needs it
-    from panday_core.errors import SandboxError  # noqa: PLC0415 - lazy: only this path needs it
+    from panday import tiers
+    from panday_core.capabilities import Support
+    from panday_core.errors import SandboxError
 
     try:
         table = tiers.host_capabilities(exc.tier)

@@ -78,8 +78,8 @@ def _text(path: str, raw: bytes, what: str) -> str:
 def load_policy(path: str, *, what: str = "policy file") -> SandboxPolicy:
     """A policy from `path` (``.json`` as JSON; standard input as JSON when it starts with
     ``{``, which TOML never does; anything else as TOML)."""
-    from panday_core.errors import PolicyError  # noqa: PLC0415 - lazy: only this path needs it
-    from panday_core.policy import policy_from_json, policy_from_toml  # noqa: PLC0415 - lazy: only this path needs it
+    from panday_core.errors import PolicyError
+    from panday_core.policy import policy_from_json, policy_from_toml
 
     text = _text(path, read_input(path, what=what, limit=POLICY_LIMIT), what)
     as_json = path.endswith(".json") or (path == STDIN and text.lstrip().startswith("{"))
@@ -91,8 +91,8 @@ def load_policy(path: str, *, what: str = "policy file") -> SandboxPolicy:
 
 def load_manifest(path: str) -> PluginManifest:
     """A plugin manifest (``plugin.toml``) from `path` or standard input."""
-    from panday_core.errors import PolicyError  # noqa: PLC0415 - lazy: only this path needs it
-    from panday_core.manifest import manifest_from_toml  # noqa: PLC0415 - lazy: only this path needs it
+    from panday_core.errors import PolicyError
+    from panday_core.manifest import manifest_from_toml
 
     what = "manifest"
     text = _text(path, read_input(path, what=what, limit=MANIFEST_LIMIT), what)

@@ -11,8 +11,8 @@ from panday.cli.common import file_action, host_table, parser
 
 def plugin_inspect(file: str, *, as_json: bool) -> int:
     """What this host's tier would really grant the plugin: the consent summary."""
-    from panday.cli.inputs import load_manifest  # noqa: PLC0415
-    from panday.reports import encode  # noqa: PLC0415
+    from panday.cli.inputs import load_manifest
+    from panday.reports import encode
 
     manifest = load_manifest(file)
     host_tier = tiers.host_command_tier()

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 def _root_refusals(policy: SandboxPolicy) -> tuple[Refusal, ...]:
     """The roots this host's tier would refuse at open (the same identity checks), so that
     `policy check` and `run` answer alike: ``//etc`` is no more enforceable than ``/etc``."""
-    from panday_core.capabilities import Refusal  # noqa: PLC0415 - lazy: only this path needs it
-    from panday_core.protect import roots_refusals  # noqa: PLC0415 - lazy: only this path needs it
+    from panday_core.capabilities import Refusal
+    from panday_core.protect import roots_refusals
 
     fs = policy.fs
     found = roots_refusals(
@@ -37,8 +37,8 @@ def _tier_rows(policy: SandboxPolicy) -> list[TierCheck]:
     is refused here as `create` would refuse it); another OS's tier, or one whose package
     is not installed here, by the table core declares for it.
     """
-    from panday.reports import TierCheck  # noqa: PLC0415 - lazy: only this path needs it
-    from panday_core.capabilities import check_policy  # noqa: PLC0415
+    from panday.reports import TierCheck
+    from panday_core.capabilities import check_policy
 
     host_tier = tiers.host_command_tier()
     rows: list[TierCheck] = []
@@ -67,16 +67,16 @@ def _tier_rows(policy: SandboxPolicy) -> list[TierCheck]:
 def _check_one(file: str, *, debug: bool) -> PolicyCheckReport:
     """One file's report; a document that cannot be read or parsed is reported, not raised
     (with `debug`, its traceback is printed first)."""
-    from panday._shared import missing_paths  # noqa: PLC0415
-    from panday.cli import inputs as cli_input  # noqa: PLC0415 - lazy: only this path needs it
-    from panday.cli.errors import InvalidInputError, NoInputError  # noqa: PLC0415 - lazy: only this path needs it
-    from panday.reports import PolicyCheckReport  # noqa: PLC0415 - lazy: only this path needs it
+    from panday._shared import missing_paths
+    from panday.cli import inputs as cli_input
+    from panday.cli.errors import InvalidInputError, NoInputError
+    from panday.reports import PolicyCheckReport
 
     try:
         policy = cli_input.load_policy(file)
     except (NoInputError, InvalidInputError) as exc:
         if debug:
-            import traceback  # noqa: PLC0415 - --debug only
+            import traceback
 
             traceback.print_exception(exc)
         code = exitcodes.NO_INPUT if isinstance(exc, NoInputError) else exitcodes.INVALID_POLICY
@@ -86,13 +86,13 @@ def _check_one(file: str, *, debug: bool) -> PolicyCheckReport:
         )  # fmt: skip
     unusable: tuple[Refusal, ...] = ()
     if policy.fs.workspace is None:
-        from panday._shared import current_directory  # noqa: PLC0415 - lazy: only this path needs it
-        from panday_core.errors import WorkspaceUnusable  # noqa: PLC0415 - lazy: only this path needs it
+        from panday._shared import current_directory
+        from panday_core.errors import WorkspaceUnusable
 
         try:
             policy = policy.with_workspace(current_directory())
         except WorkspaceUnusable as exc:
-            from panday_core.capabilities import Refusal  # noqa: PLC0415 - error path
+            from panday_core.capabilities import Refusal
 
             unusable = (Refusal(field=exc.field, reason=f"{exc.path!r} {exc.reason}"),)
             policy = policy.with_workspace("/")  # judged for the tiers; reported missing
@@ -109,7 +109,7 @@ def _check_one(file: str, *, debug: bool) -> PolicyCheckReport:
 
 
 def _render_check(report: PolicyCheckReport) -> list[str]:
-    from panday.cli import inputs as cli_input  # noqa: PLC0415 - lazy: only this path needs it
+    from panday.cli import inputs as cli_input
 
     name = cli_input.shown(report.file)
     host_tier = tiers.host_command_tier()
@@ -147,7 +147,7 @@ def policy_check(files: Sequence[str], *, as_json: bool, debug: bool = False) ->
     The exit code is the highest of the files' own: 0 enforceable here, 1 valid but not
     enforceable here, 65 malformed, 66 unreadable or naming a path that does not exist.
     """
-    from panday.reports import encode_many  # noqa: PLC0415 - lazy: only this path needs it
+    from panday.reports import encode_many
 
     if isinstance(files, str):
         files = [files]
@@ -167,8 +167,8 @@ def policy_check(files: Sequence[str], *, as_json: bool, debug: bool = False) ->
 
 
 def policy_schema() -> int:
-    from panday_core.policy import SandboxPolicy  # noqa: PLC0415
-    from panday_core.schema import json_schema, render  # noqa: PLC0415
+    from panday_core.policy import SandboxPolicy
+    from panday_core.schema import json_schema, render
 
     sys.stdout.write(render(json_schema(SandboxPolicy, "policy")))
     return exitcodes.OK

@@ -23,9 +23,9 @@ def _port(option: str, text: str) -> int:
 
 def proxy(ns: argparse.Namespace) -> int:
     """Run the egress proxy until Ctrl-C (or SIGTERM); exit 71 when it cannot listen."""
-    from panday.cli import inputs as cli_input  # noqa: PLC0415
-    from panday_core.domains import normalize_pattern  # noqa: PLC0415
-    from panday_core.policy import FieldError, NetPolicy  # noqa: PLC0415
+    from panday.cli import inputs as cli_input
+    from panday_core.domains import normalize_pattern
+    from panday_core.policy import FieldError, NetPolicy
 
     base = cli_input.load_policy(ns.policy).net if ns.policy else NetPolicy()
     for option, hosts in (("--allow", ns.allow), ("--deny", ns.deny)):
@@ -42,7 +42,7 @@ def proxy(ns: argparse.Namespace) -> int:
         net = NetPolicy(allow=(*base.allow, *ns.allow), deny=(*base.deny, *ns.deny), ports=ports)
     except FieldError as exc:
         raise UsageError(f"--port: {exc.reason}") from None
-    from panday_core.egress.standalone import run_proxy  # noqa: PLC0415 - asyncio: this path only
+    from panday_core.egress.standalone import run_proxy
 
     try:
         return run_proxy(

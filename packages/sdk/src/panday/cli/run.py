@@ -89,7 +89,7 @@ class RunOptions:
 
 
 def _unknown(option: str) -> UsageError:
-    import difflib  # noqa: PLC0415 - error path
+    import difflib
 
     close = difflib.get_close_matches(option.split("=", 1)[0], sorted(_VALUED | _FLAGS), n=1)
     hint = f" (did you mean {close[0]}?)" if close else " (panday run --help lists them)"
@@ -180,7 +180,7 @@ def _directory(option: str, text: str) -> str:
         )
     path = text
     if not os.path.isabs(path):
-        from panday._shared import current_directory  # noqa: PLC0415 - a relative path only
+        from panday._shared import current_directory
 
         path = os.path.join(current_directory(), path)
     path = os.path.normpath(path)
@@ -192,11 +192,11 @@ def _directory(option: str, text: str) -> str:
 def _base_policy(opts: RunOptions, workspace: str | None) -> tuple[SandboxPolicy, str | None]:
     """The policy the options apply to, and the file it came from (None: the embedded
     default): --policy, else the per-user default when it exists, else the embedded one."""
-    from panday.defaults import default_policy, user_policy_path  # noqa: PLC0415 - after the parse
+    from panday.defaults import default_policy, user_policy_path
 
     file = opts.one("--policy")
     if file is not None:
-        from panday.cli import inputs as cli_input  # noqa: PLC0415 - only when there is a file to read
+        from panday.cli import inputs as cli_input
 
         if file == cli_input.STDIN and "--stdin" in opts.flags:
             raise UsageError(
@@ -206,7 +206,7 @@ def _base_policy(opts: RunOptions, workspace: str | None) -> tuple[SandboxPolicy
         return cli_input.load_policy(file), file
     user = user_policy_path()
     if os.path.lexists(user):
-        from panday.cli import inputs as cli_input  # noqa: PLC0415 - only when there is a file to read
+        from panday.cli import inputs as cli_input
 
         return cli_input.load_policy(user, what="per-user default policy file"), user
     return default_policy(workspace), None
@@ -215,7 +215,7 @@ def _base_policy(opts: RunOptions, workspace: str | None) -> tuple[SandboxPolicy
 def _check_inputs(policy: SandboxPolicy, source: str | None) -> None:
     """A path the policy names that does not exist is a missing input (66), whichever way
     it got into the policy: the options were checked as they were parsed, the rest here."""
-    from panday._shared import missing_paths  # noqa: PLC0415 - loaded by the run path anyway
+    from panday._shared import missing_paths
 
     missing = missing_paths(policy)
     if missing:
@@ -227,7 +227,7 @@ def _check_inputs(policy: SandboxPolicy, source: str | None) -> None:
 def _limits(opts: RunOptions) -> dict[str, int]:
     """The limits the options set, each checked against the model's range by itself, so an
     error names the option rather than a policy field the user never wrote."""
-    from panday_core.policy import FieldError, Limits  # noqa: PLC0415 - after the parse
+    from panday_core.policy import FieldError, Limits
 
     wanted: dict[str, tuple[str, int]] = {}
     for option, field, parse_value in (
@@ -248,7 +248,7 @@ def _limits(opts: RunOptions) -> dict[str, int]:
 
 
 def _env(opts: RunOptions) -> dict[str, str]:
-    from panday_core.policy import FieldError, SandboxPolicy  # noqa: PLC0415 - after the parse
+    from panday_core.policy import FieldError, SandboxPolicy
 
     env: dict[str, str] = {}
     for item in opts.many("--env"):
@@ -268,7 +268,7 @@ def _env(opts: RunOptions) -> dict[str, str]:
 
 
 def _hosts(opts: RunOptions) -> list[str]:
-    from panday_core.domains import normalize_pattern  # noqa: PLC0415 - after the parse
+    from panday_core.domains import normalize_pattern
 
     hosts: list[str] = []
     for host in opts.many("--allow"):
@@ -285,9 +285,9 @@ def build_policy(opts: RunOptions) -> SandboxPolicy:
     Every field the options do not touch is kept as the policy has it (``fs.protect``,
     ``fs.unprotect``, ``fs.allow_home``, ``allow_env_hooks`` included): the options only
     override or extend, and the result is validated like a policy file."""
-    import msgspec  # noqa: PLC0415 - loaded with the policy model
+    import msgspec
 
-    from panday_core.policy import Limits, SandboxPolicy  # noqa: PLC0415
+    from panday_core.policy import Limits, SandboxPolicy
 
     hosts, limits, env = _hosts(opts), _limits(opts), _env(opts)
     workspace_opt = opts.one("--workspace")
@@ -297,7 +297,7 @@ def build_policy(opts: RunOptions) -> SandboxPolicy:
     staged = [_directory("--ro", p) for p in opts.many("--ro")]
     base, source = _base_policy(opts, workspace)
     if workspace is None and base.fs.workspace is None:
-        from panday._shared import current_directory  # noqa: PLC0415 - loaded by the run path anyway
+        from panday._shared import current_directory
 
         workspace = current_directory()
     fs = msgspec.structs.replace(
@@ -320,7 +320,7 @@ def build_policy(opts: RunOptions) -> SandboxPolicy:
 
 
 def _spec(opts: RunOptions, stdin: bytes | None) -> ExecSpec:
-    from panday._shared import exec_spec  # noqa: PLC0415
+    from panday._shared import exec_spec
 
     if not opts.command:
         raise UsageError("run: no command given; write it after --, e.g. panday run -- ls -l")
@@ -355,12 +355,12 @@ def _breach_line(end: ExecExit) -> str:
 
 
 def _stream(session: Session, spec: ExecSpec, opts: RunOptions) -> int:
-    from panday_core.types import OutputChunk  # noqa: PLC0415 - loaded with the tier
+    from panday_core.types import OutputChunk
 
     filters: dict[int, Filter] = {}
     for fd in (1, 2):
         if sanitizing(opts.flags, fd):
-            from panday.terminal import Filter  # noqa: PLC0415 - only for a terminal
+            from panday.terminal import Filter
 
             filters[fd] = Filter()
     events = session.stream(spec.argv, stdin=spec.stdin)
@@ -392,9 +392,9 @@ def _document(session: Session, spec: ExecSpec, result: ExecResult) -> tuple[lis
     encoded text put where its empty string was: so the kept output is never held twice
     over (its bytes, its text, the compact document, the formatted one), only its bytes
     and then its encoded text. The caller must hold no other reference to `result`."""
-    import msgspec  # noqa: PLC0415 - loaded with the policy model
+    import msgspec
 
-    from panday.reports import RunReport  # noqa: PLC0415
+    from panday.reports import RunReport
 
     code = exit_code_of(result)
     report = RunReport(
@@ -437,7 +437,7 @@ def _document(session: Session, spec: ExecSpec, result: ExecResult) -> tuple[lis
 def _json(session: Session, spec: ExecSpec) -> int:
     """One JSON document, written whole (`write_all`) once the command has finished; a
     document that cannot be built is refused (exit 74), never cut short."""
-    from panday_core.execution import collect  # noqa: PLC0415
+    from panday_core.execution import collect
 
     events = session.stream(spec.argv, stdin=spec.stdin)
     try:
@@ -453,7 +453,7 @@ def _json(session: Session, spec: ExecSpec) -> int:
 
 def _check_tier(tier: str) -> None:
     """A named tier must exist and run commands; T0 serves file tools and never does."""
-    from panday import tiers  # noqa: PLC0415 - lazy: only this path needs it
+    from panday import tiers
 
     try:
         tiers.check_name(tier)
@@ -476,7 +476,7 @@ def main(args: list[str]) -> int:
         return exitcodes.OK
     if not opts.command:
         raise UsageError("run: no command given; write it after --, e.g. panday run -- ls -l")
-    import signal  # noqa: PLC0415 - loaded by the exec machinery anyway
+    import signal
 
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _on_signal)
@@ -486,7 +486,7 @@ def main(args: list[str]) -> int:
     stdin = sys.stdin.buffer.read() if "--stdin" in opts.flags else None
     spec = _spec(opts, stdin)
     policy = build_policy(opts)
-    from panday.session import open as open_session  # noqa: PLC0415
+    from panday.session import open as open_session
 
     with open_session(policy, tier=tier) as session:
         if "--json" in opts.flags:
