@@ -128,6 +128,7 @@ __all__ = [
     "PolicyError",
     "PolicyViolation",
     "Refusal",
+    "Sandbox",
     "SandboxError",
     "SandboxHandle",
     "SandboxPolicy",
