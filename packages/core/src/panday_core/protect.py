@@ -1029,6 +1029,17 @@ def _real_dir(path: str) -> str | None:
     return real if os.path.exists(real) else None
 
 
+def _panday_packages() -> list[object]:
+    """panday's own top-level packages loaded now (``panday``, ``panday_core``, every
+    ``panday_tier_*``): a tier shipped as its own distribution is protected like the rest
+    without being named here."""
+    return [
+        module
+        for name, module in sorted(sys.modules.items())
+        if name == "panday" or (name.startswith("panday_") and "." not in name)
+    ]
+
+
 def interpreter_paths() -> tuple[str, ...]:
     """Where the calling Python (panday's own interpreter) loads code from: its prefixes,
     its executable, every ``sys.path`` entry, and panday's own packages (an editable
@@ -1042,8 +1053,7 @@ def interpreter_paths() -> tuple[str, ...]:
         sys.executable,
         *(p for p in sys.path if p),
     ]
-    for name in ("panday_core", "panday_tier_linux", "panday_tier_macos", "panday"):
-        module = sys.modules.get(name)
+    for module in _panday_packages():
         candidates += list(getattr(module, "__path__", ()))
     # Which exist is part of the key: one created since (by the user) must be resolved.
     key = (*candidates, *(str(os.path.lexists(c)) for c in candidates))
@@ -1097,8 +1107,7 @@ def own_project_entries(root: tuple[int, int]) -> list[Entry]:
     panday with a build backend the jail wrote. Found from where panday's packages are
     loaded from now, not from a list of paths."""
     levels: dict[str, str] = {}
-    for name in ("panday_core", "panday_tier_linux", "panday_tier_macos", "panday"):
-        module = sys.modules.get(name)
+    for module in _panday_packages():
         for path in getattr(module, "__path__", ()):
             real = os.path.realpath(path)
             rel = within(real, root)
