@@ -310,7 +310,7 @@ port = upstream.port
 settings = ProxySettings(resolver=StaticResolver({"allowed.test": ["127.0.0.1"]}),
                          connector=LoopbackOnly(), audit=lambda e: None)
 policy = SandboxPolicy(fs=FsPolicy(workspace=ws),
-                       net=NetPolicy(allow=("allowed.test",), ports=(port,)))
+                       net=NetPolicy(allow=("allowed.test", "127.0.0.1"), ports=(port,)))
 probe = '''
 import os, socket, time
 socks = []

@@ -367,6 +367,11 @@ def test_a_stalled_audit_reader_never_freezes_the_proxy(env: Env) -> None:
             env.expect(_poll(lambda: len(seen) >= 1), "the reader was called")
         assert status == 403, f"request {i} unanswered while the audit reader stalls"
     stall.set()
+
+    def delivered() -> int:  # events, and the drops their summary stands for
+        return sum(e.count if e.reason.startswith("audit output stalled") else 1 for e in seen)
+
+    assert _poll(lambda: delivered() >= 40)  # the loop hands events over in batches
     assert handle.proxy.sink.flush(10)
     drops = [e for e in seen if e.reason.startswith("audit output stalled")]
     assert len(drops) == 1  # reported once

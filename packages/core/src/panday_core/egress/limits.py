@@ -144,14 +144,19 @@ class DescriptorBudget:
         if self.floor <= 0 or sock.fileno() >= self.floor:
             return sock
         timeout = sock.gettimeout()
+        family, kind, proto = sock.family, sock.type, sock.proto
         fd = self.lift(sock.detach())
         try:
-            moved = socket.socket(fileno=fd)
+            # Family, type and protocol given: nothing is asked of the kernel again.
+            moved = socket.socket(family, kind, proto, fileno=fd)
         except OSError:
             with contextlib.suppress(OSError):
                 os.close(fd)
             raise
-        moved.settimeout(timeout)
+        if timeout != 0.0:
+            moved.settimeout(timeout)
+        else:
+            moved.setblocking(False)  # noqa: FBT003 - the socket API's own flag
         return moved
 
     def take(self, count: int = 1) -> bool:

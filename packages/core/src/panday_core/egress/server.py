@@ -57,6 +57,9 @@ __all__ = ["SESSION_USER", "EgressProxy", "ProxyLimits", "Refusal", "open_connec
 _log = logging.getLogger("panday_core.egress")
 
 _MIN_PER_COMMAND = 256
+AUDIT_BATCH_S = 0.02
+"""Audit events are handed to the sink at most this long after they happen."""
+AUDIT_BATCH_MAX = 256
 
 
 class EgressProxy:
@@ -107,6 +110,7 @@ class EgressProxy:
         self._jsonl = JsonlAuditLog(audit_jsonl) if audit_jsonl else None
         consumers = [c for c in (self._jsonl, audit) if c is not None]  # the durable log first
         self.sink = AuditSink(consumers, session_id=self.session_id)
+        self._batch: list[AuditEvent] = []
         self._listeners: list[Listener] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -281,7 +285,8 @@ class EgressProxy:
     # ------------------------------------------------------------------ admission
     def serve(self, sock: socket.socket, source: Source) -> None:
         """Serve a connected client socket from `source`, or close it at the edge."""
-        if first_look(sock) is None:
+        idle = first_look(sock)
+        if idle is None:
             # The client is gone already (how a churner's connections look when they are
             # accepted): nothing to serve, nothing to spend on it.
             sock.close()
@@ -299,6 +304,15 @@ class EgressProxy:
             sock.close()
             self._release(conn)
             return
+        if idle:
+            sock.setblocking(False)  # noqa: FBT003 - the socket API's own flag
+            conn.park(sock)  # no transport until its first byte (`promote`)
+        else:
+            conn.heard = True
+            self.spawn(self._attach(conn, sock))
+
+    def promote(self, conn: Connection, sock: socket.socket) -> None:
+        """A parked connection sent its first byte: serve it with a transport."""
         self.spawn(self._attach(conn, sock))
 
     async def _attach(self, conn: Connection, sock: socket.socket) -> None:
@@ -362,8 +376,20 @@ class EgressProxy:
             self.emit(event)
 
     def emit(self, event: AuditEvent) -> None:
-        """Hand `event` to the audit sink (bounded; never blocks the loop)."""
-        self.sink.offer(event)
+        """Hand `event` to the audit sink (bounded; never blocks the loop). Events are
+        handed over in batches, at most `AUDIT_BATCH_S` after they happen, so the sink's
+        writer thread is woken once a batch, not once an event."""
+        batch = self._batch
+        batch.append(event)
+        if len(batch) == 1:
+            self.loop.call_later(AUDIT_BATCH_S, self._hand_over)
+        elif len(batch) >= AUDIT_BATCH_MAX:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        batch, self._batch = self._batch, []
+        if batch:
+            self.sink.offer(*batch)
 
     # ------------------------------------------------------------------ life cycle
     async def close(self) -> None:
@@ -383,6 +409,7 @@ class EgressProxy:
         await asyncio.sleep(0)  # let connection_lost callbacks run and report
         if self._throttle is not None:
             self._throttle.flush()
+        self._hand_over()
         if isinstance(self.resolver, (SystemResolver, StaticResolver)):
             self.resolver.close()  # its lookup threads
         if self.sink.close() and self._jsonl is not None:
@@ -390,6 +417,9 @@ class EgressProxy:
 
     def _abort_all(self) -> None:
         for client in list(self.clients):
+            if client.parked is not None:
+                client.close_parked()
+                continue
             for end in (client, client.up):
                 # Never touch a transport that is gone: Python 3.11 would report its loss twice.
                 if end is not None and end.transport is not None and not end.lost:

@@ -54,24 +54,30 @@ class AuditSink:
         self._busy = False
         self._thread: threading.Thread | None = None
 
-    def offer(self, event: AuditEvent) -> None:
-        """Queue `event` for the consumers, or drop and count it (never blocks)."""
-        if not self.consumers:
+    def offer(self, *events: AuditEvent) -> None:
+        """Queue `events` for the consumers, dropping and counting what does not fit
+        (never blocks)."""
+        if not self.consumers or not events:
             return
         with self._cond:
             if self._closing:
                 return
-            if len(self._queue) >= self.capacity:
-                self.dropped += 1
-                self.dropped_total += 1
-                return
-            self._queue.append(event)
+            room = max(0, self.capacity - len(self._queue))
+            if room < len(events):
+                self.dropped += len(events) - room
+                self.dropped_total += len(events) - room
+                events = events[:room]
+                if not events:
+                    return
+            was_empty = not self._queue
+            self._queue.extend(events)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name=f"panday-audit-{self.session_id}", daemon=True
                 )
                 self._thread.start()
-            self._cond.notify()
+            if was_empty:  # else the writer was woken already, or takes it with its batch
+                self._cond.notify()
 
     def _run(self) -> None:
         while True:
@@ -89,6 +95,7 @@ class AuditSink:
                     self._deliver(self._drops(dropped))
                 for event in batch:
                     self._deliver(event)
+                self._flush_consumers()
             finally:
                 with self._cond:
                     self._busy = False
@@ -110,6 +117,16 @@ class AuditSink:
             ),
             count=count,
         )
+
+    def _flush_consumers(self) -> None:
+        """After a batch: consumers that buffer (a stream) flush once, not per event."""
+        for consumer in self.consumers:
+            flush = getattr(consumer, "flush", None)
+            if callable(flush):
+                try:
+                    flush()
+                except Exception:  # noqa: BLE001 - a consumer's bug must not stop the others
+                    _log.exception("egress proxy: audit consumer failed to flush")
 
     def _deliver(self, event: AuditEvent) -> None:
         for consumer in self.consumers:

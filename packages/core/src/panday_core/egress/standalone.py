@@ -68,15 +68,26 @@ class ServeOptions(TypedDict, total=False):
     """Where the URLs and audit events are printed; stdout by default."""
 
 
+class _Printer:
+    """Prints audit events as JSON lines; the audit sink's writer thread calls it for each
+    event of a batch, then `flush` once (a stream nobody reads blocks that thread only)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def __call__(self, event: AuditEvent) -> None:
+        self.stream.write(encode_event(event).decode("utf-8"))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
 async def serve(
     net: NetPolicy, *, stop: asyncio.Event | None = None, **options: Unpack[ServeOptions]
 ) -> None:
     """Run the proxy until `stop` is set (or SIGINT/SIGTERM), printing URLs and events."""
     stream = options.get("out") or sys.stdout
-
-    def show(event: AuditEvent) -> None:
-        stream.write(encode_event(event).decode("utf-8"))
-        stream.flush()
+    show = _Printer(stream)
 
     done = stop if stop is not None else asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -32,7 +32,9 @@ when they close.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
 import time
 from typing import TYPE_CHECKING, Literal, Protocol, cast
 
@@ -76,6 +78,7 @@ class ProxyCore(Protocol):
     def authenticated(self, conn: Connection) -> None: ...
     def front(self, first: int) -> FrontEnd: ...
     def spawn(self, coro: Coroutine[object, object, None]) -> asyncio.Task[None]: ...
+    def promote(self, conn: Connection, sock: socket.socket) -> None: ...
     def finished(self, conn: Connection, event: AuditEvent) -> None: ...
     def opened(self, event: AuditEvent) -> None: ...
 
@@ -127,6 +130,7 @@ class Connection(End):
         "host",
         "kind",
         "limits",
+        "parked",
         "pending",
         "port",
         "proxy",
@@ -181,6 +185,8 @@ class Connection(End):
         self.timer: asyncio.TimerHandle | None = None
         self.reported = False
         self.pending = b""
+        self.parked: socket.socket | None = None
+        """Its socket while it waits, transport-less, for its first byte (`park`)."""
         self.framing: Framing | None = None
 
     # ------------------------------------------------------------------ life cycle
@@ -193,7 +199,72 @@ class Connection(End):
         if self.evicted:  # made room for another before its transport was even up
             self.transport.abort()
             return
-        self.timer = self.proxy.loop.call_later(self.limits.head_timeout, self._head_expired)
+        left = self.limits.head_timeout - (time.monotonic() - self.t0)  # from accept
+        self.timer = self.proxy.loop.call_later(max(left, 0.0), self._head_expired)
+
+    # ------------------------------------------------------------------ parked, idle
+    def park(self, sock: socket.socket) -> None:
+        """Hold a connection that has sent nothing yet without a transport: its socket is
+        watched for its first byte (then `promote`) or its end, whichever comes first,
+        within the head timeout. A client that connects and leaves costs a descriptor and
+        two system calls, not a transport, a task and a timer."""
+        self.parked = sock
+        loop = self.proxy.loop
+        loop.add_reader(sock.fileno(), self._stirred)
+        self.timer = loop.call_later(self.limits.head_timeout, self._parked_expired)
+
+    def _unpark(self) -> socket.socket | None:
+        sock, self.parked = self.parked, None
+        if sock is not None:
+            with contextlib.suppress(ValueError, OSError):
+                self.proxy.loop.remove_reader(sock.fileno())
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        return sock
+
+    def _stirred(self) -> None:
+        """A parked connection became readable: its first byte, or its end."""
+        sock = self.parked
+        if sock is None:
+            return
+        try:
+            first = sock.recv(1, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            first = b""
+        self._unpark()
+        if first:
+            self.heard = True
+            self.proxy.promote(self, sock)
+            return
+        sock.close()
+        self.reason = "client closed before sending anything"
+        self._parked_done()
+
+    def _parked_expired(self) -> None:
+        self.timer = None
+        sock = self._unpark()
+        if sock is not None:
+            sock.close()
+        self.verdict, self.reason = (
+            "refused",
+            (f"request not complete within {self.limits.head_timeout:g} s"),
+        )
+        self._parked_done()
+
+    def _parked_done(self) -> None:
+        self.lost = True
+        self.state = _DONE
+        self.maybe_finish()
+
+    def close_parked(self) -> None:
+        """Close a parked connection (the proxy is closing, or it makes room)."""
+        sock = self._unpark()
+        if sock is not None:
+            sock.close()
+            self._parked_done()
 
     def connection_lost(self, exc: Exception | None) -> None:  # noqa: ARG002 - the reason is recorded already
         self.lost = True
@@ -292,7 +363,9 @@ class Connection(End):
         self.evicted = True
         self.reason = why
         self.state = _DONE
-        if self.transport is not None and not self.lost:
+        if self.parked is not None:
+            self.close_parked()
+        elif self.transport is not None and not self.lost:
             self.transport.abort()
 
     # ------------------------------------------------------------------ reading a request
