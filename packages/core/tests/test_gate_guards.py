@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from panday_core import protect
+from panday_core import hostpaths
 from panday_core.errors import PolicyError
 from panday_core.policy import policy_from_dict
 from panday_core.protect import root_refusal
@@ -43,7 +43,7 @@ def test_a_root_caller_refuses_every_login_accounts_home_as_a_workspace(
         pwd.struct_passwd(("daemon", "x", 1, 1, "", str(daemon), "/usr/sbin/nologin")),
     ]
     monkeypatch.setattr(pwd, "getpwall", lambda: accounts)
-    monkeypatch.setattr(protect, "_HOMES", [])  # what the last call remembered
+    monkeypatch.setattr(hostpaths, "_HOMES", [])  # what the last call remembered
     why = root_refusal(str(someone), writable=True, allow_home=False)
     assert why is not None, "another login account's home accepted as a root caller's workspace"
     assert "home directory" in why

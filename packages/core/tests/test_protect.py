@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from panday_core import protect, userstate
+from panday_core import gitfind, protect, userstate
 from panday_core.errors import PolicyError
 from panday_core.policy import FsPolicy, SandboxPolicy, policy_from_dict
 from panday_core.protect import (
@@ -393,7 +393,7 @@ def host_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     out, so a hooksPath in the machine's ~/.gitconfig cannot change the expected set)."""
     config = tmp_path / "host-gitconfig"
     config.write_text("")
-    monkeypatch.setattr(protect, "host_git_configs", lambda: (str(config),))
+    monkeypatch.setattr(gitfind, "host_git_configs", lambda: (str(config),))
     return config
 
 

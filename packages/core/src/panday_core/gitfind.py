@@ -1,0 +1,270 @@
+"""What git's discovery and configuration make code inside a workspace, read carefully
+(`panday_core.protect.protected_entries` protects what `git_entries` finds).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from panday_core.identity import O_PATH, components, ident, normal_path, within
+from panday_core.protected_names import Entry
+
+TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
+
+
+_MAX_GIT_FILE = 256 * 1024
+_MAX_SUBMODULES = 64
+_MAX_WORKTREES = 64
+
+
+def _read_beneath(root_fd: int, rel: str) -> str | None:
+    """A small text file beneath `root_fd`, opened without following any link; None if it
+    is missing, a link, not a regular file or too large. (Its content only *adds*
+    protection, so a missing or odd file costs nothing but that.)"""
+    fd = os.dup(root_fd) if O_PATH else os.open(".", os.O_RDONLY, dir_fd=root_fd)
+    try:
+        parts = components(rel)
+        for i, part in enumerate(parts):
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+            if i < len(parts) - 1:
+                flags |= os.O_DIRECTORY
+            child = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_GIT_FILE:
+            return None
+        return os.read(fd, _MAX_GIT_FILE).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _list_beneath(root_fd: int, rel: str) -> list[str]:
+    """The names in a directory beneath `root_fd` (no link followed), [] if there is none."""
+    fd = os.dup(root_fd) if O_PATH else os.open(".", os.O_RDONLY, dir_fd=root_fd)
+    try:
+        for part in components(rel):
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_DIRECTORY
+            child = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        return sorted(os.listdir(fd))[:_MAX_WORKTREES]
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+
+
+def _read_host_file(path: str) -> str | None:
+    """A small configuration file of the host's (the caller's own git configuration)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(_MAX_GIT_FILE + 1)
+    except (OSError, ValueError):
+        return None
+    return None if len(data) > _MAX_GIT_FILE else data.decode("utf-8", "replace")
+
+
+def _clean_rel(value: str, base: str = "") -> str | None:
+    """`value` (a relative path from a git file, joined to `base`, itself relative to the
+    root) as a relative path inside the root, or None."""
+    value = value.strip().strip('"')
+    if not value or value.startswith("~"):
+        return None
+    joined = os.path.normpath(os.path.join(base, value))
+    if joined.startswith(("/", "..")) or joined == ".":
+        return None
+    return joined
+
+
+def _git_path(value: str, root: tuple[int, int], *, base: str | None) -> str | None:
+    """A path git reads from a configuration value, relative to the workspace whose
+    identity is `root` when git would find it inside, else None. A relative value is
+    joined to `base` (a directory relative to the workspace, or an absolute one outside
+    it); ``~/`` is the caller's home; an absolute value is placed by identity
+    (`within`), so ``//ws/x`` and a bind alias of the workspace are found too."""
+    value = value.strip()
+    if not value:
+        return None
+    if value.startswith("~"):
+        value = os.path.expanduser(value)
+        if value.startswith("~"):
+            return None
+    if not os.path.isabs(value):
+        if base is None:
+            return None
+        if not os.path.isabs(base):
+            return _clean_rel(value, base)
+        value = os.path.join(base, value)
+    return within(normal_path(value), root)
+
+
+def _config_text(value: str) -> str:
+    """A git configuration value without its quotes or a trailing comment."""
+    value = value.strip()
+    if value.startswith('"'):
+        end = value.find('"', 1)
+        return value[1:end] if end > 0 else value[1:]
+    for mark in ("#", ";"):
+        value = value.split(mark, 1)[0]
+    return value.strip()
+
+
+def _config_items(text: str) -> list[tuple[str, str, str]]:
+    """``(section, key, value)`` of each assignment in a git configuration, lower-cased
+    section (with its subsection) and key: enough of the format for the keys read here
+    (case-insensitive names, a variable on the header's line, quotes, comments)."""
+    current = ""
+    out: list[tuple[str, str, str]] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            end = line.find("]")
+            current = line[1:end].strip().lower() if end > 0 else ""
+            line = line[end + 1 :].strip() if end > 0 else ""
+        if not line or line[0] in "#;":
+            continue
+        name, sep, value = line.partition("=")
+        if sep:
+            out.append((current, name.strip().lower(), _config_text(value)))
+    return out
+
+
+def _config_value(text: str, section: str, key: str) -> str | None:
+    """The last ``key`` of ``[section]`` in a git config, None when it is not set."""
+    found: str | None = None
+    for sect, name, value in _config_items(text):
+        if sect == section and name == key:
+            found = value
+    return found
+
+
+def _includes(text: str) -> list[str]:
+    """Every file a git configuration includes (``include.path``, ``includeIf.*.path``):
+    git reads each as if its text were written there."""
+    return [
+        value
+        for sect, name, value in _config_items(text)
+        if name == "path" and (sect == "include" or sect.startswith("includeif"))
+    ]
+
+
+def host_git_configs() -> tuple[str, ...]:
+    """The configuration files the caller's own git reads in every repository: the system
+    file, the user's (``~/.gitconfig`` and the XDG one, for the password file's home and
+    ``$HOME``), and the ones ``GIT_CONFIG_GLOBAL``/``GIT_CONFIG_SYSTEM`` name."""
+    homes = {os.path.expanduser("~")}
+    try:
+        import pwd
+
+        homes.add(pwd.getpwuid(os.geteuid()).pw_dir)
+    except (ImportError, KeyError):
+        pass
+    paths = ["/etc/gitconfig", os.environ.get("GIT_CONFIG_SYSTEM", "")]
+    paths.append(os.environ.get("GIT_CONFIG_GLOBAL", ""))
+    xdg = os.environ.get("XDG_CONFIG_HOME", "")
+    for home in sorted(homes):
+        paths += [os.path.join(home, ".gitconfig"), os.path.join(home, ".config", "git", "config")]
+    if os.path.isabs(xdg):
+        paths.append(os.path.join(xdg, "git", "config"))
+    out: list[str] = []
+    for path in paths:
+        if os.path.isabs(path) and path not in out:
+            out.append(path)
+    return tuple(out)
+
+
+_HEAD_WHY = (
+    "git takes a directory holding HEAD, objects and refs for a git directory before any "
+    "parent's .git: a jail that wrote them at the root would have the host's next git "
+    "command there run the core.fsmonitor or hooks of its config (git checks HEAD first)"
+)
+
+
+def git_entries(root_fd: int) -> tuple[Entry, ...]:
+    """Entries that git's discovery and configuration add to the workspace at `root_fd`
+    (each only where it lies inside the workspace, decided by identity):
+
+    * ``HEAD`` at the root, so the root itself never becomes a git directory;
+    * the git directory a ``.git`` *file* points to (relative or absolute), and the
+      ``.git`` file of each linked worktree its ``worktrees/*/gitdir`` names;
+    * the hooks directory ``core.hooksPath`` names, in the repository's configuration or
+      in the caller's own (system, global), relative or absolute;
+    * every file those configurations include (``include.path``, ``includeIf``), which a
+      jail could fill with ``core.fsmonitor``;
+    * the git metadata of each submodule ``.gitmodules`` lists.
+    """
+    root = ident(os.fstat(root_fd))
+    out: list[Entry] = [Entry("HEAD", "file", _HEAD_WHY)]
+    out += _repository_entries(root_fd, root)
+    out += _host_git_entries(root)
+    modules = _read_beneath(root_fd, ".gitmodules")
+    if modules:
+        paths = [
+            line.partition("=")[2]
+            for line in modules.splitlines()
+            if line.strip().lower().startswith("path") and "=" in line
+        ]
+        for value in paths[:_MAX_SUBMODULES]:
+            sub = _clean_rel(value)
+            if sub is not None:
+                out.append(Entry(sub + "/.git", "file", "a submodule's git metadata", create=False))
+    return tuple(out)
+
+
+def _repository_entries(root_fd: int, root: tuple[int, int]) -> list[Entry]:
+    """The repository's own: where its ``.git`` file points, its hooks path, the files its
+    configuration includes, and its linked worktrees' ``.git`` files."""
+    out: list[Entry] = []
+    git_dir = ".git"
+    pointer = _read_beneath(root_fd, ".git")
+    if pointer is not None and pointer.startswith("gitdir:"):
+        target = pointer[len("gitdir:") :].splitlines()[0].strip()
+        rel = _git_path(target, root, base="")
+        if rel is not None:
+            out.append(Entry(rel, "dir", "the git directory .git points to", create=False))
+            git_dir = rel
+    config = _read_beneath(root_fd, f"{git_dir}/config")
+    if config:
+        hooks = _config_value(config, "core", "hookspath")
+        rel = _git_path(hooks, root, base="") if hooks else None
+        if rel is not None:
+            out.append(Entry(rel, "dir", "git runs the hooks core.hooksPath names"))
+        for include in _includes(config):
+            rel = _git_path(include, root, base=git_dir)
+            if rel is not None:
+                why = "the repository's git configuration includes it (core.fsmonitor ...)"
+                out.append(Entry(rel, "file", why))
+    for name in _list_beneath(root_fd, f"{git_dir}/worktrees"):
+        text = _read_beneath(root_fd, f"{git_dir}/worktrees/{name}/gitdir")
+        rel = _git_path(text.splitlines()[0], root, base=None) if text else None
+        if rel is not None:
+            why = "a linked worktree's .git file: where git finds that worktree's hooks"
+            out.append(Entry(rel, "file", why, create=False))
+    return out
+
+
+def _host_git_entries(root: tuple[int, int]) -> list[Entry]:
+    """What the caller's own git configuration (in every repository) makes code inside the
+    workspace: a relative ``core.hooksPath`` (taken from the top of each working tree, so
+    the workspace's own), an absolute one inside it, and included files inside it."""
+    out: list[Entry] = []
+    for path in host_git_configs():
+        text = _read_host_file(path)
+        if not text:
+            continue
+        hooks = _config_value(text, "core", "hookspath")
+        if hooks:
+            rel = _git_path(hooks, root, base="")
+            if rel is not None:
+                why = f"the caller's git ({path}) runs the hooks its core.hooksPath names"
+                out.append(Entry(rel, "dir", why))
+        for include in _includes(text):
+            rel = _git_path(include, root, base=os.path.dirname(path))
+            if rel is not None:
+                why = f"the caller's git configuration ({path}) includes it"
+                out.append(Entry(rel, "file", why))
+    return out

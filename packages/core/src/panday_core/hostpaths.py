@@ -1,0 +1,138 @@
+"""Where this host and this Python keep what runs next: the home directories a jail's writes
+could reach, panday's own interpreter, code and import path, and panday's per-user state
+(used by `panday_core.rootrules` to refuse roots and by `panday_core.protect` to protect
+entries).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from panday_core.identity import real_dir
+
+TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
+if TYPE_CHECKING:
+    from typing import Final
+
+
+_NOLOGIN_SHELLS: Final = ("nologin", "false", "sync", "shutdown", "halt")
+
+
+def home_directories() -> frozenset[str]:
+    """Home directories a jail's writes could turn into code run at someone's next login:
+    the caller's (``$HOME`` and its password-file entry) and, for a root caller (whose jail
+    writes as root), every account that can log in."""
+    env_home = os.environ.get("HOME")
+    try:
+        passwd = os.stat("/etc/passwd")
+        stamp: object = (passwd.st_ino, passwd.st_size, passwd.st_mtime_ns)
+    except OSError:
+        stamp = None
+    key = (env_home, os.geteuid(), stamp)
+    if _HOMES and _HOMES[0][0] == key:
+        return _HOMES[0][1]
+    homes: set[str] = set()
+    if env_home and env_home.startswith("/"):
+        homes.add(os.path.normpath(env_home))
+    try:
+        import pwd
+
+        homes.add(pwd.getpwuid(os.geteuid()).pw_dir)
+        if os.geteuid() == 0:
+            for entry in pwd.getpwall():
+                if not entry.pw_shell.endswith(_NOLOGIN_SHELLS):
+                    homes.add(entry.pw_dir)
+    except (ImportError, KeyError):
+        pass
+    found = frozenset(h for h in homes if h.startswith("/") and h != "/")
+    _HOMES[:] = [(key, found)]
+    return found
+
+
+_HOMES: list[tuple[object, frozenset[str]]] = []
+"""The last answer of `home_directories` and what it depended on ($HOME, the euid, the
+password file's identity): every command asks, and a root caller's answer reads the whole
+password file."""
+
+
+def panday_packages() -> list[object]:
+    """panday's own top-level packages loaded now (``panday``, ``panday_core``, every
+    ``panday_tier_*``): a tier shipped as its own distribution is protected like the rest
+    without being named here."""
+    return [
+        module
+        for name, module in sorted(sys.modules.items())
+        if name == "panday" or (name.startswith("panday_") and "." not in name)
+    ]
+
+
+def interpreter_paths() -> tuple[str, ...]:
+    """Where the calling Python (panday's own interpreter) loads code from: its prefixes,
+    its executable, every ``sys.path`` entry, and panday's own packages (an editable
+    install may map them from anywhere). A jail that could write any of these would run
+    its code in the caller's next import or the user's next ``panday`` command."""
+    candidates = [
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        sys.executable,
+        *(p for p in sys.path if p),
+    ]
+    for module in panday_packages():
+        candidates += list(getattr(module, "__path__", ()))
+    # Which exist is part of the key: one created since (by the user) must be resolved.
+    key = (*candidates, *(str(os.path.lexists(c)) for c in candidates))
+    if _INTERPRETER and _INTERPRETER[0][0] == key:
+        return _INTERPRETER[0][1]
+    out: list[str] = []
+    for candidate in candidates:
+        real = real_dir(candidate)
+        if real is not None and real not in out:
+            out.append(real)
+    _INTERPRETER[:] = [(key, tuple(out))]
+    return tuple(out)
+
+
+_INTERPRETER: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+"""The last answer of `interpreter_paths` for the same candidates, each existing or not as
+then: resolving ~20 paths is a few hundred ``lstat`` calls, and every command asks."""
+
+
+def missing_import_paths() -> tuple[str, ...]:
+    """``sys.path`` entries (``PYTHONPATH``'s among them) that do not exist yet: a jail that
+    could create one would put a ``sitecustomize.py`` in it, run by the next ``panday``."""
+    out: list[str] = []
+    for entry in sys.path:
+        if not entry or not os.path.isabs(entry) or real_dir(entry) is not None:
+            continue
+        real = os.path.realpath(entry)
+        if real not in out:
+            out.append(real)
+    return tuple(out)
+
+
+def state_directories() -> tuple[str, ...]:
+    """panday's own per-user state (cached seccomp programs, /etc views, jail plans and the
+    key that seals them; the user's default policy): a jail that rewrote them would widen
+    every later jail."""
+    from panday_core import userstate
+
+    # The caches and their key where `userstate` keeps them (the password file's home, never
+    # $XDG_CACHE_HOME); the per-user policy where `panday.defaults` reads it
+    # ($XDG_CONFIG_HOME when absolute, else ~/.config) and the password file's ~/.config.
+    home = os.path.expanduser("~")
+    base = os.environ.get("XDG_CONFIG_HOME", "")
+    if not os.path.isabs(base):
+        base = os.path.join(home, ".config")
+    candidates = [
+        userstate.state_dir(),
+        os.path.join(base, "panday") if os.path.isabs(base) else None,
+        userstate.config_dir(),
+    ]
+    out: list[str] = []
+    for path in candidates:
+        if path is not None and path not in out:
+            out.append(path)
+    return tuple(out)

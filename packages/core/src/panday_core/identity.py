@@ -1,0 +1,315 @@
+"""Deciding about a path by what was opened, never by how it is spelled (`panday_core.protect`).
+
+A root is opened component by component from ``/`` without following a link (`open_root`);
+what it is, and what lies above it, is its identity ``(st_dev, st_ino)`` and its ancestry
+(`ancestry`: ``..`` from the descriptor, and where a bind-mounted subtree really lies);
+whether a path lies inside a root is decided by the identities of the directories above it
+(`within`). ``//etc``, ``/./etc`` and a bind alias of ``/etc`` are all ``/etc`` here.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
+
+
+class RootRefused(Exception):
+    """A workspace or staged path that cannot be a root of a jail; `reason` says why."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+O_PATH = getattr(os, "O_PATH", 0)
+# Without O_PATH (macOS) each component is opened for reading: O_NONBLOCK so that a FIFO a
+# jail left where a later root is looked up cannot hang the caller.
+LOOKUP = (O_PATH or (os.O_RDONLY | os.O_NONBLOCK)) | os.O_CLOEXEC | os.O_NOFOLLOW
+
+
+def components(path: str) -> list[str]:
+    return [part for part in path.split("/") if part and part != "."]
+
+
+def normal_path(path: str) -> str:
+    """`path` normalised the way the kernel reads it. ``os.path.normpath`` keeps a leading
+    ``//`` (POSIX leaves its meaning to the system; Linux and macOS read it as ``/``), so
+    ``//etc`` would pass every string comparison with ``/etc`` while opening it."""
+    if not path:
+        return path
+    normal = os.path.normpath(path)
+    return "/" + normal.lstrip("/") if normal.startswith("//") else normal
+
+
+def fd_path(fd: int) -> str | None:
+    """The path the kernel gives for an opened directory (Linux: ``/proc/self/fd``; macOS:
+    ``F_GETPATH``): one spelling whatever the caller typed (``//``, ``/./``). None when the
+    system cannot say, or the directory was removed."""
+    try:
+        if O_PATH:
+            found = os.readlink(f"/proc/self/fd/{fd}")
+        else:
+            import fcntl
+
+            raw = fcntl.fcntl(fd, getattr(fcntl, "F_GETPATH", 50), b"\0" * 1024)
+            found = raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+    except OSError:
+        return None
+    if not found.startswith("/") or found.endswith(" (deleted)"):
+        return None
+    return found
+
+
+def open_root(path: str) -> int:
+    """A descriptor on `path` (absolute), reached without following any symbolic link.
+
+    On Linux the descriptor is ``O_PATH`` (no read permission needed, usable as a bind
+    source through ``/proc/self/fd``); elsewhere a plain read-only descriptor. Raises
+    `RootRefused` naming the first link (and where it points) or the component that
+    cannot be opened.
+    """
+    if not path.startswith("/"):
+        raise RootRefused(f"{path!r} is relative; give an absolute path")
+    fd = os.open("/", LOOKUP | os.O_DIRECTORY)
+    walked = ""
+    problem: str | None = None
+    for part in components(path):
+        walked += "/" + part
+        try:
+            child = os.open(part, LOOKUP, dir_fd=fd)
+        except OSError as exc:
+            problem = _open_failure(path, walked, fd, part, exc)
+            break
+        os.close(fd)
+        fd = child
+        if stat.S_ISLNK(os.fstat(fd).st_mode):
+            problem = _link_message(path, walked)
+            break
+    if problem is not None:
+        os.close(fd)
+        raise RootRefused(problem)
+    return fd
+
+
+def _link_message(path: str, walked: str) -> str:
+    try:
+        target = os.readlink(walked)
+    except OSError:
+        target = "?"
+    real = os.path.realpath(path)
+    where = "is" if walked == path.rstrip("/") else f"passes through {walked!r}, which is"
+    return (
+        f"{path!r} {where} a symbolic link (to {target!r}); panday never follows a link to "
+        f"choose what a jail sees, because a jail can plant one (give the real path: {real!r})"
+    )
+
+
+def _open_failure(path: str, walked: str, parent: int, name: str, exc: OSError) -> str:
+    # Without O_PATH (macOS) O_NOFOLLOW on a link fails with ELOOP: name the link.
+    try:
+        if stat.S_ISLNK(os.lstat(name, dir_fd=parent).st_mode):
+            return _link_message(path, walked)
+    except OSError:
+        pass
+    return f"{path!r}: {walked!r}: {exc.strerror}"
+
+
+# Places that are the jail's own mount points, or hold them: never a workspace or a staged
+# path, in any access mode (mounting one would replace part of the jail itself, or expose
+# every user's files at once). "/" is refused as the ancestor of everything.
+
+
+def ident(st: os.stat_result) -> tuple[int, int]:
+    return (st.st_dev, st.st_ino)
+
+
+def chain_of(path: str) -> tuple[list[tuple[int, int]], bool]:
+    """The identities of ``/`` and of each existing component of `path` (absolute,
+    normalised), opened one by one without following a link, and whether the whole path
+    was reached. A component that cannot be opened for lookup (macOS, no read permission)
+    is looked at with ``lstat`` instead; a link or a missing component ends the chain."""
+    out: list[tuple[int, int]] = []
+    fd = os.open("/", LOOKUP | os.O_DIRECTORY)
+    walked = ""
+    try:
+        out.append(ident(os.fstat(fd)))
+        for part in components(path):
+            walked += "/" + part
+            try:
+                child = os.open(part, LOOKUP, dir_fd=fd)
+            except OSError:
+                try:
+                    st = os.lstat(walked)
+                except OSError:
+                    return out, False
+                if stat.S_ISLNK(st.st_mode):
+                    return out, False
+                out.append(ident(st))
+                continue  # fd stays on an ancestor: later components fail and lstat too
+            os.close(fd)
+            fd = child
+            st = os.fstat(fd)
+            if stat.S_ISLNK(st.st_mode):
+                return out, False
+            out.append(ident(st))
+        return out, True
+    finally:
+        os.close(fd)
+
+
+def ancestry(fd: int) -> list[tuple[int, int]]:
+    """The identity of the directory `fd` first, then of every directory above it: through
+    ``..`` from the descriptor itself (never from a path) up to ``/``, and, where one of
+    them is a bind mount of a subtree (``mount --bind /etc/ssl x``: its ``..`` is the
+    mount point's parent), the ancestry of the place that subtree really is, so an alias
+    of a directory beneath ``/etc`` is beneath ``/etc``."""
+    out = [ident(os.fstat(fd))]
+    aliases: list[str] = []
+    current = os.dup(fd)
+    mount = _mount_id(current)
+    try:
+        for _ in range(4096):  # deeper than any real tree; a loop cannot be made with ..
+            try:
+                parent = os.open("..", LOOKUP | os.O_DIRECTORY, dir_fd=current)
+            except OSError:
+                break
+            parent_mount = _mount_id(parent)
+            if mount is not None and parent_mount != mount:
+                aliases += _bind_source(mount)
+            os.close(current)
+            current, mount = parent, parent_mount
+            here = ident(os.fstat(current))
+            if here == out[-1]:
+                break  # "/" is its own parent
+            out.append(here)
+    finally:
+        os.close(current)
+    for real in aliases:
+        out += chain_of(real)[0]
+    return out
+
+
+def _mount_id(fd: int) -> int | None:
+    """The mount a descriptor is on (Linux's ``/proc/self/fdinfo``), None elsewhere."""
+    if not O_PATH:
+        return None
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", "rb") as fh:
+            for line in fh.read().splitlines():
+                if line.startswith(b"mnt_id:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+_MOUNT_DEVICE, _MOUNT_ROOT, _MOUNT_POINT = 2, 3, 4
+"""Columns of ``/proc/self/mountinfo``."""
+
+
+def _bind_source(mount: int) -> list[str]:
+    """Where the subtree that mount `mount` shows lies, as paths of this mount namespace:
+    for a bind mount of ``/etc/ssl`` (its root field in ``/proc/self/mountinfo``), the
+    mount point of each mount of the whole file system plus that root. [] for a mount of
+    a whole file system, or one whose file system is mounted nowhere else here."""
+    try:
+        with open("/proc/self/mountinfo", "rb") as fh:
+            rows = [line.split(b" ") for line in fh.read().splitlines()]
+    except OSError:
+        return []
+
+    def text(raw: bytes) -> str:  # mountinfo escapes space, tab, newline and backslash
+        for code, char in ((b"\\040", b" "), (b"\\011", b"\t"), (b"\\012", b"\n")):
+            raw = raw.replace(code, char)
+        return raw.replace(b"\\134", b"\\").decode("utf-8", "surrogateescape")
+
+    # Fields: mount id, parent id, major:minor, root within the file system, mount point.
+    rows = [r for r in rows if len(r) > _MOUNT_POINT]
+    mine = next((r for r in rows if r[0] == str(mount).encode()), None)
+    if mine is None or mine[_MOUNT_ROOT] == b"/":
+        return []
+    root = text(mine[_MOUNT_ROOT])
+    return [
+        normal_path(text(r[_MOUNT_POINT]) + root)
+        for r in rows
+        if r[_MOUNT_DEVICE] == mine[_MOUNT_DEVICE] and r[_MOUNT_ROOT] == b"/" and r[0] != mine[0]
+    ]
+
+
+def identities(paths: tuple[str, ...] | frozenset[str] | list[str]) -> dict[tuple[int, int], str]:
+    """The identity of each existing path (links followed: ``/lib`` may be ``/usr/lib``)."""
+    out: dict[tuple[int, int], str] = {}
+    for path in sorted(paths):
+        try:
+            out.setdefault(ident(os.stat(path)), path)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def path_identity(path: str) -> tuple[int, int] | None:
+    """The identity of `path` (links followed), None when it does not exist."""
+    try:
+        return ident(os.stat(path))
+    except (OSError, ValueError):
+        return None
+
+
+def within(path: str, root: tuple[int, int], *, resolved: bool = False) -> str | None:
+    """`path` (absolute; links in it are resolved first, as the tools that use it will)
+    relative to the directory whose identity is `root`, when it lies strictly inside it,
+    else None. Decided by the identity of each directory above `path`, not by spelling:
+    the workspace may have been named ``//ws``, or be a bind-mount alias of it.
+    `resolved`: `path` has no link in it already (the caller resolved it)."""
+    try:
+        real = path if resolved else os.path.realpath(path)
+    except (OSError, ValueError):
+        return None
+    parts = components(real)
+    top = ""
+    for depth in range(len(parts)):
+        here = _prefix_identity(top or "/")
+        if here is None:
+            return None
+        if here == root:
+            return "/".join(parts[depth:])
+        top += "/" + parts[depth]
+    return None
+
+
+_PREFIXES: list[dict[str, tuple[int, int] | None]] = []
+"""While `protected_entries` runs (one memo on the list): the identity of each directory
+`within` looked at, so twenty paths under one ``.venv`` cost one ``lstat`` per directory,
+not twenty."""
+
+
+def remember_prefixes() -> None:
+    """Start a memo of directory identities for `within` (`forget_prefixes` ends it)."""
+    _PREFIXES.append({})
+
+
+def forget_prefixes() -> None:
+    _PREFIXES.pop()
+
+
+def _prefix_identity(path: str) -> tuple[int, int] | None:
+    memo = _PREFIXES[-1] if _PREFIXES else None
+    if memo is not None and path in memo:
+        return memo[path]
+    try:
+        found: tuple[int, int] | None = ident(os.lstat(path))
+    except OSError:
+        found = None
+    if memo is not None:
+        memo[path] = found
+    return found
+
+
+def real_dir(path: str) -> str | None:
+    try:
+        real = os.path.realpath(path)
+    except (OSError, ValueError):
+        return None
+    return real if os.path.exists(real) else None
