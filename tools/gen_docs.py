@@ -178,20 +178,59 @@ def render_env_hooks() -> str:
     return "\n".join(lines)
 
 
+PACKAGES = {
+    "core": "packages/core/src/panday_core",
+    "tier_linux": "packages/tier_linux/src/panday_tier_linux",
+    "tier_macos": "packages/tier_macos/src/panday_tier_macos",
+    "sdk": "packages/sdk/src/panday",
+}
+
+
+def _summary(path: Path) -> str:
+    """The first sentence of a module's docstring (its first paragraph, as one line)."""
+    import ast  # noqa: PLC0415 - only this block reads source
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    doc = ast.get_docstring(tree) or ""
+    first = " ".join(doc.split("\n\n", 1)[0].split())
+    return first.replace("|", "\\|") or "(no docstring)"
+
+
+def render_modules(package: str) -> str:
+    """One row per module and subpackage of a package: its name, its line count, and the
+    first paragraph of its docstring (a module without one shows that it has none)."""
+    base = REPO / PACKAGES[package]
+    rows = ["| module | lines | what it is (its docstring) |", "|---|---|---|"]
+    for path in sorted(base.iterdir()):
+        if path.is_dir() and (path / "__init__.py").is_file():
+            source = path / "__init__.py"
+            lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in path.rglob("*.py"))
+            name = f"`{path.name}/`"
+        elif path.suffix == ".py" and path.name != "__init__.py":
+            source, name = path, f"`{path.name}`"
+            lines = len(path.read_text(encoding="utf-8").splitlines())
+        else:
+            continue
+        rows.append(f"| {name} | {lines} | {_summary(source)} |")
+    return "\n".join(rows)
+
+
 def renderer(name: str) -> Callable[[], str]:
-    if name == "protected-entries":
-        return render_protected_entries
-    if name == "env-hooks":
-        return render_env_hooks
-    if name == "policy-fields":
-        return render_policy_fields
-    if name == "policy-enforcement":
-        return render_policy_enforcement
-    kind, _, tier = name.partition(":")
-    if tier in tiers.ALL_TIERS and kind == "fields":
-        return lambda: render_tier_fields(tier)
-    if tier in tiers.ALL_TIERS and kind == "guarantees":
-        return lambda: render_tier_guarantees(tier)
+    fixed: dict[str, Callable[[], str]] = {
+        "protected-entries": render_protected_entries,
+        "env-hooks": render_env_hooks,
+        "policy-fields": render_policy_fields,
+        "policy-enforcement": render_policy_enforcement,
+    }
+    if name in fixed:
+        return fixed[name]
+    kind, _, arg = name.partition(":")
+    if kind == "modules" and arg in PACKAGES:
+        return lambda: render_modules(arg)
+    if arg in tiers.ALL_TIERS and kind == "fields":
+        return lambda: render_tier_fields(arg)
+    if arg in tiers.ALL_TIERS and kind == "guarantees":
+        return lambda: render_tier_guarantees(arg)
     msg = f"unknown generated block {name!r}"
     raise KeyError(msg)
 

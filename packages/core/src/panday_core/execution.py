@@ -1,3 +1,4 @@
+# Over 500 lines: the plain-value pump and its sync and async event faces, one state machine.
 """Running one command: spawn it, stream its output, bound what is kept, enforce a wall clock.
 
 Every tier that executes commands shares this machinery; what differs per tier (the jail's

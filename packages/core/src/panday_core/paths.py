@@ -1,3 +1,4 @@
+# Over 500 lines: two resolution backends (openat2, the no-follow walk) that must agree.
 """Path resolution that a hostile path string or a hostile workspace cannot trick.
 
 Shared by T0's file tools and by every tier's `put` / `get`. Two steps, both required:

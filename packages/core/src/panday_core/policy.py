@@ -1,3 +1,4 @@
+# Over 500 lines: the policy model is one schema whose sections validate each other.
 """The policy model: what a session may touch, reach and consume.
 
 Every model is a frozen `msgspec.Struct` that refuses unknown keys. Types and ranges are

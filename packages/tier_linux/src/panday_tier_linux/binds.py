@@ -1,3 +1,4 @@
+# Over 500 lines: roots, protected entries, placeholders and their locks are one protocol.
 """What a jail sees of the host's files: every path opened once, held, and bound from the
 descriptor. The one module to read for "can a jail's writes change what a later jail, or
 the host, sees?".

@@ -1,3 +1,4 @@
+# Over 500 lines: the one launch path that sessions and cached plans share, on purpose.
 """Starting and watching one jailed command: the one launch path every caller takes.
 
 A session (`session.LinuxSession`) and ``panday run``'s cached plan (`plan`, through

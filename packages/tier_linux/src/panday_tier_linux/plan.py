@@ -1,3 +1,4 @@
+# Over 500 lines: the plan, its checked decoding, the cache and the cached launch: one import.
 """A T2 Linux jail *plan*: what a session fixes at open, as a plain value, and the launch
 of one command from it (docs/cli.md, "Start-up"; docs/benchmarks.md).
 

@@ -1,3 +1,4 @@
+# Over 500 lines: the Seatbelt profile is one generated text whose rule order matters.
 """The Seatbelt profile (SBPL) a T2 macOS session runs under, generated from the policy.
 
 `SeatbeltProfile.from_policy` is a pure function: the same policy (and proxy endpoint) always

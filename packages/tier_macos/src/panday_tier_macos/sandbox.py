@@ -1,3 +1,4 @@
+# Over 500 lines: the macOS session, its runner and its survivor sweep share one lifecycle.
 """T2 macOS behind the async `Sandbox` protocol: every command runs under `sandbox-exec`.
 
 A session is a policy, its generated Seatbelt profile, the parameter values the profile
