@@ -763,21 +763,32 @@ def test_concurrent_requests_for_one_name_share_one_lookup(env: Env) -> None:
 
     async def burst(count: int) -> list[bytes]:
         async def one() -> bytes:
-            reader, writer = await asyncio.open_connection(handle.host, handle.port)
-            writer.write(head)
-            line = await reader.readuntil(b"\r\n\r\n")
-            writer.close()
-            await writer.wait_closed()
-            return line
+            # Bounded and retried (issue 28): on a loaded host a connection of the burst
+            # can be reset before the proxy reads it (ConnectionResetError at load 9); it
+            # is made again, at most 5 times, so the verdict is the lookups', not the load's.
+            for attempt in range(5):
+                try:
+                    reader, writer = await asyncio.open_connection(handle.host, handle.port)
+                    writer.write(head)
+                    line = await reader.readuntil(b"\r\n\r\n")
+                except (ConnectionError, asyncio.IncompleteReadError):
+                    if attempt == 4:  # the last of 5
+                        raise
+                    await asyncio.sleep(0.05 * (attempt + 1))
+                    continue
+                writer.close()
+                with contextlib.suppress(ConnectionError):
+                    await writer.wait_closed()
+                return line
+            raise AssertionError("unreachable")
 
         return await asyncio.gather(*(one() for _ in range(count)))
 
-    start = time.monotonic()
     answers = asyncio.run(burst(200))
-    took = time.monotonic() - start
     assert all(a.startswith(b"HTTP/1.1 200") for a in answers)
+    # One lookup for 200 concurrent requests proves they shared it (no clock needed: a
+    # time bound here was the load's verdict, not the proxy's).
     assert handle.resolver.lookups == ["slow.test"]
-    assert took < 5.0  # 200 lookups of 0.3 s on 4 threads would take 15 s
 
 
 def test_a_name_that_fails_is_remembered_for_a_moment(env: Env) -> None:
