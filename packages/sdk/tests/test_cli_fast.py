@@ -313,10 +313,11 @@ def in_process(
         command: list[str],
         inputs: list[str],
         *,
+        tier: str,
         again: Callable[[list[str]], list[str] | None],
     ) -> jail.Plan | None:
         made.append(True)
-        return real_make(args, options, command, inputs, again=again)
+        return real_make(args, options, command, inputs, tier=tier, again=again)
 
     monkeypatch.setattr(cli_plan, "make", make)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from panday.defaults import current_directory
 from panday_core.errors import CommandNotFound
 from panday_core.types import ExecSpec
 
@@ -46,32 +47,6 @@ class SessionInfo:
     def guarantees(self) -> tuple[Guarantee, ...]:
         """What this session's tier guarantees here, each with its mechanism and support."""
         return self.capabilities().guarantees
-
-
-def current_directory() -> str:
-    """The current directory, which a session takes as its workspace when none is given, or
-    `WorkspaceUnusable` saying it no longer exists (a deleted directory has no path)."""
-    try:
-        return os.getcwd()
-    except OSError as exc:
-        try:
-            was = os.readlink("/proc/self/cwd").removesuffix(" (deleted)")
-        except OSError:
-            was = "."
-        from panday_core.errors import WorkspaceUnusable
-
-        why = (
-            "no longer exists (it was deleted)"
-            if isinstance(exc, FileNotFoundError)
-            else (f"cannot be named ({exc.strerror})")
-        )
-        raise WorkspaceUnusable(
-            "fs.workspace",
-            was,
-            f"is the current directory, which a session without fs.workspace works in, and "
-            f"it {why}; change to an existing directory or give the workspace (--workspace, "
-            "or fs.workspace in the policy)",
-        ) from None
 
 
 def resolve_policy(

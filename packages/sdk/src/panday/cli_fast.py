@@ -310,7 +310,7 @@ def _plan(args: list[str], options: list[str], command: list[str]) -> Plan | Non
         return found
     from panday.cli_plan import make
 
-    return make(args, options, command, inputs, again=_inputs)
+    return make(args, options, command, inputs, tier=tier, again=_inputs)
 
 
 class _Output:

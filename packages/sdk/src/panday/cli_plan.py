@@ -19,6 +19,7 @@ def make(
     command: list[str],
     inputs: list[str],
     *,
+    tier: str,
     again: Callable[[list[str]], list[str] | None],
 ) -> Plan | None:
     """Plan this run the full path's way (its parser, its policy, its tier choice, the
@@ -29,11 +30,6 @@ def make(
     from panday import tiers
     from panday._shared import exec_spec
     from panday.cli import run as cli_run
-    from panday.cli_fast import served_tier
-
-    tier = served_tier(options)
-    if tier is None:
-        return None
 
     opts = cli_run.parse(args)
     if opts.command != command or not set(opts.flags) <= {"--sanitize", "--no-sanitize"}:

@@ -20,6 +20,8 @@ A per-user default (`user_policy_path`) replaces it for `panday run` when it exi
 
 from __future__ import annotations
 
+import os
+
 # `panday run`'s cached start-up (panday.cli_fast) reads `passthrough_env` and
 # `user_policy_path` from here, so loading this module imports neither typing nor the
 # policy model (msgspec): the model's defaults are re-exported on first use (`__getattr__`).
@@ -80,6 +82,32 @@ def passthrough_env(environ: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+def current_directory() -> str:
+    """The current directory, which a session takes as its workspace when none is given, or
+    `WorkspaceUnusable` saying it no longer exists (a deleted directory has no path)."""
+    try:
+        return os.getcwd()
+    except OSError as exc:
+        try:
+            was = os.readlink("/proc/self/cwd").removesuffix(" (deleted)")
+        except OSError:
+            was = "."
+        from panday_core.errors import WorkspaceUnusable
+
+        why = (
+            "no longer exists (it was deleted)"
+            if isinstance(exc, FileNotFoundError)
+            else (f"cannot be named ({exc.strerror})")
+        )
+        raise WorkspaceUnusable(
+            "fs.workspace",
+            was,
+            f"is the current directory, which a session without fs.workspace works in, and "
+            f"it {why}; change to an existing directory or give the workspace (--workspace, "
+            "or fs.workspace in the policy)",
+        ) from None
+
+
 def default_policy(
     workspace: str | None = None, environ: Mapping[str, str] | None = None
 ) -> SandboxPolicy:
@@ -87,7 +115,6 @@ def default_policy(
     locale and terminal type of `environ` (this process's environment when None)."""
     import os
 
-    from panday._shared import current_directory
     from panday_core.policy import FsPolicy, SandboxPolicy
 
     if environ is None:

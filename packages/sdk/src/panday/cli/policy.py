@@ -86,7 +86,7 @@ def _check_one(file: str, *, debug: bool) -> PolicyCheckReport:
         )  # fmt: skip
     unusable: tuple[Refusal, ...] = ()
     if policy.fs.workspace is None:
-        from panday._shared import current_directory
+        from panday.defaults import current_directory
         from panday_core.errors import WorkspaceUnusable
 
         try:

@@ -180,7 +180,7 @@ def _directory(option: str, text: str) -> str:
         )
     path = text
     if not os.path.isabs(path):
-        from panday._shared import current_directory
+        from panday.defaults import current_directory
 
         path = os.path.join(current_directory(), path)
     path = os.path.normpath(path)
@@ -297,7 +297,7 @@ def build_policy(opts: RunOptions) -> SandboxPolicy:
     staged = [_directory("--ro", p) for p in opts.many("--ro")]
     base, source = _base_policy(opts, workspace)
     if workspace is None and base.fs.workspace is None:
-        from panday._shared import current_directory
+        from panday.defaults import current_directory
 
         workspace = current_directory()
     fs = msgspec.structs.replace(
