@@ -24,7 +24,9 @@ optional extra (``extra = "ray"``) runs them in that extra's environment.
 
 The verdict line is ``drill: N/M caught``; the exit code is 0 only when every fault was
 planted and caught. ``--only NAME`` runs some faults (repeatable), ``--list FILE`` another
-list. CI runs the whole list weekly (`.github/workflows/drill.yml`); locally::
+list, ``--head`` drills the committed HEAD instead of the working tree (others' work in
+progress, which may turn a gate red before anything is planted, left out). CI runs the
+whole list weekly (`.github/workflows/drill.yml`); locally::
 
     uv run --locked python tools/drill.py                  # every fault (~15 min, 2 cores)
     uv run --locked python tools/drill.py --only "NAME"    # one fault
@@ -252,11 +254,49 @@ def _line(v: Verdict, done: int, total: int) -> str:
     return line
 
 
-def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901 - one flat report
+def _copy_base(base: Path, *, head: bool) -> None:
+    """The tree every fault is planted in a copy of: the working tree, or HEAD."""
+    if not head:
+        falsify.copy_tree(REPO, base)
+        return
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", "HEAD"], cwd=REPO, capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(base)], input=archive, check=True)
+
+
+def _summary(verdicts: Sequence[Verdict], started: float, load_at_start: float) -> int:
+    caught = sum(v.status == "caught" for v in verdicts)
+    unplanted = [v for v in verdicts if v.status == "not-planted"]
+    missed = [v.fault.name for v in verdicts if v.status == "missed"]
+    errors = [v.fault.name for v in verdicts if v.status == "error"]
+    minutes = (time.monotonic() - started) / 60
+    end_load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    print(
+        f"drill: {caught}/{len(verdicts)} caught ({minutes:.1f} min, load {load_at_start:.1f} "
+        f"at start, {end_load:.1f} at end)"
+    )
+    if unplanted:
+        print(f"drill: {len(unplanted)} not planted (the code moved):")
+        for v in unplanted:
+            print(f"  - {v.fault.name}: {v.detail}")
+    if missed:
+        print(f"drill: missed by every gate named: {', '.join(missed)}")
+    if errors:
+        print(f"drill: could not run the gates of: {', '.join(errors)}")
+    return 0 if caught == len(verdicts) else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="plant faults one at a time; report caught/missed")
     parser.add_argument("--list", type=Path, default=LIST, help="the faults (tools/drill.toml)")
     parser.add_argument("--only", action="append", default=[], help="run only these names")
     parser.add_argument("--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)))
+    parser.add_argument(
+        "--head",
+        action="store_true",
+        help="drill the committed HEAD, not the working tree (others' edits in progress left out)",
+    )
     args = parser.parse_args(argv)
     faults = load(args.list)
     if args.only:
@@ -272,7 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901 - one flat rep
     load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     with tempfile.TemporaryDirectory(prefix="panday-drill-base-") as tmp:
         base = Path(tmp)
-        falsify.copy_tree(REPO, base)
+        _copy_base(base, head=args.head)
         pythons = {extra: falsify.python_for(extra) for extra in {f.extra for f in faults}}
         problems = baseline(faults, base, pythons, max(1, args.jobs))
         if problems:
@@ -296,25 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901 - one flat rep
         for fault in extras:
             verdicts.append(drill_one(fault, base, pythons))
             print(_line(verdicts[-1], len(verdicts), len(faults)), flush=True)
-    caught = sum(v.status == "caught" for v in verdicts)
-    unplanted = [v for v in verdicts if v.status == "not-planted"]
-    missed = [v.fault.name for v in verdicts if v.status == "missed"]
-    errors = [v.fault.name for v in verdicts if v.status == "error"]
-    minutes = (time.monotonic() - started) / 60
-    end_load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    print(
-        f"drill: {caught}/{len(verdicts)} caught ({minutes:.1f} min, load {load_at_start:.1f} "
-        f"at start, {end_load:.1f} at end)"
-    )
-    if unplanted:
-        print(f"drill: {len(unplanted)} not planted (the code moved):")
-        for v in unplanted:
-            print(f"  - {v.fault.name}: {v.detail}")
-    if missed:
-        print(f"drill: missed by every gate named: {', '.join(missed)}")
-    if errors:
-        print(f"drill: could not run the gates of: {', '.join(errors)}")
-    return 0 if caught == len(verdicts) else 1
+    return _summary(verdicts, started, load_at_start)
 
 
 if __name__ == "__main__":
