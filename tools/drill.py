@@ -17,10 +17,12 @@ reason, never silently skipped), and runs the gates that should catch it, target
 * ``fields``: ``tools/fields_lint.py`` on the scratch copy; caught when it fails;
 * ``docs``: ``tools/gen_docs.py --check`` on the scratch copy; caught when it fails.
 
-Before planting anything, each gate a fault names must be green on the unmutated copy (the
-union of the named tests, and each of ``fields``/``docs`` used): a gate that is red already
-cannot catch anything, and the drill says so and fails. A fault whose tests need an
-optional extra (``extra = "ray"``) runs them in that extra's environment.
+Before planting anything, the union of the named tests must pass on the unmutated copy (a
+red test cannot catch anything: the drill says so and fails), and each tool gate used runs
+there too: one that is red already (work in progress elsewhere left a generated table
+stale) is reported, and then catches a fault only when the fault changes its report. A
+fault whose tests need an optional extra (``extra = "ray"``) runs them in that extra's
+environment.
 
 The verdict line is ``drill: N/M caught``; the exit code is 0 only when every fault was
 planted and caught. ``--only NAME`` runs some faults (repeatable), ``--list FILE`` another
@@ -154,7 +156,8 @@ def plant(fault: Fault, root: Path) -> str | None:
 
 
 def run_gate(root: Path, gate: str) -> tuple[int, str]:
-    """One tool gate on the copy at `root`: (exit code, the last lines of its output)."""
+    """One tool gate on the copy at `root`: (exit code, its output with the copy's path
+    taken out, so two copies' reports compare)."""
     script, *args = TOOL_GATES[gate]
     done = subprocess.run(
         [sys.executable, str(root / script), *args],
@@ -165,8 +168,20 @@ def run_gate(root: Path, gate: str) -> tuple[int, str]:
         check=False,
         timeout=TEST_TIMEOUT_S,
     )
-    tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-3:])
-    return done.returncode, tail
+    return done.returncode, (done.stdout + done.stderr).replace(str(root), "<tree>").strip()
+
+
+def _tail(text: str) -> str:
+    return "\n".join(text.splitlines()[-3:])
+
+
+def gate_caught(gate: str, before: tuple[int, str], after: tuple[int, str]) -> str | None:
+    """How `gate` caught a fault (None: it did not): red where it was green unmutated, or,
+    when it was red already (others' work: a stale generated table), a report that
+    changed, since the fault then added a finding of its own."""
+    if before[0] == 0:
+        return gate if after[0] != 0 else None
+    return f"{gate} (red unmutated; the fault changed its report)" if after != before else None
 
 
 def _tests_env(fault: Fault) -> dict[str, str]:
@@ -174,7 +189,12 @@ def _tests_env(fault: Fault) -> dict[str, str]:
     return {**env, **RAY_ENV} if fault.extra == "ray" else env
 
 
-def drill_one(fault: Fault, base: Path, pythons: dict[str, str]) -> Verdict:
+def drill_one(
+    fault: Fault,
+    base: Path,
+    pythons: dict[str, str],
+    gates_before: dict[str, tuple[int, str]] | None = None,
+) -> Verdict:
     start = time.monotonic()
     verdict = Verdict(fault, "missed")
     with tempfile.TemporaryDirectory(prefix="panday-drill-") as tmp:
@@ -200,9 +220,10 @@ def drill_one(fault: Fault, base: Path, pythons: dict[str, str]) -> Verdict:
                     verdict.status = "error"
                     details.append(f"tests: pytest exit {code}: {tail}")
             for gate in fault.gates:
-                code, tail = run_gate(root, gate)
-                if code != 0:
-                    verdict.by.append(gate)
+                before = (gates_before or {}).get(gate, (0, ""))
+                how = gate_caught(gate, before, run_gate(root, gate))
+                if how is not None:
+                    verdict.by.append(how)
             if verdict.by:
                 verdict.status = "caught"
             verdict.detail = "\n".join(details)
@@ -210,8 +231,16 @@ def drill_one(fault: Fault, base: Path, pythons: dict[str, str]) -> Verdict:
     return verdict
 
 
-def baseline(faults: Sequence[Fault], base: Path, pythons: dict[str, str], jobs: int) -> list[str]:
-    """What is red on the unmutated copy among the gates the faults name (empty: none)."""
+def baseline(
+    faults: Sequence[Fault],
+    base: Path,
+    pythons: dict[str, str],
+    jobs: int,
+    gates_before: dict[str, tuple[int, str]],
+) -> list[str]:
+    """What is red on the unmutated copy among the tests the faults name (empty: none);
+    each tool gate's unmutated result goes into `gates_before` (a red one is reported, and
+    then catches a fault only by reporting something new)."""
     problems: list[str] = []
     for extra in sorted({f.extra for f in faults}):
         union = sorted({t for f in faults if f.extra == extra for t in f.tests})
@@ -230,9 +259,15 @@ def baseline(faults: Sequence[Fault], base: Path, pythons: dict[str, str], jobs:
                         f"named tests{' (' + extra + ')' if extra else ''}: exit {code}: {tail}"
                     )
     for gate in sorted({g for f in faults for g in f.gates}):
-        code, tail = run_gate(base, gate)
+        gates_before[gate] = run_gate(base, gate)
+        code, text = gates_before[gate]
         if code != 0:
-            problems.append(f"{gate}: exit {code}: {tail}")
+            print(
+                f"drill: {gate} is red before any fault is planted (exit {code}): it can catch "
+                "a fault only by a report of its own:\n          "
+                + _tail(text).replace("\n", "\n          "),
+                flush=True,
+            )
     return problems
 
 
@@ -314,7 +349,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         base = Path(tmp)
         _copy_base(base, head=args.head)
         pythons = {extra: falsify.python_for(extra) for extra in {f.extra for f in faults}}
-        problems = baseline(faults, base, pythons, max(1, args.jobs))
+        gates_before: dict[str, tuple[int, str]] = {}
+        problems = baseline(faults, base, pythons, max(1, args.jobs), gates_before)
         if problems:
             for problem in problems:
                 print(f"drill: red before any fault was planted: {problem}", file=sys.stderr)
@@ -329,12 +365,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         plain = [f for f in faults if not f.extra]
         extras = [f for f in faults if f.extra]
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            futures = [pool.submit(drill_one, f, base, pythons) for f in plain]
+            futures = [pool.submit(drill_one, f, base, pythons, gates_before) for f in plain]
             for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
                 verdicts.append(future.result())
                 print(_line(verdicts[-1], done, len(faults)), flush=True)
         for fault in extras:
-            verdicts.append(drill_one(fault, base, pythons))
+            verdicts.append(drill_one(fault, base, pythons, gates_before))
             print(_line(verdicts[-1], len(verdicts), len(faults)), flush=True)
     return _summary(verdicts, started, load_at_start)
 

@@ -102,3 +102,14 @@ def test_a_run_reports_caught_missed_and_not_planted(
     assert "NOT PLANTED not planted: text that is not there" in out
     assert "drill: 1/3 caught" in out
     assert "occurs 0 times in packages/core/src/panday_core/domains.py" in out
+
+
+def test_a_gate_red_before_planting_catches_only_by_a_report_of_its_own() -> None:
+    green, red = (0, "docs: ok"), (1, "docs: architecture.md differs")
+    assert drill.gate_caught("docs", green, (1, "docs: x differs")) == "docs"
+    assert drill.gate_caught("docs", green, green) is None
+    assert drill.gate_caught("docs", red, red) is None  # the same finding: not the fault's
+    both = (1, "docs: architecture.md differs\ndocs: policy.md differs")
+    assert drill.gate_caught("docs", red, both) == (
+        "docs (red unmutated; the fault changed its report)"
+    )
