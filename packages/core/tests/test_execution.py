@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -264,3 +266,63 @@ def test_without_a_pidfd_the_exit_is_noticed_and_the_group_killed(
     else:
         os.kill(bg, signal.SIGKILL)
         pytest.fail("the background child outlived its command")
+
+
+# ------------------------------------------------------------------ a streamed stdin
+
+
+def _fed(data: bytes, *, close: bool) -> tuple[int, threading.Thread, int]:
+    """A pipe whose read end is the source, fed `data` by a thread (closing the write end
+    after it when `close`): (read end, the feeder, write end or -1 once closed)."""
+    r, w = os.pipe()
+
+    def feed() -> None:
+        with contextlib.suppress(BrokenPipeError, OSError):
+            view = memoryview(data)
+            while view:
+                view = view[os.write(w, view[: 1 << 16]) :]
+        if close:
+            os.close(w)
+
+    thread = threading.Thread(target=feed, daemon=True)
+    thread.start()
+    return r, thread, -1 if close else w
+
+
+def test_a_streamed_stdin_reaches_the_command_before_its_source_ends() -> None:
+    """The command reads a line and answers while the source stays open; the run ends with
+    the command, not with the source (which is never closed here)."""
+    r, thread, w = _fed(b"hello\n", close=False)
+    try:
+        proc = spawn([SH, "-c", "read x; echo got $x"], env=ENV, stdin=True)
+        result = collect(stream(proc, Supervisor(), stdin_source=r, timeout_ms=30_000))
+        assert result.stdout == b"got hello\n"
+        assert result.breach is None  # ended by itself, not by the wall clock
+    finally:
+        thread.join(timeout=10)
+        os.close(r)
+        os.close(w)
+
+
+def test_a_streamed_stdin_passes_everything_and_its_end_through() -> None:
+    size = 24 << 20  # many times the read-ahead: back-pressure, not one big read
+    r, thread, _w = _fed(b"x" * size, close=True)
+    try:
+        proc = spawn(["/usr/bin/env", "wc", "-c"], env=ENV, stdin=True)
+        result = collect(stream(proc, Supervisor(), stdin_source=r, timeout_ms=60_000))
+        assert result.stdout.split() == [str(size).encode()]  # cat's EOF came: wc ended
+    finally:
+        thread.join(timeout=10)
+        os.close(r)
+
+
+def test_a_command_that_never_reads_its_streamed_stdin_still_ends() -> None:
+    r, thread, w = _fed(b"y" * (4 << 20), close=False)
+    try:
+        proc = spawn([SH, "-c", "exit 7"], env=ENV, stdin=True)
+        result = collect(stream(proc, Supervisor(), stdin_source=r, timeout_ms=30_000))
+        assert (result.exit_code, result.breach) == (7, None)
+    finally:
+        os.close(r)  # the feeder's next write fails and it stops
+        thread.join(timeout=10)
+        os.close(w)

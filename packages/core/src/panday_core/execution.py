@@ -102,6 +102,10 @@ class Supervisor:
         return None
 
 
+STDIN_BUFFER = 1 << 20
+"""The most of a streamed stdin held at once (one read, written out before the next)."""
+
+
 class Ended:
     """How a command ended, as plain values (what `ExecExit` is made of)."""
 
@@ -139,6 +143,7 @@ class Pump:
         *,
         write: Callable[[Stream, bytes], None],
         stdin_data: bytes | None = None,
+        stdin_source: int | None = None,
         output_cap: int | None = None,
         timeout_ms: int | None = None,
     ) -> None:
@@ -147,6 +152,10 @@ class Pump:
         self.write = write
         self.cap = output_cap
         self.pending = memoryview(stdin_data or b"")
+        self.source = stdin_source
+        """A descriptor the command's stdin streams from (read one `STDIN_BUFFER` at a time
+        and written out before the next read, so a command that stops reading holds back
+        the source, not panday's memory); None: `stdin_data` or nothing."""
         self.kept = {"stdout": 0, "stderr": 0}
         self.truncated = {"stdout": False, "stderr": False}
         self.output_breach: Breach | None = None
@@ -165,7 +174,9 @@ class Pump:
         self.poller = select.poll()
         for fd in self.streams:
             self.poller.register(fd, select.POLLIN)
-        if proc.stdin is not None:
+        if self.source is not None and proc.stdin is not None:
+            self.poller.register(self.source, select.POLLIN)
+        elif proc.stdin is not None:
             if self.pending:
                 self.poller.register(proc.stdin, select.POLLOUT)
             else:
@@ -179,10 +190,14 @@ class Pump:
         fds = list(self.streams)
         if self.proc.pidfd is not None:
             fds.append(self.proc.pidfd)
+        if self.source is not None and not self.pending:
+            fds.append(self.source)
         return fds
 
     def write_fds(self) -> list[int]:
-        return [self.proc.stdin] if self.proc.stdin is not None else []
+        if self.proc.stdin is None or (self.source is not None and not self.pending):
+            return []
+        return [self.proc.stdin]
 
     def timeout(self) -> float | None:
         """Seconds until a timer is due (None: only I/O can wake us)."""
@@ -212,6 +227,8 @@ class Pump:
                 self._read(fd)
             elif fd == self.proc.stdin:
                 self._write()
+            elif fd == self.source:
+                self._pull()
             elif fd == self.proc.pidfd:
                 self._main_exited()
         now = time.monotonic()
@@ -255,9 +272,59 @@ class Pump:
             return
         except (BrokenPipeError, OSError):  # the command stopped reading; that is its choice
             sent = len(self.pending)
+            self._drop_source()
         self.pending = self.pending[sent:]
-        if not self.pending:
+        if self.source is not None:
+            self._arm()  # room again: read the source; nothing left: wait for it
+        elif not self.pending:
             self._close_stdin()
+
+    def _pull(self) -> None:
+        """Read what the stdin source has (at most `STDIN_BUFFER`); its end closes the
+        command's stdin (everything read before it was written: reads wait for that)."""
+        source = self.source
+        if source is None:
+            return
+        try:
+            data = os.read(source, STDIN_BUFFER)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop_source()
+            self._close_stdin()
+            return
+        self.pending = memoryview(data)
+        self._arm()
+
+    def _arm(self) -> None:
+        """Wait for the source only when everything read was written, for the command's
+        stdin only while there is something to write: at most one read (`STDIN_BUFFER`)
+        is held, and neither a full pipe nor a silent source spins."""
+        fd = self.proc.stdin
+        if self.pending:
+            if self.source is not None:
+                with suppress(KeyError):
+                    self.poller.unregister(self.source)
+            if fd is not None:
+                self.poller.register(fd, select.POLLOUT)
+            return
+        if fd is not None:
+            with suppress(KeyError):
+                self.poller.unregister(fd)
+        if self.source is not None:
+            self.poller.register(self.source, select.POLLIN)
+        else:
+            self._close_stdin()
+
+    def _drop_source(self) -> None:
+        """Stop reading the source (its end, a command that stopped reading, or the
+        command's exit: panday ends when the command does, not when the source does)."""
+        if self.source is not None:
+            with suppress(KeyError):
+                self.poller.unregister(self.source)
+            self.source = None
 
     def _close_stream(self, fd: int) -> None:
         self.poller.unregister(fd)
@@ -299,6 +366,7 @@ class Pump:
         # be reused yet: this is the one safe moment to kill whatever it left behind.
         if poll_only and not self.proc.exited():
             return
+        self._drop_source()
         self.sup.kill(self.proc)
         self.proc.reap(block=True)
         self.exited_at = time.monotonic()
@@ -364,6 +432,7 @@ class _Events:
         stdin_data: bytes | None,
         output_cap: int | None,
         timeout_ms: int | None,
+        stdin_source: int | None = None,
     ) -> None:
         from panday_core.types import OutputChunk
 
@@ -374,6 +443,7 @@ class _Events:
             supervisor,
             write=self._write,
             stdin_data=stdin_data,
+            stdin_source=stdin_source,
             output_cap=output_cap,
             timeout_ms=timeout_ms,
         )
@@ -414,10 +484,17 @@ def stream(
     stdin_data: bytes | None = None,
     output_cap: int | None = None,
     timeout_ms: int | None = None,
+    stdin_source: int | None = None,
 ) -> Generator[ExecEvent, None, None]:
-    """Output chunks as they are read, then exactly one `ExecExit` (blocking, no asyncio)."""
+    """Output chunks as they are read, then exactly one `ExecExit` (blocking, no asyncio).
+    `stdin_source`: a descriptor the command's stdin streams from (`Pump.source`)."""
     face = _Events(
-        proc, supervisor, stdin_data=stdin_data, output_cap=output_cap, timeout_ms=timeout_ms
+        proc,
+        supervisor,
+        stdin_data=stdin_data,
+        output_cap=output_cap,
+        timeout_ms=timeout_ms,
+        stdin_source=stdin_source,
     )
     try:
         while not face.done:
@@ -462,10 +539,16 @@ async def astream(
     stdin_data: bytes | None = None,
     output_cap: int | None = None,
     timeout_ms: int | None = None,
+    stdin_source: int | None = None,
 ) -> AsyncIterator[ExecEvent]:
     """`stream` for asyncio: the loop waits on the same descriptors; nothing blocks it."""
     face = _Events(
-        proc, supervisor, stdin_data=stdin_data, output_cap=output_cap, timeout_ms=timeout_ms
+        proc,
+        supervisor,
+        stdin_data=stdin_data,
+        output_cap=output_cap,
+        timeout_ms=timeout_ms,
+        stdin_source=stdin_source,
     )
     try:
         while True:

@@ -17,7 +17,8 @@ sessions run it on a private event loop.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Protocol, Self
+import os
+from typing import TYPE_CHECKING, BinaryIO, Protocol, Self
 
 from panday import tiers
 from panday._shared import (
@@ -30,7 +31,6 @@ from panday._shared import (
 
 if TYPE_CHECKING:
     import asyncio
-    import os
     from collections.abc import AsyncIterator, Generator, Iterator, Mapping, Sequence
 
     from panday.aio import AsyncSession
@@ -47,7 +47,7 @@ class _Backend(Protocol):
     id: str
     workspace: str
 
-    def events(self, spec: ExecSpec) -> Iterator[ExecEvent]: ...
+    def events(self, spec: ExecSpec, source: int | None = None) -> Iterator[ExecEvent]: ...
     def put(self, path: str, data: bytes) -> None: ...
     def get(self, path: str, *, max_bytes: int) -> bytes: ...
     def snapshot(self) -> Snapshot: ...
@@ -63,8 +63,8 @@ class _Sync:
         self.id = session.id
         self.workspace = session.workspace
 
-    def events(self, spec: ExecSpec) -> Iterator[ExecEvent]:
-        return self.session.exec(spec)
+    def events(self, spec: ExecSpec, source: int | None = None) -> Iterator[ExecEvent]:
+        return self.session.exec(spec, stdin_source=source)
 
     def put(self, path: str, data: bytes) -> None:
         self.session.put(path, data)
@@ -92,7 +92,13 @@ class _Loop:
         self.id = session.id
         self.workspace = session.workspace
 
-    def events(self, spec: ExecSpec) -> Iterator[ExecEvent]:
+    def events(self, spec: ExecSpec, source: int | None = None) -> Iterator[ExecEvent]:
+        if source is not None:
+            # The async protocol takes stdin as bytes: through it (T2 macOS) a streamed
+            # stdin is read whole before the command starts; T2 Linux streams it.
+            import msgspec
+
+            spec = msgspec.structs.replace(spec, stdin=_read_all(source))
         events = self.session.sandbox.exec(self.session.handle, spec)
         try:
             while True:
@@ -134,6 +140,13 @@ class _Loop:
             self.loop.close()
 
 
+def _read_all(fd: int) -> bytes:
+    chunks: list[bytes] = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def _next(events: AsyncIterator[ExecEvent]) -> ExecEvent | None:
     try:
         return await anext(events)
@@ -161,7 +174,7 @@ class Session(SessionInfo):
         self,
         cmd: Sequence[str],
         *,
-        stdin: bytes | str | None = None,
+        stdin: bytes | str | BinaryIO | int | None = None,
         cwd: str | None = None,
         timeout: float | None = None,
     ) -> ExecResult:
@@ -171,8 +184,11 @@ class Session(SessionInfo):
         exit code (on T2 Linux a command killed by signal N reports 128 + N, as bubblewrap
         passes it on), the wall time and, when a ceiling was crossed, a typed
         `LimitBreach` in ``result.breach``. `timeout` is in seconds; the stricter of it and
-        ``limits.wall_clock_ms`` applies. Raises `CommandNotFound` when the program cannot
-        be started inside the sandbox.
+        ``limits.wall_clock_ms`` applies. `stdin` is data, or a binary file (anything with
+        ``fileno()``) or a descriptor the command's stdin streams from as it reads (T2
+        Linux: with back-pressure, and the command's exit ends the run, not the file's end;
+        T2 macOS reads it whole first). Raises `CommandNotFound` when the program cannot be
+        started inside the sandbox.
         """
         from panday_core.execution import collect
 
@@ -182,18 +198,23 @@ class Session(SessionInfo):
         self,
         cmd: Sequence[str],
         *,
-        stdin: bytes | str | None = None,
+        stdin: bytes | str | BinaryIO | int | None = None,
         cwd: str | None = None,
         timeout: float | None = None,
     ) -> Generator[ExecEvent, None, None]:
         """`OutputChunk`s as the command writes them, then exactly one `ExecExit`.
 
         Nothing is buffered beyond one read. Leaving the loop early (break, an exception,
-        KeyboardInterrupt) kills the command's whole process tree.
+        KeyboardInterrupt) kills the command's whole process tree. `stdin` as for `run`.
         """
         self._require_open()
+        source: int | None = None
+        if isinstance(stdin, int):
+            source, stdin = stdin, None
+        elif stdin is not None and not isinstance(stdin, bytes | str):
+            source, stdin = stdin.fileno(), None
         spec = exec_spec(cmd, stdin=stdin, cwd=cwd, timeout=timeout)
-        return self._events(spec)
+        return self._events(spec, source)
 
     def _require_open(self) -> None:
         if self.closed:
@@ -201,10 +222,10 @@ class Session(SessionInfo):
 
             raise SessionClosed(self.id)
 
-    def _events(self, spec: ExecSpec) -> Generator[ExecEvent, None, None]:
+    def _events(self, spec: ExecSpec, source: int | None) -> Generator[ExecEvent, None, None]:
         self._require_open()  # closed between stream() and the first next()
         guard = StartGuard(self.policy, spec, self.tier)
-        events = self._backend.events(spec)
+        events = self._backend.events(spec, source)
         try:
             for event in events:
                 yield from guard.feed(event)

@@ -70,6 +70,7 @@ def _cgroup_limits(policy: SandboxPolicy) -> dict[str, int]:
 
 class _StreamOptions(TypedDict):
     stdin_data: bytes | None
+    stdin_source: int | None
     output_cap: int | None
     timeout_ms: int | None
 
@@ -186,8 +187,11 @@ class LinuxSession:
         except ValueError as exc:
             raise ValueError(f"command_id: {exc}") from None
 
-    def launch(self, spec: ExecSpec) -> tuple[ChildProcess, JailSupervisor]:
-        """Spawn the jail for `spec` with its ceilings in place (used by `exec`)."""
+    def launch(
+        self, spec: ExecSpec, *, stdin_pipe: bool = False
+    ) -> tuple[ChildProcess, JailSupervisor]:
+        """Spawn the jail for `spec` with its ceilings in place (used by `exec`); its stdin
+        is a pipe when `spec.stdin` has data or `stdin_pipe` (a streamed stdin)."""
         if self.closed:
             raise Internal(f"session {self.id} is closed")
         cwd = self._cwd(spec.cwd)
@@ -204,7 +208,7 @@ class LinuxSession:
                 guard=self.guard,
                 cpu_ms=self.policy.limits.cpu_ms,
                 env=proxy_env,
-                stdin=spec.stdin is not None,
+                stdin=spec.stdin is not None or stdin_pipe,
             )
         except CgroupError as exc:
             raise Internal(f"cannot create the command's cgroup: {exc}") from exc
@@ -230,21 +234,26 @@ class LinuxSession:
         if why is not None:  # fail closed: the jail does not run unbounded
             raise Internal(f"cannot bound the jail's processes: {why.removeprefix('bounds: ')}")
 
-    def _start(self, spec: ExecSpec) -> _Command:
+    def _start(self, spec: ExecSpec, stdin_source: int | None = None) -> _Command:
         if self.bridge is not None and spec.command_id is None:  # the id to revoke at the end
             spec = msgspec.structs.replace(spec, command_id=f"cmd-{next(self._commands)}")
-        proc, sup = self.launch(spec)
+        proc, sup = self.launch(spec, stdin_pipe=stdin_source is not None)
         self._running[proc.pid] = (proc, sup)
         options = _StreamOptions(
             stdin_data=spec.stdin,
+            stdin_source=stdin_source,
             output_cap=self.policy.limits.output_cap,
             timeout_ms=self._timeout(spec),
         )
         return _Command(self, proc, sup, options, program=spec.argv[0], command_id=spec.command_id)
 
-    def exec(self, spec: ExecSpec) -> Generator[ExecEvent, None, None]:
-        """Run one command: output chunks as read, then one `ExecExit` (blocking)."""
-        command = self._start(spec)
+    def exec(
+        self, spec: ExecSpec, *, stdin_source: int | None = None
+    ) -> Generator[ExecEvent, None, None]:
+        """Run one command: output chunks as read, then one `ExecExit` (blocking).
+        `stdin_source`: a descriptor the command's stdin streams from as it is read (with
+        back-pressure, and the command's exit ends the run, not the source's end)."""
+        command = self._start(spec, stdin_source)
         try:
             for event in stream(command.proc, command.sup, **command.options):
                 yield from command.seen(event)

@@ -50,7 +50,7 @@ options:
                       form for secrets (export TOKEN=...; panday run --env TOKEN -- ...)
   --env NAME=VALUE    set NAME inside; the value is on panday's command line, which other
                       users of this host can read (ps), so never put a secret there
-  --stdin             pass this process's standard input to the command (default: empty)
+  --stdin             stream this process's standard input into the command (default: empty)
   --tier TIER         auto (default), t2-linux, t2-macos or t0; a named tier is never replaced
   --json              print one JSON result object (output not streamed)
   --sanitize          show terminal control sequences in the output as text (^[) instead
@@ -363,7 +363,7 @@ def _stream(session: Session, spec: ExecSpec, opts: RunOptions) -> int:
             from panday.terminal import Filter
 
             filters[fd] = Filter()
-    events = session.stream(spec.argv, stdin=spec.stdin)
+    events = session.stream(spec.argv, stdin=_stdin(opts))
     try:
         for event in events:
             if isinstance(event, OutputChunk):
@@ -434,12 +434,12 @@ def _document(session: Session, spec: ExecSpec, result: ExecResult) -> tuple[lis
     ], code
 
 
-def _json(session: Session, spec: ExecSpec) -> int:
+def _json(session: Session, spec: ExecSpec, opts: RunOptions) -> int:
     """One JSON document, written whole (`write_all`) once the command has finished; a
     document that cannot be built is refused (exit 74), never cut short."""
     from panday_core.execution import collect
 
-    events = session.stream(spec.argv, stdin=spec.stdin)
+    events = session.stream(spec.argv, stdin=_stdin(opts))
     try:
         pieces, code = _document(session, spec, collect(events))
     except MemoryError:
@@ -449,6 +449,11 @@ def _json(session: Session, spec: ExecSpec) -> int:
         write_all(1, pieces.pop(0))
     write_all(1, b"\n")
     return code
+
+
+def _stdin(opts: RunOptions) -> int | None:
+    """Descriptor 0 with ``--stdin`` (streamed into the command), else nothing."""
+    return 0 if "--stdin" in opts.flags else None
 
 
 def _check_tier(tier: str) -> None:
@@ -483,12 +488,14 @@ def main(args: list[str]) -> int:
     tier = opts.one("--tier") or "auto"
     if tier != "auto":
         _check_tier(tier)
-    stdin = sys.stdin.buffer.read() if "--stdin" in opts.flags else None
-    spec = _spec(opts, stdin)
+    # --stdin streams this process's standard input into the command as it reads it (never
+    # read whole first: a pipe that stays open must not hold the command back, and a large
+    # one must not fill panday's memory); without it the command's stdin is empty.
+    spec = _spec(opts, None)
     policy = build_policy(opts)
     from panday.session import open as open_session
 
     with open_session(policy, tier=tier) as session:
         if "--json" in opts.flags:
-            return _json(session, spec)
+            return _json(session, spec, opts)
         return _stream(session, spec, opts)
