@@ -12,7 +12,6 @@ Real sockets on 127.0.0.1; every wait is a bounded poll for a state the proxy re
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from typing import TYPE_CHECKING
 
@@ -21,6 +20,8 @@ import pytest
 from panday_core.egress import ProxyLimits, splicing
 
 if TYPE_CHECKING:
+    import socket
+
     from conftest import Env, ProxyHandle
 
 
@@ -88,10 +89,10 @@ def test_a_spliced_tunnel_is_charged_the_descriptors_it_holds(env: Env) -> None:
     with sock:
         sock.sendall(b"x" * 65536)
         got = 0
-        while got < 65536:  # noqa: PLR2004 - what was sent
+        while got < 65536:
             got += len(sock.recv(65536))
-        env.settle(lambda: _spliced(handle) == 2)  # noqa: PLR2004 - both directions
-        assert _spliced(handle) == 2, "inconclusive: the tunnel never spliced both ways"  # noqa: PLR2004
+        env.settle(lambda: _spliced(handle) == 2)
+        assert _spliced(handle) == 2, "inconclusive: the tunnel never spliced both ways"
         charged = budget.used - used
         # The process's new descriptors, less the two that are not the proxy's: this test's
         # own socket and the echo upstream's accepted one.
