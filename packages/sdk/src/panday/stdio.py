@@ -82,6 +82,17 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
             raise OutputError(fd, len(view), exc) from exc
 
 
+def write_text(text: str, fd: int = 1) -> None:
+    """`text` through Python's own stream for `fd` (1 or 2), flushed: a full disk or a
+    broken device is `OutputError` (exit 74), never a traceback or "internal error"."""
+    stream = sys.stdout if fd == 1 else sys.stderr
+    try:
+        stream.write(text)
+        stream.flush()
+    except OSError as exc:
+        raise OutputError(fd, len(text.encode("utf-8", "surrogateescape")), exc) from exc
+
+
 def sanitizing(flags: set[str] | frozenset[str], fd: int) -> bool:
     """Whether control sequences in what `panday run` writes to `fd` are made inert
     (`panday.terminal`): ``--no-sanitize`` never, ``--sanitize`` always, else when `fd` is a

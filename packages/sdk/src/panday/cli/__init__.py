@@ -27,6 +27,7 @@ from panday.cli.errors import (
     classify,
     report,
 )
+from panday.stdio import write_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -86,7 +87,7 @@ HELP = (
         for command in COMMANDS.values()
         for usage, summary in command.lines
     )
-    + "\n--debug shows a traceback with an error.\n"
+    + "\n--debug shows a traceback with an error; -V, --version prints panday's version.\n"
     f"Options, exit codes and examples: {DOCS}/cli.md\n"
 )
 
@@ -138,21 +139,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in before
     while args and args[0] == "--debug":
         args.pop(0)
-    if not args:
-        sys.stderr.write(HELP)
-        return exitcodes.USAGE
-    if args[0] in {"-h", "--help"}:
-        sys.stdout.write(HELP)
-        return exitcodes.OK
-    if args[0] == "--version":
-        from panday import __version__
-
-        print(f"panday {__version__}")
-        return exitcodes.OK
-    command, rest = args[0], args[1:]
     DEBUG[0] = debug
     try:
-        return handler(command)(rest)
+        if not args:
+            write_text(HELP, 2)
+            return exitcodes.USAGE
+        if args[0] in {"-h", "--help"}:
+            write_text(HELP)
+            return exitcodes.OK
+        if args[0] in {"-V", "--version"}:
+            from panday import __version__
+
+            write_text(f"panday {__version__}\n")
+            return exitcodes.OK
+        return handler(args[0])(args[1:])
     except BaseException as exc:  # noqa: BLE001 - every outcome becomes one line and a code
         return report(exc, debug=debug)
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from panday import exitcodes, tiers
 from panday.cli.common import parser
+from panday.stdio import write_text
 
 if TYPE_CHECKING:
     from panday.reports import DoctorReport, ProbeOutcome, TierStatus, UserPolicyStatus
@@ -154,9 +155,9 @@ def doctor(*, as_json: bool, probe: bool) -> int:
     if as_json:
         from panday.reports import encode
 
-        sys.stdout.write(encode(report))
+        write_text(encode(report))
     else:
-        sys.stdout.write(render(report))
+        write_text(render(report))
     return _exit_code(report)
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import sys
 
 from panday import exitcodes, tiers
 from panday.cli.common import file_action, host_table, parser
+from panday.stdio import write_text
 
 
 def plugin_inspect(file: str, *, as_json: bool) -> int:
@@ -19,7 +19,7 @@ def plugin_inspect(file: str, *, as_json: bool) -> int:
     summary = manifest.consent_summary(
         host_table(host_tier), os.environ, wording=tiers.consent(host_tier or "")
     )
-    sys.stdout.write(encode(summary) if as_json else summary.render())
+    write_text(encode(summary) if as_json else summary.render())
     return exitcodes.OK if summary.runnable else exitcodes.FAILED
 
 

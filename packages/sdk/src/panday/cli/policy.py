@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from panday import exitcodes, tiers
 from panday.cli.common import DEBUG, file_action, parser
 from panday.cli.errors import UsageError
+from panday.stdio import write_text
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -158,11 +159,11 @@ def policy_check(files: Sequence[str], *, as_json: bool, debug: bool = False) ->
         if report.error is not None:
             sys.stderr.write(f"panday: {report.error}\n")
     if as_json:
-        sys.stdout.write(encode_many(reports))
+        write_text(encode_many(reports))
     else:
         lines = [line for report in reports if report.valid for line in _render_check(report)]
         if lines:
-            sys.stdout.write("\n".join(lines) + "\n")
+            write_text("\n".join(lines) + "\n")
     return max(report.exit_code for report in reports)
 
 
@@ -170,7 +171,7 @@ def policy_schema() -> int:
     from panday_core.policy import SandboxPolicy
     from panday_core.schema import json_schema, render
 
-    sys.stdout.write(render(json_schema(SandboxPolicy, "policy")))
+    write_text(render(json_schema(SandboxPolicy, "policy")))
     return exitcodes.OK
 
 

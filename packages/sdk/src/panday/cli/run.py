@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from panday import exitcodes
 from panday.cli.errors import NoInputError, Terminated, UsageError
-from panday.stdio import OutputError, sanitizing, write_all
+from panday.stdio import OutputError, sanitizing, write_all, write_text
 
 if TYPE_CHECKING:
     from panday.session import Session
@@ -477,7 +477,7 @@ def main(args: list[str]) -> int:
     """`panday run ARGS`: the exit code (errors are raised for `panday.cli.report`)."""
     opts = parse(args)
     if "--help" in opts.flags or "-h" in opts.flags:
-        sys.stdout.write(RUN_HELP)
+        write_text(RUN_HELP)
         return exitcodes.OK
     if not opts.command:
         raise UsageError("run: no command given; write it after --, e.g. panday run -- ls -l")
