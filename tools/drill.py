@@ -30,7 +30,7 @@ list, ``--head`` drills the committed HEAD instead of the working tree (others' 
 progress, which may turn a gate red before anything is planted, left out). CI runs the
 whole list weekly (`.github/workflows/drill.yml`); locally::
 
-    uv run --locked python tools/drill.py                  # every fault (~15 min, 2 cores)
+    uv run --locked python tools/drill.py                  # every fault (~1-3 min, 2 cores)
     uv run --locked python tools/drill.py --only "NAME"    # one fault
 """
 
