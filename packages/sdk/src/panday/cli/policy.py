@@ -65,6 +65,21 @@ def _tier_rows(policy: SandboxPolicy) -> list[TierCheck]:
     return rows
 
 
+def _manifest_hint(file: str) -> str:
+    """A pointer to `plugin inspect` when the file that is not a policy is a plugin manifest
+    (a top-level ``name`` and a ``[capabilities]`` table: docs/manifest.md)."""
+    import tomllib
+
+    try:
+        with open(file, "rb") as fh:
+            doc = tomllib.load(fh)
+    except (OSError, ValueError):
+        return ""
+    if "name" in doc and "capabilities" in doc:
+        return f" (it is a plugin manifest: `panday plugin inspect {file}` judges it)"
+    return ""
+
+
 def _check_one(file: str, *, debug: bool) -> PolicyCheckReport:
     """One file's report; a document that cannot be read or parsed is reported, not raised
     (with `debug`, its traceback is printed first)."""
@@ -82,8 +97,8 @@ def _check_one(file: str, *, debug: bool) -> PolicyCheckReport:
             traceback.print_exception(exc)
         code = exitcodes.NO_INPUT if isinstance(exc, NoInputError) else exitcodes.INVALID_POLICY
         return PolicyCheckReport(
-            file=file, valid=False, enforceable_here=False, tiers=(), error=str(exc),
-            exit_code=code,
+            file=file, valid=False, enforceable_here=False, tiers=(),
+            error=str(exc) + _manifest_hint(file), exit_code=code,
         )  # fmt: skip
     unusable: tuple[Refusal, ...] = ()
     if policy.fs.workspace is None:

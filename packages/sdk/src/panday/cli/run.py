@@ -19,6 +19,7 @@ from panday.stdio import OutputError, sanitizing, write_all, write_text
 if TYPE_CHECKING:
     from panday.session import Session
     from panday.terminal import Filter
+    from panday_core.errors import PolicyViolation
     from panday_core.policy import SandboxPolicy
     from panday_core.types import ExecExit, ExecResult, ExecSpec
 
@@ -256,7 +257,8 @@ def _env(opts: RunOptions) -> dict[str, str]:
         if not eq:
             if name not in os.environ:
                 raise UsageError(
-                    f"--env {name!r}: not set in this environment; write --env {name}=VALUE"
+                    f"--env {name!r}: not set in this environment; export it first (a value "
+                    "written on panday's command line is visible to every user in ps)"
                 )
             value = os.environ[name]
         try:
@@ -494,8 +496,50 @@ def main(args: list[str]) -> int:
     spec = _spec(opts, None)
     policy = build_policy(opts)
     from panday.session import open as open_session
+    from panday_core.errors import PolicyViolation as Refused
 
-    with open_session(policy, tier=tier) as session:
+    try:
+        session = open_session(policy, tier=tier)
+    except Refused as exc:
+        raise _defaulted(exc, opts, policy) from None
+    with session:
         if "--json" in opts.flags:
             return _json(session, spec, opts)
         return _stream(session, spec, opts)
+
+
+def _defaulted(exc: PolicyViolation, opts: RunOptions, policy: SandboxPolicy) -> Exception:
+    """A refused workspace the user never chose says so: it defaulted to the current
+    directory (no ``--workspace``, no ``fs.workspace``), and what to do instead."""
+    from panday_core.capabilities import Refusal
+    from panday_core.errors import PolicyViolation as Refused
+
+    chosen = opts.one("--workspace") is not None or _policy_names_workspace(opts)
+    if chosen or not any(v.field == "fs.workspace" for v in exc.violations):
+        return exc
+    hint = (
+        f" [the workspace defaulted to the current directory, {policy.fs.workspace}, as no "
+        "--workspace or fs.workspace was given: run panday from a project directory, or "
+        "give one with --workspace DIR]"
+    )
+    return Refused(
+        exc.tier,
+        [
+            Refusal(field=v.field, reason=v.reason + hint) if v.field == "fs.workspace" else v
+            for v in exc.violations
+        ],
+    )
+
+
+def _policy_names_workspace(opts: RunOptions) -> bool:
+    """Whether the policy file (``--policy``, or the per-user default) names a workspace."""
+    from panday.cli import inputs as cli_input
+    from panday.defaults import user_policy_path
+
+    path = opts.one("--policy") or user_policy_path()
+    if path == cli_input.STDIN or not os.path.exists(path):
+        return False
+    try:
+        return cli_input.load_policy(path).fs.workspace is not None
+    except Exception:  # noqa: BLE001 - only a hint: the policy was read once already
+        return False
