@@ -64,6 +64,8 @@ class _Sync:
         self.workspace = session.workspace
 
     def events(self, spec: ExecSpec, source: int | None = None) -> Iterator[ExecEvent]:
+        if source is None:  # a tier's opener need not know about streamed stdin
+            return self.session.exec(spec)
         return self.session.exec(spec, stdin_source=source)
 
     def put(self, path: str, data: bytes) -> None:

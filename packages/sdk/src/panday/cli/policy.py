@@ -68,9 +68,13 @@ def _tier_rows(policy: SandboxPolicy) -> list[TierCheck]:
 def _manifest_hint(file: str) -> str:
     """A pointer to `plugin inspect` when the file that is not a policy is a plugin manifest
     (a top-level ``name`` and a ``[capabilities]`` table: docs/manifest.md)."""
+    import os
+    import stat
     import tomllib
 
     try:
+        if not stat.S_ISREG(os.stat(file).st_mode):  # a FIFO would block: never opened
+            return ""
         with open(file, "rb") as fh:
             doc = tomllib.load(fh)
     except (OSError, ValueError):
