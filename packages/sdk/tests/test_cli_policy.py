@@ -66,7 +66,9 @@ def test_the_host_tier_is_judged_by_its_probed_table_not_the_declared_one(
     if host is None:
         pytest.skip("panday has no command tier for this OS")
     policy = tmp_path / "mem.toml"
-    policy.write_text("[limits]\nmem_bytes = 1073741824\n")
+    ws = tmp_path / "ws"  # not the current directory, which a test runner may put on sys.path
+    ws.mkdir()
+    policy.write_text(f'[fs]\nworkspace = "{ws}"\n[limits]\nmem_bytes = 1073741824\n')
     declared = tiers.declared(host)
     entry = declared.for_field("limits.mem_bytes")
     assert entry is not None

@@ -117,8 +117,14 @@ def test_a_missing_tier_package_is_unavailable_with_its_reason(
 
 @needs_host_tier
 def test_policy_check_without_the_tier_package_judges_by_the_declared_table(
-    without_host_tier: str, capsys: pytest.CaptureFixture[str]
+    without_host_tier: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # The default policy's workspace is the current directory: a directory of the test's
+    # own, not the checkout (which `python -m pytest` puts on sys.path, a refused root).
+    monkeypatch.chdir(tmp_path)
     code = cli.main(["policy", "check", "--json", str(EXAMPLES / "default.toml")])
     doc = json.loads(capsys.readouterr().out)
     assert code == exitcodes.FAILED  # valid, but nothing here can run it
@@ -131,8 +137,9 @@ def test_policy_check_without_the_tier_package_judges_by_the_declared_table(
 
 @needs_host_tier
 def test_the_installed_host_tier_is_judged_by_its_host_table(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # as above: the workspace is not the checkout
     # Control for the two tests above: with the package present, the same commands see
     # the tier available and judge by the probed table.
     assert tiers.absent_reason(HOST or "") is None
