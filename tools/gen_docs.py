@@ -197,21 +197,18 @@ def _summary(path: Path) -> str:
 
 
 def render_modules(package: str) -> str:
-    """One row per module and subpackage of a package: its name, its line count, and the
-    first paragraph of its docstring (a module without one shows that it has none)."""
+    """One row per module and subpackage of a package: its name and the first paragraph of
+    its docstring (no line counts: they would make every edit a docs change)."""
     base = REPO / PACKAGES[package]
-    rows = ["| module | lines | what it is (its docstring) |", "|---|---|---|"]
+    rows = ["| module | what it is (its docstring) |", "|---|---|"]
     for path in sorted(base.iterdir()):
         if path.is_dir() and (path / "__init__.py").is_file():
-            source = path / "__init__.py"
-            lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in path.rglob("*.py"))
-            name = f"`{path.name}/`"
+            source, name = path / "__init__.py", f"`{path.name}/`"
         elif path.suffix == ".py" and path.name != "__init__.py":
             source, name = path, f"`{path.name}`"
-            lines = len(path.read_text(encoding="utf-8").splitlines())
         else:
             continue
-        rows.append(f"| {name} | {lines} | {_summary(source)} |")
+        rows.append(f"| {name} | {_summary(source)} |")
     return "\n".join(rows)
 
 
