@@ -65,6 +65,36 @@ def test_a_header_bomb_is_cut_off_without_forwarding(env: Env) -> None:
     assert "larger than 8192" in event.reason
 
 
+def test_a_header_line_that_never_ends_is_cut_off_at_the_bound(env: Env) -> None:
+    """One header line with no end, longer than the head bound: the bound is judged on what
+    has arrived, not only on complete lines (a proxy that waited for the line's end would
+    keep reading it). Control: the same line within the bound, ended, is forwarded."""
+    up = env.upstream("up")
+    limits = ProxyLimits(max_head_bytes=8192)
+    handle = env.proxy(
+        allow=[ALLOWED, "127.0.0.1"], ports=[up.port], table={ALLOWED: ["127.0.0.1"]}, limits=limits
+    )
+    status, _, _ = env.http(
+        handle, f"http://{ALLOWED}:{up.port}/", extra=b"X-Long: " + b"a" * 4000 + b"\r\n"
+    )
+    env.expect(status == 200, "a head within the bound is forwarded")
+    sock = env.open_conn(handle.host, handle.port)
+    try:
+        sock.sendall(
+            f"GET http://{ALLOWED}:{up.port}/ HTTP/1.1\r\nProxy-Authorization: ".encode()
+            + handle.basic()
+            + b"\r\nX-Endless: "
+            + b"c" * 20_000  # no CRLF: the line never ends
+        )
+        answer = env.recv_all(sock)
+    finally:
+        sock.close()
+    status, headers, _ = env.parse_response(answer)
+    assert status == 431, answer[:200]
+    assert "larger than 8192" in headers["x-panday-refused"]
+    assert up.connections == 1  # only the control reached the upstream
+
+
 def test_an_overlong_request_line_is_refused(env: Env) -> None:
     up = env.upstream("up")
     handle = env.proxy(
