@@ -250,13 +250,15 @@ def spawn(
     env: Mapping[str, str],
     stdin: bool = False,
     pass_fds: Sequence[int] = (),
+    run_in: Callable[[Callable[[], int]], int] | None = None,
 ) -> ChildProcess:
     """Start `argv` (argv[0] an absolute path) in a new session, with pipes for its output.
 
     `pass_fds` are our descriptors to hand over; the child sees them as 3, 4, 5, ... in
     order. Its stdin is a pipe when `stdin` is true, else /dev/null. Signals Python ignores
     (SIGPIPE, SIGXFSZ) are reset to their defaults, so the command behaves as it would from
-    a shell.
+    a shell. `run_in`, when given, makes the one ``posix_spawn`` call (T1 Linux makes it
+    on a thread that has restricted itself, which the child inherits).
     """
     if not argv or not os.path.isabs(argv[0]):  # noqa: PTH117 - os is loaded already
         raise ValueError("spawn needs argv[0] to be an absolute path")
@@ -267,15 +269,19 @@ def spawn(
     started = time.monotonic()
     try:
         actions = _file_actions(in_r, out_w, err_w, pass_fds, ours)
-        pid = os.posix_spawn(
-            argv[0],
-            list(argv),
-            env,
-            file_actions=actions,
-            setsid=True,
-            setsigmask=(),
-            setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ),
-        )
+
+        def call() -> int:
+            return os.posix_spawn(
+                argv[0],
+                list(argv),
+                env,
+                file_actions=actions,
+                setsid=True,
+                setsigmask=(),
+                setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ),
+            )
+
+        pid = call() if run_in is None else run_in(call)
     except BaseException:
         for fd in ours:
             os.close(fd)

@@ -235,6 +235,42 @@ register(
 )
 register(
     Tier(
+        name="t1-linux",
+        title="T1 Linux",
+        package="panday_tier_linux.t1",
+        distribution="panday-tier-linux",
+        requirement="panday-tier-linux; sys_platform == 'linux'",
+        platform="linux",
+        runs_commands=True,
+        strength=1,
+        declared="panday_core.declared.t1_linux:declared_capabilities",
+        host="panday_tier_linux.t1.capabilities:host_capabilities",
+        unavailable="panday_tier_linux.t1.capabilities:unavailable_reason",
+        sandbox="panday_tier_linux.t1.sandbox:T1LinuxSandbox",
+        opener="panday_tier_linux.t1.session:open_session",
+        doctor="panday_tier_linux.t1.capabilities:details",
+        path="panday_tier_linux.t1.session:DEFAULT_PATH",
+        consent=(
+            "panday's Landlock sandbox (T1: no namespaces)",
+            (
+                "read any of your other files or write outside the workspace, or use the "
+                "network; note that it CAN see that your other processes exist"
+            ),
+        ),
+        roots=("panday_tier_linux.t1",),
+        probes=(
+            "read-next-to-workspace",
+            "write-next-to-workspace",
+            "etc-shadow",
+            "host-loopback-tcp",
+            "host-process-signal",
+            "environment-canary",
+            "wall-clock",
+        ),
+    )
+)
+register(
+    Tier(
         name="t2-macos",
         title="T2 macOS",
         package="panday_tier_macos",
@@ -386,10 +422,10 @@ def choose(
     whole policy here. Either way, `TierUnavailable` with the reason when the chosen tier's
     package cannot load on this host.
 
-    With a single candidate (every OS today) nothing is probed here: the tier's own
-    `create` checks the policy against what this host can enforce, before spawning, and
-    refuses by field. With several, each one's host table is checked in order; when none
-    enforces everything, the strongest one's refusals are raised.
+    With a single candidate nothing is probed here: the tier's own `create` checks the
+    policy against what this host can enforce, before spawning, and refuses by field.
+    With several (Linux: T2, then T1), each one's availability and host table are checked
+    in order (`_strongest`).
     """
     if check_name(tier) != AUTO:
         require(tier)
@@ -402,17 +438,38 @@ def choose(
     if len(found) == 1:
         require(found[0])
         return found[0]
-    from panday_core.capabilities import check_policy
-    from panday_core.errors import PolicyViolation
+    return _strongest(policy, found, capabilities or host_capabilities)
 
-    table = capabilities or host_capabilities
-    first_refusals = None
+
+def _strongest(
+    policy: SandboxPolicy, found: Sequence[str], table: Callable[[str], TierCapabilities]
+) -> str:
+    """`choose`'s pick among several candidates, strongest first: the first that can run
+    here and enforces the whole policy. Never a silent fallback: when none does, the
+    refusal names why each stronger tier is out (it cannot run here) beside the
+    strongest runnable tier's refusals; when none can run, every reason."""
+    from panday_core.capabilities import Refusal, check_policy
+    from panday_core.errors import PolicyViolation, TierUnavailable
+
+    out: list[str] = []
+    first: tuple[str, tuple[Refusal, ...]] | None = None
     for name in found:
+        reason = unavailable_reason(name)
+        if reason is not None:
+            out.append(f"{name} cannot run here: {reason}")
+            continue
         refusals = check_policy(policy, table(name))
         if not refusals:
             return name
-        first_refusals = first_refusals or refusals
-    raise PolicyViolation(found[0], first_refusals or ())
+        if first is None:
+            first = (name, refusals)
+    if first is None:  # named by the strongest, with every tier's reason
+        raise TierUnavailable(found[0], "; ".join(out))
+    name, refusals = first
+    if out:  # a stronger tier might enforce it: say why that one is not chosen
+        why = "; ".join(out)
+        refusals = tuple(Refusal(field=r.field, reason=f"{r.reason} ({why})") for r in refusals)
+    raise PolicyViolation(name, refusals)
 
 
 def host_capabilities(tier: str) -> TierCapabilities:

@@ -192,12 +192,16 @@ class FilterSpec:
 
     __slots__ = ("conditional", "denied", "text", "unsupported")
 
-    def __init__(self, *, socket_families: frozenset[int] = NO_NETWORK_FAMILIES) -> None:
+    def __init__(
+        self, *, socket_families: frozenset[int] = NO_NETWORK_FAMILIES, socket: bool = True
+    ) -> None:
+        """`socket` False denies socket(2) outright (T1 Linux: no socket of any family,
+        `socket_families` then rules socketpair(2) alone)."""
         if not socket_families or any(not 0 <= f < AF_MAX for f in socket_families):
             raise ValueError(
                 f"socket_families: {sorted(socket_families)} must be within 0..{AF_MAX - 1}"
             )
-        self.denied = tuple(name for name, _why in DENIED)
+        self.denied = tuple(name for name, _why in DENIED) + (() if socket else ("socket",))
         # (syscall, argument index, comparison, value, mask-or-second-value) -> EPERM
         conditional: list[tuple[str, int, str, int, int]] = []
         for call in ("clone", "unshare"):

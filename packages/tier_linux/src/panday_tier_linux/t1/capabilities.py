@@ -1,0 +1,92 @@
+"""Whether T1 Linux runs here, what it enforces on this kernel, and doctor's rows.
+
+T1 needs Linux, Landlock at ABI 3 or later (`landlock.MIN_ABI`) with its three calls let
+through (a container runtime's seccomp profile may refuse them: probed, not assumed) and
+libseccomp for its filter. The table (`panday_core.declared.t1_linux`) depends on the ABI
+(signal scoping needs 6).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Final
+
+from panday_core.declared.t1_linux import MIN_ABI, TIER, capabilities, declared_capabilities
+
+if TYPE_CHECKING:
+    from panday_core.capabilities import TierCapabilities
+
+__all__ = [
+    "TIER",
+    "declared_capabilities",
+    "details",
+    "host_capabilities",
+    "kernel_abi",
+    "unavailable_reason",
+]
+
+_ABI: list[int | str] = []
+NO_LINUX: Final = "T1 Linux needs Linux; this host is {}"
+
+
+def kernel_abi() -> int | str:
+    """This kernel's Landlock ABI when T1 can use it, else why not (one sentence)."""
+    if not _ABI:
+        if not sys.platform.startswith("linux"):
+            _ABI.append(NO_LINUX.format(sys.platform))
+        else:
+            from panday_tier_linux.t1 import landlock
+
+            found = landlock.abi()
+            if isinstance(found, int) and found < MIN_ABI:
+                found = (
+                    f"this kernel's Landlock ABI is {found}; T1 needs {MIN_ABI} (Linux 6.2), "
+                    "below which truncate(2) is not ruled"
+                )
+            _ABI.append(found)
+    return _ABI[0]
+
+
+def host_capabilities() -> TierCapabilities:
+    """The table on this kernel (the declared one where T1 cannot run: it refuses anyway)."""
+    abi = kernel_abi()
+    return capabilities(abi) if isinstance(abi, int) else declared_capabilities()
+
+
+def unavailable_reason() -> str | None:
+    """None when T1 runs here; else why not."""
+    abi = kernel_abi()
+    if isinstance(abi, str):
+        return abi
+    from panday_tier_linux.host import library_identity
+
+    if library_identity() is None:
+        try:
+            import pyseccomp  # noqa: F401  # pyright: ignore[reportMissingTypeStubs, reportUnusedImport] - whether it loads
+        except (ImportError, RuntimeError, OSError) as exc:
+            return f"libseccomp is unavailable ({exc}); T1's syscall filter needs it"
+    return None
+
+
+def details() -> dict[str, str]:
+    """Doctor's rows for T1 on this host, read from the kernel's ABI."""
+    from panday_tier_linux.t1 import landlock
+
+    abi = kernel_abi()
+    if isinstance(abi, str):
+        return {"landlock": f"unusable: {abi}"}
+    rows = {
+        "landlock": f"ABI {abi} (every filesystem right of it handled)",
+        "tcp": "ruled by Landlock (no port allowed) and no socket(2) at all"
+        if abi >= landlock.NET_ABI
+        else f"no socket(2) at all (seccomp); Landlock's TCP rules need ABI 4, this is {abi}",
+        "signals, abstract sockets": "scoped to the command's own domain"
+        if abi >= landlock.SCOPE_ABI
+        else f"NOT scoped (needs ABI 6, this is {abi}): the command can signal every "
+        "process of your uid",
+        "net.allow": "refused: Landlock's TCP rules name ports, not addresses",
+        "limits.mem_bytes, limits.pids, limits.cpu_ms, limits.disk_bytes": "refused (no "
+        "cgroup, no tmpfs in T1)",
+    }
+    rows["jail"] = unavailable_reason() or "runs"
+    return rows
