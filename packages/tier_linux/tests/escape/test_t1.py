@@ -1,0 +1,270 @@
+"""Escape probes for T1 Linux (Landlock + seccomp + rlimits, no namespaces).
+
+Each must-fail probe runs its positive control first: the same operation outside the
+sandbox, as this user, succeeding. The probes are the suite's own (`conftest.Escape`),
+run in a T1 session instead of a T2 jail. Proves: reads and writes outside the allowlist
+fail, a protected entry of a writable workspace stays read-only, no TCP (to a loopback
+listener this test runs), UDP, pathname or abstract unix socket reaches the host, ptrace
+is denied, no setuid bit can be planted and no_new_privs holds, host processes cannot be
+signalled and /proc is unreadable; and what T1 cannot enforce is refused by field.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Unpack
+
+import pytest
+
+from panday_core.errors import PolicyViolation
+from panday_core.policy import FsPolicy, Limits, NetPolicy, SandboxPolicy
+from panday_tier_linux.t1.session import open_session
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from conftest import Escape, Listener, Outcome, PolicyOptions  # the suite's fixture types
+
+    from panday_tier_linux.t1.session import T1Session
+
+
+class _T1:
+    """The suite's probe runner, its sessions opened in T1."""
+
+    def __init__(self, esc: Escape) -> None:
+        self.esc = esc
+
+    def open(self, **options: Unpack[PolicyOptions]) -> T1Session:
+        return open_session(self.esc.policy(**options))
+
+    def inside(self, code: str, **options: Unpack[PolicyOptions]) -> Outcome:
+        with self.open(**options) as session:
+            result = session.run(self.esc.py(code), timeout_ms=60_000)
+        return self.esc.parse("inside T1", result.stdout, result.stderr, result.exit_code)
+
+
+@pytest.fixture
+def t1(esc: Escape) -> _T1:
+    return _T1(esc)
+
+
+def _check(esc: Escape, t1: _T1, code: str, **options: Unpack[PolicyOptions]) -> None:
+    esc.control(esc.outside(code))
+    esc.must_block(t1.inside(code, **options))
+
+
+READ = """
+try:
+    with open({path!r}, "rb") as fh:
+        fh.read(1)
+except OSError as exc:
+    blocked(err(exc))
+ok("read")
+"""
+
+
+def test_a_file_next_to_the_workspace_is_unreadable(esc: Escape, t1: _T1) -> None:
+    secret = esc.next_door / "secret"
+    secret.write_text("s")
+    _check(esc, t1, READ.format(path=str(secret)))
+
+
+def test_etc_outside_the_allowlist_is_unreadable(esc: Escape, t1: _T1) -> None:
+    # /etc/shadow where this user can read it (root); an /etc file every user can read
+    # but T2 does not show (/etc/hostname) otherwise.
+    path = "/etc/shadow" if os.geteuid() == 0 else "/etc/hostname"
+    _check(esc, t1, READ.format(path=path))
+
+
+def test_a_write_next_to_the_workspace_fails(esc: Escape, t1: _T1) -> None:
+    code = f"""
+try:
+    with open({str(esc.next_door / "planted")!r}, "w") as fh:
+        fh.write("x")
+except OSError as exc:
+    blocked(err(exc))
+ok("written")
+"""
+    _check(esc, t1, code)
+
+
+def test_the_workspace_is_writable_and_a_protected_entry_is_not(esc: Escape, t1: _T1) -> None:
+    (esc.ws / ".git").mkdir()
+    (esc.ws / "src").mkdir()
+    code = """
+try:
+    with open(os.path.join({ws!r}, ".git", "config"), "w") as fh:
+        fh.write("[core]\\n")
+except OSError as exc:
+    blocked(err(exc))
+ok("wrote .git/config")
+"""
+    esc.control(esc.outside(code.format(ws=str(esc.ws))))
+    (esc.ws / ".git" / "config").unlink()
+    # The positive control inside: the same write beneath an ordinary entry works.
+    ordinary = code.replace('".git"', '"src"')
+    esc.control(t1.inside(ordinary.format(ws=str(esc.ws))))
+    esc.must_block(t1.inside(code.format(ws=str(esc.ws))))
+
+
+def _connect(family: str, address: object) -> str:
+    return f"""
+s = None
+try:
+    s = socket.socket(socket.{family}, socket.SOCK_STREAM)
+    s.settimeout(3)
+    s.connect({address!r})
+except OSError as exc:
+    blocked(err(exc))
+finally:
+    if s is not None:
+        s.close()
+ok("connected")
+"""
+
+
+@pytest.mark.parametrize("kind", ["tcp4", "tcp6", "path", "abstract"])
+def test_a_host_listener_is_unreachable(
+    esc: Escape, t1: _T1, listen: Callable[[str], Listener], kind: str
+) -> None:
+    """TCP to loopback listeners this test runs (never the egress proxy), and unix sockets:
+    a pathname one outside every allowed path (Landlock does not rule connecting to it:
+    no socket(2) does) and an abstract one."""
+    server = listen(kind)
+    family = {"tcp4": "AF_INET", "tcp6": "AF_INET6"}.get(kind, "AF_UNIX")
+    code = _connect(family, server.address)
+    esc.control(esc.outside(code))
+    server.settle()
+    accepted = server.accepted
+    esc.must_block(t1.inside(code))
+    server.settle()
+    assert server.accepted == accepted, "the host listener saw a connection from T1"
+
+
+def test_udp_to_a_host_loopback_listener(
+    esc: Escape, t1: _T1, listen: Callable[[str], Listener]
+) -> None:
+    server = listen("udp4")
+    code = f"""
+s = None
+try:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for _ in range(3):
+        s.sendto(b"escaped", {server.address!r})
+except OSError as exc:
+    blocked(err(exc))
+finally:
+    if s is not None:
+        s.close()
+ok("sent")
+"""
+    esc.control(esc.outside(code))
+    server.settle()
+    if not server.received:
+        pytest.fail("inconclusive: control failed: the host listener received nothing")
+    server.received.clear()
+    inside = t1.inside(code)
+    server.settle()
+    assert not server.received, f"ESCAPE: the host listener received {server.received!r}"
+    esc.must_block(inside)
+
+
+PTRACE = """
+PTRACE_ATTACH, PTRACE_DETACH = 16, 17
+child = os.fork()
+if child == 0:
+    import time
+    time.sleep(30)
+    os._exit(0)
+try:
+    r = libc.ptrace(ctypes.c_long(PTRACE_ATTACH), ctypes.c_long(child), None, None)
+    e = ctypes.get_errno()
+    if r == 0:
+        os.waitpid(child, 0)
+        libc.ptrace(ctypes.c_long(PTRACE_DETACH), ctypes.c_long(child), None, None)
+finally:
+    os.kill(child, 9)
+    os.waitpid(child, 0)
+if r == 0:
+    ok("attached to a child")
+blocked(errno.errorcode.get(e, str(e)))
+"""
+
+
+def test_ptrace_is_denied(esc: Escape, t1: _T1) -> None:
+    _check(esc, t1, PTRACE)
+
+
+def test_no_setuid_bit_can_be_planted(esc: Escape, t1: _T1) -> None:
+    code = """
+path = os.path.join({where!r}, "planted")
+with open(path, "w") as fh:
+    fh.write("#!/bin/sh\\n")
+try:
+    os.chmod(path, 0o4755)
+except OSError as exc:
+    blocked(err(exc))
+ok("setuid bit set" if os.stat(path).st_mode & 0o4000 else "no bit")
+"""
+    esc.control(esc.outside(code.format(where=str(esc.next_door))))
+    (esc.ws / "sub").mkdir()
+    esc.must_block(t1.inside(code.format(where=str(esc.ws / "sub"))))
+
+
+def test_no_new_privs_holds(esc: Escape, t1: _T1) -> None:
+    code = """
+PR_GET_NO_NEW_PRIVS = 39
+if libc.prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1:
+    blocked("no_new_privs is set")
+ok("no_new_privs is not set")
+"""
+    _check(esc, t1, code)
+
+
+def test_host_processes_cannot_be_signalled(
+    esc: Escape, t1: _T1, host_sleeper: tuple[int, str]
+) -> None:
+    pid, _ = host_sleeper
+    code = f"""
+try:
+    os.kill({pid}, 0)
+except OSError as exc:
+    blocked(err(exc))
+ok("signal delivered")
+"""
+    _check(esc, t1, code)
+
+
+def test_host_process_environments_are_unreadable(
+    esc: Escape, t1: _T1, host_sleeper: tuple[int, str]
+) -> None:
+    pid, canary = host_sleeper
+    code = f"""
+try:
+    with open("/proc/{pid}/environ", "rb") as fh:
+        data = fh.read()
+except OSError as exc:
+    blocked(err(exc))
+ok("canary read" if {canary.encode()!r} in data else "read, no canary")
+"""
+    _check(esc, t1, code)
+
+
+@pytest.mark.parametrize(
+    ("field", "policy"),
+    [
+        ("net.allow", {"net": NetPolicy(allow=("example.com",))}),
+        ("limits.mem_bytes", {"limits": Limits(mem_bytes=1 << 28)}),
+        ("limits.pids", {"limits": Limits(pids=64)}),
+        ("limits.disk_bytes", {"limits": Limits(disk_bytes=1 << 20)}),
+    ],
+)
+def test_what_t1_cannot_enforce_is_refused_by_field(
+    esc: Escape, field: str, policy: dict[str, object]
+) -> None:
+    made = SandboxPolicy(fs=FsPolicy(workspace=str(esc.ws)), **policy)  # pyright: ignore[reportArgumentType] - one section each
+    with pytest.raises(PolicyViolation) as info:
+        open_session(made)
+    assert field in [v.field for v in info.value.violations]
+    assert info.value.tier == "t1-linux"
+    esc.count_refusal()
