@@ -28,7 +28,8 @@ def _status(tier: str, host_tier: str | None) -> TierStatus:
 
     here = tier == host_tier
     installed = tiers.absent_reason(tier) is None
-    details = tiers.doctor_details(tier) if here and installed else {}
+    this_os = tier in tiers.host_command_tiers()  # T2 and T1 on Linux: each one's rows
+    details = tiers.doctor_details(tier) if (here or this_os) and installed else {}
     reason = tiers.unavailable_reason(tier)
     return TierStatus(
         tier=tier,
@@ -63,7 +64,10 @@ def collect(*, probe: bool) -> DoctorReport:
     from panday import __version__
     from panday.reports import DoctorReport
 
-    host_tier = tiers.host_command_tier()
+    # The tier in force: the strongest of this OS's that runs here (else the strongest).
+    here = tiers.host_command_tiers()
+    runs = [t for t in here if tiers.unavailable_reason(t) is None]
+    host_tier = runs[0] if runs else tiers.host_command_tier()
     statuses = tuple(_status(tier, host_tier) for tier in tiers.ALL_TIERS)
     table = None
     if host_tier is not None:

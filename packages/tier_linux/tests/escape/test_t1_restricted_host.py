@@ -1,0 +1,96 @@
+"""A host where bubblewrap cannot run, reproduced without touching host-wide settings.
+
+A launcher installs, on itself and everything it starts, the seccomp rule Docker's
+default profile has: clone and unshare with CLONE_NEWUSER fail with EPERM, clone3 with
+ENOSYS. Under it, `panday doctor` names T2 Linux unavailable (with bwrap's reason) and T1
+Linux as the tier in force; `panday run` runs in T1, where a read next to the workspace
+fails while the same command succeeds outside (positive control); and a policy only T2
+could enforce is refused naming both reasons, never run with less.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from conftest import Escape  # the suite's fixture type
+
+LAUNCHER = """
+import os, sys
+import pyseccomp as sc
+CLONE_NEWUSER = 0x10000000
+f = sc.SyscallFilter(sc.ALLOW)
+for call in ("clone", "unshare"):
+    f.add_rule(sc.ERRNO(1), call, sc.Arg(0, sc.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
+f.add_rule(sc.ERRNO(38), "clone3")
+f.load()
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def _panday() -> str:
+    found = Path(sys.executable).parent / "panday"
+    if not found.exists():
+        pytest.fail(f"inconclusive: no panday script beside {sys.executable}")
+    return str(found)
+
+
+def _restricted(esc: Escape, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "XDG_CONFIG_HOME": str(esc.tmp / "config")}
+    return subprocess.run(
+        [sys.executable, "-c", LAUNCHER, _panday(), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=esc.ws,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_doctor_names_t1_in_force_and_why_t2_cannot_run(esc: Escape) -> None:
+    # Control: unrestricted, T2 runs here (the escape suite requires it).
+    free = subprocess.run(
+        [_panday(), "doctor"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert "t2-linux: available (this host's command tier)" in free.stdout, free.stdout
+    done = _restricted(esc, "doctor")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    t2 = next(line for line in lines if line.startswith("t2-linux:"))
+    assert t2.startswith("t2-linux: unavailable"), t2
+    assert "namespace" in t2.lower() or "permitted" in t2.lower(), t2
+    assert "t1-linux: available (this host's command tier)" in lines, done.stdout
+    esc.held()
+
+
+def test_run_falls_to_t1_and_t1_holds(esc: Escape) -> None:
+    secret = esc.next_door / "secret"
+    secret.write_text("next door")
+    outside = subprocess.run(
+        ["cat", str(secret)], capture_output=True, text=True, timeout=60, check=False
+    )
+    esc.control(esc.parse("outside", b"RESULT ok " + outside.stdout.encode(), b"", 0))
+    ran = _restricted(esc, "run", "--workspace", str(esc.ws), "--", "sh", "-c", "echo in-t1")
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "in-t1"
+    read = _restricted(esc, "run", "--workspace", str(esc.ws), "--", "cat", str(secret))
+    assert read.returncode != 0
+    assert "Permission denied" in read.stderr, read.stderr
+    assert "next door" not in read.stdout
+    esc.held()
+
+
+def test_a_policy_only_t2_enforces_is_refused_with_both_reasons(esc: Escape) -> None:
+    refused = _restricted(esc, "run", "--workspace", str(esc.ws), "--mem", "256M", "--", "true")
+    assert refused.returncode != 0
+    assert "limits.mem_bytes" in refused.stderr, refused.stderr
+    assert "t1-linux" in refused.stderr, refused.stderr
+    assert "t2-linux cannot run here" in refused.stderr, refused.stderr
+    esc.count_refusal()
