@@ -116,10 +116,11 @@ def test_the_verdict_needs_a_working_control() -> None:
 
 @linux
 def test_doctor_reports_an_unusable_host_tier() -> None:
-    """No bubblewrap: doctor exits 69 and says why (run in a child whose bwrap lookup has
-    been made to find nothing)."""
+    """No bubblewrap and no Landlock: doctor exits 69 and says why (run in a child whose
+    bwrap lookup has been made to find nothing, and T1's ABI probe to find none)."""
     code = (
         "import panday_tier_linux.host as h; h._BWRAP[:] = [None];"
+        "import panday_tier_linux.t1.capabilities as t1; t1._ABI[:] = ['no Landlock (test)'];"
         "from panday.cli import main; raise SystemExit(main(['doctor']))"
     )
     result = subprocess.run(
