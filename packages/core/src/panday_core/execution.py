@@ -596,6 +596,7 @@ class _Collector:
             breach=e.breach,
             truncated_stdout=e.truncated_stdout,
             truncated_stderr=e.truncated_stderr,
+            writes=e.writes,
         )
 
 

@@ -189,8 +189,22 @@ class FsPolicy(_Model, frozen=True, kw_only=True):
             "list: see docs/threat-model.md)."
         ),
     ] = False
+    writes: Annotated[
+        Literal["direct", "checked", "review"],
+        _doc(
+            "How the command's writes reach the workspace. 'direct': in place, with the "
+            "protected entries read-only (a list: partial). 'checked': into an overlay; "
+            "when the command ends every change that passes the hazard rules is applied "
+            "(one rename per file), the rest held for review. 'review': into an overlay; "
+            "nothing lands until `panday changes apply` (docs/workspace.md)."
+        ),
+    ] = "direct"
 
     def __post_init__(self) -> None:
+        if self.writes not in {"direct", "checked", "review"}:
+            raise FieldError(
+                "fs.writes", f"{self.writes!r} must be 'direct', 'checked' or 'review'"
+            )
         if self.workspace is not None:
             if not isinstance(self.workspace, str):  # pyright: ignore[reportUnnecessaryIsInstance] - built in Python
                 raise FieldError("fs.workspace", "expected a string (an absolute path)")

@@ -97,6 +97,31 @@ class LimitBreach(_Value, frozen=True, kw_only=True):
         return LimitExceeded(self.kind.value, self.detail)
 
 
+class HeldChange(_Value, frozen=True, kw_only=True):
+    """A change of a ``checked`` command that was not applied, and why."""
+
+    path: str
+    """Relative to the workspace."""
+    action: Literal["create", "modify", "delete", "mode"]
+    rule: str
+    """The hazard rule's id (docs/workspace.md), or ``conflict``."""
+    reason: str
+
+
+class WriteReport(_Value, frozen=True, kw_only=True):
+    """What became of a command's writes under ``fs.writes`` ``checked`` or ``review``."""
+
+    mode: Literal["checked", "review"]
+    change_set: str | None
+    """The change set that keeps what was not applied (`panday changes show ID`); None when
+    everything was applied (or nothing was written)."""
+    applied: int = 0
+    held: tuple[HeldChange, ...] = ()
+    """Held by a hazard rule, or in conflict with an edit made meanwhile."""
+    pending: int = 0
+    """Changes waiting for review (``review`` mode: every change)."""
+
+
 class ExecExit(_Value, frozen=True, kw_only=True):
     """The last event of a command: how it ended."""
 
@@ -107,6 +132,8 @@ class ExecExit(_Value, frozen=True, kw_only=True):
     breach: LimitBreach | None = None
     truncated_stdout: bool = False
     truncated_stderr: bool = False
+    writes: WriteReport | None = None
+    """``fs.writes`` checked or review: what became of the command's writes."""
 
 
 ExecEvent = OutputChunk | ExecExit
@@ -123,6 +150,8 @@ class ExecResult(_Value, frozen=True, kw_only=True):
     breach: LimitBreach | None = None
     truncated_stdout: bool = False
     truncated_stderr: bool = False
+    writes: WriteReport | None = None
+    """``fs.writes`` checked or review: what became of the command's writes."""
 
     @property
     def ok(self) -> bool:

@@ -22,6 +22,13 @@ or the next session's ``realpath``, mount a host directory of its choosing. So:
   bound onto itself, which makes it a mount point: a mount point cannot be renamed or
   removed (EBUSY), so no command can move a protected entry aside and put its own in its
   place. A staged path inside the workspace is checked to still be the held inode.
+* With ``fs.writes`` ``checked`` or ``review`` the workspace is an overlay instead
+  (`Roots.command_binds(overlay=...)`): every write lands in the command's change set
+  (`panday_core.changes`), nothing is written in place, so no protected entry, placeholder
+  or pinned directory is needed. bwrap takes the overlay's directories as paths (a
+  descriptor it is given stays open in the command, and a directory descriptor on the
+  workspace would write past the overlay), so the workspace path is checked to be the held
+  inode, with no link on the way, just before the command (the same one lookup as above).
 * `CommandBinds.close` (after the command): placeholders this process created are removed
   unless another jail still holds them (a shared lock on each placeholder; the remover
   needs the exclusive one) or something was written into them.
@@ -221,6 +228,8 @@ class CommandBinds:
         others are hard links to it (`_make_placeholder`)."""
         self.hidden: list[str] = []
         """Covered last by an empty read-only tmpfs: panday's state (`host.state_to_hide`)."""
+        self.overlay: tuple[str, str, str] | None = None
+        """(workspace, upper, work) paths: the workspace as an overlay (``fs.writes``)."""
 
     def add(self, option: str, fd: int, dest: str) -> None:
         self.ops.append((option, fd, dest))
@@ -241,6 +250,10 @@ class CommandBinds:
         }
         ordered = sorted(self.ops, key=lambda op: len(_components(op[2])))
         out: list[str] = []
+        if self.overlay is not None:
+            # First: everything else bound is either outside the workspace or inside it.
+            lower, upper, work = self.overlay
+            out += ["--overlay-src", lower, "--overlay", upper, work, lower]
         for option, fd, dest in ordered:
             out += [option, str(numbers[fd]), dest]
         for dest in self.hidden:
@@ -371,19 +384,37 @@ class Roots:
         except RootRefused as exc:
             raise _violation("fs.protect", exc.reason) from None
 
-    def command_binds(self, *, dry_run: bool = False) -> CommandBinds:
+    def entries_for_review(self) -> tuple[Entry, ...]:
+        """The protected entries the hazard rules hold at the workspace root (on top of the
+        names they hold at any depth); none when they cannot be listed."""
+        from panday_core.errors import PolicyViolation
+
+        try:
+            return self.entries()
+        except PolicyViolation:
+            return ()
+
+    def command_binds(
+        self, *, dry_run: bool = False, overlay: tuple[str, str] | None = None
+    ) -> CommandBinds:
         """The binds for one command (see the module docstring). Raises `PolicyViolation`
         when a protected entry is a symbolic link or a nested staged path was replaced.
-        `dry_run` checks without creating placeholders."""
+        `dry_run` checks without creating placeholders. `overlay`: (upper, work) paths of
+        the command's change set: the workspace is an overlay over them."""
         binds = CommandBinds()
         pins: dict[str, int] = {}
         try:
             ws = self.workspace
             # First, so that a missing state directory is made as itself, not a placeholder.
             binds.hidden = state_to_hide([ws.path, *(s.path for s in self.staged)])
-            option = "--bind-fd" if self.writable else "--ro-bind-fd"
-            binds.add(option, os.dup(ws.fd), ws.path)
-            entries = self.entries()
+            if overlay is not None:
+                _check_overlay_path(ws)
+                binds.overlay = (ws.path, *overlay)
+                entries: tuple[Entry, ...] = ()
+            else:
+                option = "--bind-fd" if self.writable else "--ro-bind-fd"
+                binds.add(option, os.dup(ws.fd), ws.path)
+                entries = self.entries()
             for entry in entries:
                 self._protect(binds, pins, entry, dry_run=dry_run)
             for i, staged in enumerate(self.staged):
@@ -396,6 +427,11 @@ class Roots:
                     os.close(pins.pop(rel))
             while pins:
                 rel, fd = pins.popitem()
+                if overlay is not None:
+                    # A directory of the real workspace bound into the overlay would take
+                    # writes past it; nothing needs pinning there (it is all a proposal).
+                    os.close(fd)
+                    continue
                 binds.add("--bind-fd", fd, f"{ws.path}/{rel}")
         except BaseException:
             for fd in pins.values():
@@ -503,6 +539,25 @@ class Roots:
         self.workspace.close()
         for staged in self.staged:
             staged.close()
+
+
+def _check_overlay_path(ws: Held) -> None:
+    """The workspace's path must still name the held directory, with no link on the way:
+    bwrap mounts the overlay from the path."""
+    try:
+        same = os.path.realpath(ws.path) == ws.path and _same(os.stat(ws.path), os.fstat(ws.fd))
+    except OSError:
+        same = False
+    if not same:
+        raise _violation(
+            "fs.workspace",
+            f"{ws.path!r} no longer names the directory this session opened (moved or "
+            "replaced); the overlay is mounted from the path, so the command is refused",
+        )
+
+
+def _same(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def entry_problem(held: Held) -> str | None:

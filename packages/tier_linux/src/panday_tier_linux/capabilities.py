@@ -57,7 +57,11 @@ def host_capabilities(
         bridge_reason = probe_bridge()
     import os
 
-    return capabilities(cgroup_reasons, bridge_reason, root=os.geteuid() == 0)
+    from panday_tier_linux.host import overlay_reason
+
+    return capabilities(
+        cgroup_reasons, bridge_reason, root=os.geteuid() == 0, overlay_reason=overlay_reason()
+    )
 
 
 def probe_bridge() -> str | None:

