@@ -39,6 +39,10 @@ NO_TMPFS: Final = (
     "T1 has no mount namespace, so no size-limited /tmp or read-only tmpfs can be given; "
     "T2 Linux enforces it"
 )
+NO_OVERLAY: Final = (
+    "T1 has no mount namespace, so no overlay can hold a command's writes for checking or "
+    "review: only 'direct' (in place) is available; T2 Linux enforces the others"
+)
 ROOT_DIR_NOTE: Final = (
     "with fs.access = 'rw' the workspace's own directory (and each directory on the way to "
     "a protected entry) accepts no new entries, renames or removals: Landlock grants a "
@@ -197,6 +201,7 @@ def _fields() -> tuple[FieldSupport, ...]:
             ("limits.pids", NO_CGROUP),
             ("limits.cpu_ms", NO_CGROUP),
             ("limits.disk_bytes", NO_TMPFS),
+            ("fs.writes", NO_OVERLAY),
         )
     ]
     return (
