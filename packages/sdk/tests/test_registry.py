@@ -329,7 +329,9 @@ def test_a_registered_tier_refuses_what_it_cannot_enforce(fake_tier: str, tmp_pa
     # them); another tier refuses them rather than dropping them.
     assert tiers.entry(fake_tier).opener is not None
     assert tiers.entry("t0").opener is None
-    with pytest.raises(Unsupported, match=r"passed through on t9-fake and t2-linux and t1-linux only, not t0"):
+    with pytest.raises(
+        Unsupported, match=r"passed through on t9-fake and t2-linux and t1-linux only, not t0"
+    ):
         panday.open(
             SandboxPolicy().with_workspace(str(tmp_path)), tier="t0", egress=ProxySettings()
         )
