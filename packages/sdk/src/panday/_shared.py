@@ -13,6 +13,7 @@ from panday_core.types import ExecSpec
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from panday.changes import ChangeSet
     from panday.toolchains import Unseen
     from panday_core.capabilities import Guarantee, Refusal, TierCapabilities
     from panday_core.policy import SandboxPolicy
@@ -47,6 +48,13 @@ class SessionInfo:
     def guarantees(self) -> tuple[Guarantee, ...]:
         """What this session's tier guarantees here, each with its mechanism and support."""
         return self.capabilities().guarantees
+
+    def changes(self) -> list[ChangeSet]:
+        """The change sets kept for this session's workspace (``fs.writes`` checked or
+        review), oldest first: what was held, or waits for review (`panday.changes`)."""
+        from panday.changes import change_sets
+
+        return change_sets(self.workspace)
 
 
 def resolve_policy(

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 import msgspec
 
 from panday_core.capabilities import FieldSupport, Guarantee, Refusal
-from panday_core.types import LimitBreach
+from panday_core.types import LimitBreach, WriteReport
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -80,6 +80,8 @@ class RunReport(_Report, frozen=True, kw_only=True):
     truncated_stderr: bool
     panday_exit_code: int
     """What `panday run` exits with (docs/cli.md)."""
+    writes: WriteReport | None = None
+    """``fs.writes`` checked or review: what was applied, held, or waits for review."""
 
 
 class TierStatus(_Report, frozen=True, kw_only=True):

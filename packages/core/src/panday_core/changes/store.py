@@ -289,7 +289,7 @@ def list_sets(workspace_id: tuple[int, int] | None = None) -> list[Meta]:
                 meta = _load(store, name)
                 if workspace_id is None or tuple(meta.workspace_id) == workspace_id:
                     out.append(meta)
-        return out
+        return sorted(out, key=lambda m: (m.started_ns, m.id))
     finally:
         os.close(store)
 

@@ -67,6 +67,10 @@ COMMANDS: dict[str, Command] = {
         ),
         ("policy schema", "print the policy's JSON Schema"),
     ),
+    "changes": Command(
+        "panday.cli.changes",
+        ("changes [list|show|apply|discard|collect]", "change sets of fs.writes checked/review"),
+    ),
     "plugin": Command(
         "panday.cli.plugin",
         ("plugin inspect [--json] FILE", "a plugin.toml's consent summary for this host"),

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from panday.terminal import Filter
     from panday_core.errors import PolicyViolation
     from panday_core.policy import SandboxPolicy
-    from panday_core.types import ExecExit, ExecResult, ExecSpec
+    from panday_core.types import ExecExit, ExecResult, ExecSpec, WriteReport
 
 RUN_HELP = """\
 usage: panday run [OPTIONS] [--] CMD [ARG]...
@@ -51,6 +51,10 @@ options:
                       form for secrets (export TOKEN=...; panday run --env TOKEN -- ...)
   --env NAME=VALUE    set NAME inside; the value is on panday's command line, which other
                       users of this host can read (ps), so never put a secret there
+  --writes MODE       direct (default: in place, protected names read-only), checked (an
+                      overlay; what passes the hazard rules is applied when the command
+                      ends, the rest held: panday changes) or review (nothing lands until
+                      panday changes apply); docs/workspace.md
   --stdin             stream this process's standard input into the command (default: empty)
   --tier TIER         auto (default), t2-linux, t2-macos or t0; a named tier is never replaced
   --json              print one JSON result object (output not streamed)
@@ -62,7 +66,7 @@ options:
 
 _VALUED = frozenset(
     {"--policy", "--workspace", "--ro", "--allow", "--mem", "--pids", "--cpu", "--timeout"}
-    | {"--env", "--tier"}
+    | {"--env", "--tier", "--writes"}
 )
 _REPEATABLE = frozenset({"--ro", "--allow", "--env"})
 _FLAGS = frozenset({"--json", "--stdin", "--debug", "--help", "-h", "--sanitize", "--no-sanitize"})
@@ -302,10 +306,14 @@ def build_policy(opts: RunOptions) -> SandboxPolicy:
         from panday.defaults import current_directory
 
         workspace = current_directory()
+    writes = opts.one("--writes")
+    if writes is not None and writes not in {"direct", "checked", "review"}:
+        raise UsageError(f"--writes {writes!r}: choose direct, checked or review")
     fs = msgspec.structs.replace(
         base.fs,
         workspace=workspace or base.fs.workspace,
         staged_ro=(*base.fs.staged_ro, *staged),
+        writes=writes or base.fs.writes,
     )
     net = msgspec.structs.replace(base.net, allow=(*base.net.allow, *hosts))
     limit_values = {name: getattr(base.limits, name) for name in Limits.__struct_fields__}
@@ -346,6 +354,19 @@ def exit_code_of(end: ExecExit | ExecResult) -> int:
     return exitcodes.SIGNAL_BASE + (end.signal or 0)
 
 
+def writes_lines(report: WriteReport) -> str:
+    """What became of a checked or review command's writes: one line per held change, and
+    where the rest waits (nothing when everything was applied)."""
+    lines = [f"panday: held {h.path} ({h.action}): {h.rule}: {h.reason}" for h in report.held]
+    if report.change_set is not None:
+        waiting = f"{report.pending} change(s) wait for review; " if report.pending else ""
+        lines.append(
+            f"panday: {waiting}see `panday changes show {report.change_set}`, then "
+            f"`panday changes apply {report.change_set} [PATH...]` or `discard`"
+        )
+    return "".join(line + "\n" for line in lines)
+
+
 def _breach_line(end: ExecExit) -> str:
     assert end.breach is not None  # noqa: S101 - only called with a breach
     ended = (
@@ -377,6 +398,8 @@ def _stream(session: Session, spec: ExecSpec, opts: RunOptions) -> int:
                 write_all(fd, found.flush())
             if event.breach is not None:
                 sys.stderr.write(f"panday: {_breach_line(event)}\n")
+            if event.writes is not None:
+                sys.stderr.write(writes_lines(event.writes))
             return exit_code_of(event)
     except BrokenPipeError:
         # Whoever reads our output has gone (`panday run -- yes | head -1`): stop the
@@ -413,6 +436,7 @@ def _document(session: Session, spec: ExecSpec, result: ExecResult) -> tuple[lis
         truncated_stdout=result.truncated_stdout,
         truncated_stderr=result.truncated_stderr,
         panday_exit_code=code,
+        writes=result.writes,
     )
     frame = msgspec.json.format(msgspec.json.encode(report), indent=2)
     # The keys, unescaped, occur once each: a quote inside a JSON string is escaped.
