@@ -18,6 +18,7 @@ import pytest
 
 from panday_core.errors import PolicyViolation
 from panday_core.policy import FsPolicy, Limits, NetPolicy, SandboxPolicy
+from panday_tier_linux import seccomp
 from panday_tier_linux.t1.session import open_session
 
 if TYPE_CHECKING:
@@ -268,3 +269,39 @@ def test_what_t1_cannot_enforce_is_refused_by_field(
     assert field in [v.field for v in info.value.violations]
     assert info.value.tier == "t1-linux"
     esc.count_refusal()
+
+
+@pytest.mark.parametrize("kind", ["tcp4", "abstract"])
+def test_landlock_alone_refuses_tcp_and_abstract_sockets(
+    esc: Escape, t1: _T1, listen: Callable[[str], Listener], kind: str
+) -> None:
+    """The layer alone: with a seccomp program that lets socket(2) through (T2's filter for
+    a session with the egress bridge: AF_UNIX, AF_INET, AF_INET6), Landlock's TCP rule (no
+    port allowed, ABI 4) and its abstract-socket scope (ABI 6) still refuse the connect.
+    The probe first proves the socket itself was made (else it is inconclusive)."""
+    server = listen(kind)
+    family = "AF_INET" if kind == "tcp4" else "AF_UNIX"
+    code = f"""
+try:
+    s = socket.socket(socket.{family}, socket.SOCK_STREAM)
+except OSError as exc:
+    print("no socket at all:", err(exc)); sys.exit(3)
+s.settimeout(3)
+try:
+    s.connect({server.address!r})
+except OSError as exc:
+    blocked(err(exc))
+ok("connected")
+"""
+    esc.control(esc.outside(code))
+    server.settle()
+    accepted = server.accepted
+    with t1.open() as session:
+        session.program = seccomp.program(
+            seccomp.FilterSpec(socket_families=seccomp.BRIDGE_FAMILIES)
+        )
+        result = session.run(esc.py(code), timeout_ms=60_000)
+    outcome = esc.parse("inside T1, Landlock alone", result.stdout, result.stderr, result.exit_code)
+    esc.must_block(outcome)
+    server.settle()
+    assert server.accepted == accepted, "the host listener saw a connection from T1"
