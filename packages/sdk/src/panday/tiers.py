@@ -261,7 +261,6 @@ register(
         probes=(
             "read-next-to-workspace",
             "write-next-to-workspace",
-            "etc-shadow",
             "host-loopback-tcp",
             "host-process-signal",
             "environment-canary",

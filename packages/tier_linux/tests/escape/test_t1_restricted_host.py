@@ -11,6 +11,7 @@ could enforce is refused naming both reasons, never run with less.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +95,31 @@ def test_a_policy_only_t2_enforces_is_refused_with_both_reasons(esc: Escape) -> 
     assert "t1-linux" in refused.stderr, refused.stderr
     assert "t2-linux cannot run here" in refused.stderr, refused.stderr
     esc.count_refusal()
+
+
+def test_inside_a_user_namespace_with_no_room_for_another_t1_is_in_force(esc: Escape) -> None:
+    """The other restricted host: a user namespace whose max_user_namespaces is 0 (a
+    per-namespace limit: the host's own setting is untouched). bwrap cannot make its user
+    namespace there; T1 needs none."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.fail("inconclusive: this probe needs unshare(1) (util-linux)")
+    script = f"echo 0 > /proc/sys/user/max_user_namespaces && exec {_panday()} doctor"
+    env = {**os.environ, "XDG_CONFIG_HOME": str(esc.tmp / "config")}
+    done = subprocess.run(
+        [unshare, "--user", "--map-root-user", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=esc.ws,
+        timeout=120,
+        check=False,
+    )
+    if "unshare failed" in done.stderr:
+        pytest.fail(f"inconclusive: no user namespace for the probe itself: {done.stderr}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    t2 = next(line for line in lines if line.startswith("t2-linux:"))
+    assert t2.startswith("t2-linux: unavailable"), t2
+    assert "t1-linux: available (this host's command tier)" in lines, done.stdout
+    esc.held()

@@ -79,7 +79,10 @@ GUARANTEES: Final = (
         mechanism="Landlock: every filesystem right of the kernel's ABI is handled, and "
         "read rights are allowed only beneath those paths, each opened once (system paths at "
         "session open, roots held as descriptors); no /proc, /sys, /home, /root or /etc/shadow",
-        support=Support.STRICT,
+        support=Support.PARTIAL,
+        note="a path's existence and metadata outside the allowlist are not hidden (stat(2) "
+        "and readlink(2) work there): Landlock rules opening and listing, not lookup; "
+        "T2's mount view hides them",
     ),
     Guarantee(
         name="Writes only to the workspace (when rw) and the session's private tmp",
