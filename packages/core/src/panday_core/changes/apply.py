@@ -1,9 +1,13 @@
 """Apply a change set's pending changes to its workspace: checked, journalled, per file atomic.
 
 Before anything moves, every selected change is checked for a conflict: the workspace's
-entry at that path must not have changed since the command started (its ctime is at or
-after the change set's start, taken from the clock file times come from), and what
-existed then must still exist. A conflicting change is marked and skipped, never
+entry at that path must not have changed since the command took the path over (its ctime
+is at or after the birth time of the change's entry in the upper directory: the overlay's
+copy-up, whiteout or replacement, stamped by the same clock), and what existed then must
+still exist. An edit made before the copy-up is in the copy the command changed, so only
+edits after it could be lost. Where the upper file system keeps no birth time, the change
+set's start is the reference (an edit in the same clock tick just before it then counts
+as a conflict: held, never overwritten). A conflicting change is marked and skipped, never
 overwritten. Then the journal (the change set's metadata, with status ``applying`` and the
 paths to apply) is written and synced, and each change is made with one ``rename(2)``
 from the upper directory (a copy to a temporary name and a rename when the upper directory
@@ -90,7 +94,7 @@ def conflict(root: int, change: Change, started_ns: int, creating: frozenset[str
     except Conflict as exc:
         return f"{CONFLICT}: {exc}"
     try:
-        return _conflict_at(parent, name, change, started_ns)
+        return _conflict_at(parent, name, change, change.since_ns or started_ns)
     finally:
         os.close(parent)
 

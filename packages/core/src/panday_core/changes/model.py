@@ -27,6 +27,10 @@ class Change(msgspec.Struct, kw_only=True):
     """The overlay copied it up from the workspace: it existed when the command started."""
     replaces: bool = False
     """It stands where the workspace had something else (or something of another kind)."""
+    since_ns: int = 0
+    """When the command took this path over (its upper entry's birth time: the copy-up, the
+    whiteout, the replacement); a workspace entry changed at or after it is a conflict. 0:
+    unknown (the file system keeps no birth time): the change set's start is used."""
     state: State = "pending"
     reason: str = ""
     """Why it is held (a hazard rule's reason), or what the conflict was."""

@@ -20,9 +20,56 @@ from contextlib import suppress
 
 from panday_core.changes.model import Change, Kind
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 OPAQUE = "user.overlay.opaque"
 ORIGIN = "user.overlay.origin"
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+_STATX_BTIME = 0x800
+_AT_SYMLINK_NOFOLLOW = 0x100
+_STATX_BYTES = 256
+_BTIME = slice(80, 88), slice(88, 92)
+"""Where ``struct statx`` keeps stx_btime's seconds and nanoseconds."""
+
+
+class _Statx:
+    """libc's statx, found once (ctypes is loaded only when a change set is read)."""
+
+    call: Callable[..., int] | None = None
+    loaded = False
+
+    @classmethod
+    def get(cls) -> Callable[..., int] | None:
+        if not cls.loaded:
+            import ctypes
+
+            cls.call = getattr(ctypes.CDLL(None, use_errno=True), "statx", None)
+            cls.loaded = True
+        return cls.call
+
+
+def birth_ns(dir_fd: int, name: str) -> int:
+    """When the entry `name` of the directory on `dir_fd` was made (statx's btime, from
+    the clock file times come from); 0 when the file system does not record it. In an
+    overlay's upper directory that is when the entry was copied up or created: a workspace
+    entry changed at or after it was changed by someone else meanwhile."""
+    call = _Statx.get()
+    if call is None:
+        return 0
+    buf = bytearray(_STATX_BYTES)
+    import ctypes
+
+    raw = (ctypes.c_char * _STATX_BYTES).from_buffer(buf)
+    if call(dir_fd, name.encode(), _AT_SYMLINK_NOFOLLOW, _STATX_BTIME, raw) != 0:
+        return 0
+    if not int.from_bytes(buf[0:4], "little") & _STATX_BTIME:
+        return 0
+    sec = int.from_bytes(buf[_BTIME[0]], "little", signed=True)
+    return sec * 1_000_000_000 + int.from_bytes(buf[_BTIME[1]], "little")
 
 
 def kind_of(mode: int) -> Kind:
@@ -82,7 +129,9 @@ def _walk(upper: int, lower: int | None, prefix: str, *, opaque: bool, out: list
         below = _lstat(name, lower)
         if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
             if below is not None:  # a whiteout over nothing is the overlay's bookkeeping
-                out.append(Change(path=prefix + name, action="delete", kind=kind_of(below.st_mode)))
+                kind = kind_of(below.st_mode)
+                since = birth_ns(upper, name)
+                out.append(Change(path=prefix + name, action="delete", kind=kind, since_ns=since))
         elif stat.S_ISDIR(st.st_mode):
             _directory(upper, lower, prefix + name, st, below, opaque=opaque, out=out)
         else:
@@ -144,4 +193,5 @@ def _entry(upper: int, rel: str, st: os.stat_result, below: os.stat_result | Non
         target=target,
         copied_up=copied,
         replaces=below is not None and kind_of(below.st_mode) != kind,
+        since_ns=birth_ns(upper, name) if below is not None else 0,
     )
