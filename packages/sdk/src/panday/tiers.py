@@ -453,7 +453,8 @@ def _strongest(
     out: list[str] = []
     first: tuple[str, tuple[Refusal, ...]] | None = None
     for name in found:
-        reason = unavailable_reason(name)
+        # A name outside the registry (a caller's own table) has no probe to ask.
+        reason = unavailable_reason(name) if name in ALL_TIERS else None
         if reason is not None:
             out.append(f"{name} cannot run here: {reason}")
             continue

@@ -74,7 +74,7 @@ GUARANTEES: Final = (
         support=Support.STRICT,
     ),
     Guarantee(
-        name="Reads are an allowlist: /usr, a list of /etc files, three devices, the "
+        name="Reads are an allowlist: /usr, a list of /etc files, four devices, the "
         "workspace, staged paths, the session's private tmp",
         mechanism="Landlock: every filesystem right of the kernel's ABI is handled, and "
         "read rights are allowed only beneath those paths, each opened once (system paths at "

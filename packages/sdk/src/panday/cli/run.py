@@ -56,7 +56,8 @@ options:
                       ends, the rest held: panday changes) or review (nothing lands until
                       panday changes apply); docs/workspace.md
   --stdin             stream this process's standard input into the command (default: empty)
-  --tier TIER         auto (default), t2-linux, t2-macos or t0; a named tier is never replaced
+  --tier TIER         auto (default), t2-linux, t1-linux, t2-macos or t0; a named tier is
+                      never replaced
   --json              print one JSON result object (output not streamed)
   --sanitize          show terminal control sequences in the output as text (^[) instead
                       of passing them to the terminal; the default for a stream that is one
