@@ -63,6 +63,7 @@ class PolicyOptions(TypedDict, total=False):
     protect: Sequence[str]
     unprotect: Sequence[str]
     allow_home: bool
+    writes: Literal["direct", "checked", "review"]
 
 
 HERE = Path(__file__).resolve().parent
@@ -278,6 +279,7 @@ class Escape:
             protect=tuple(options.get("protect", ())),
             unprotect=tuple(options.get("unprotect", ())),
             allow_home=options.get("allow_home", False),
+            writes=options.get("writes", "direct"),
         )
         net = NetPolicy(
             allow=tuple(options.get("allow", ())), ports=tuple(options.get("ports", (80, 443)))
