@@ -41,10 +41,10 @@ def _tier_rows(policy: SandboxPolicy) -> list[TierCheck]:
     from panday.reports import TierCheck
     from panday_core.capabilities import check_policy
 
-    host_tier = tiers.host_command_tier()
+    here_tiers = tiers.host_command_tiers()  # this OS's tiers (Linux: T2, then T1)
     rows: list[TierCheck] = []
     for tier in tiers.COMMAND_TIERS:
-        here = tier == host_tier
+        here = tier in here_tiers
         unavailable = tiers.unavailable_reason(tier)
         by_host = here and tiers.absent_reason(tier) is None
         table = tiers.host_capabilities(tier) if by_host else tiers.declared(tier)
@@ -132,7 +132,9 @@ def _render_check(report: PolicyCheckReport) -> list[str]:
     from panday.cli import inputs as cli_input
 
     name = cli_input.shown(report.file)
-    host_tier = tiers.host_command_tier()
+    # The tier auto would open: the strongest of this OS's that runs and enforces it all.
+    chosen = [r.tier for r in report.tiers if r.host_tier and r.enforceable]
+    host_tier = chosen[0] if chosen else tiers.host_command_tier()
     where = f"on {host_tier}" if host_tier else "on this OS (panday has no tier for it)"
     state = "enforceable here" if report.enforceable_here else "NOT enforceable here"
     lines = [f"{name}: valid policy, {state} ({where})"]
