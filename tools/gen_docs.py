@@ -170,6 +170,19 @@ def render_protected_entries() -> str:
     return "\n".join(lines)
 
 
+def render_hazards() -> str:
+    """The hazard rules of ``fs.writes`` checked and review (panday_core.changes.hazards)."""
+    from panday_core.changes.hazards import CONFLICT, RULES  # noqa: PLC0415 - this block only
+
+    lines = ["| rule | what is held | why |", "|---|---|---|"]
+    lines += [f"| `{r.id}` | {_cell(r.what)} | {_cell(r.reason)} |" for r in RULES]
+    lines.append(
+        f"| `conflict` | a change whose workspace entry changed after the command took it "
+        f"over | {_cell(CONFLICT)} |"
+    )
+    return "\n".join(lines)
+
+
 def render_env_hooks() -> str:
     """The env names refused unless allow_env_hooks lists them (panday_core.protect)."""
     lines = ["| name | why it is refused |", "|---|---|"]
@@ -216,6 +229,7 @@ def renderer(name: str) -> Callable[[], str]:
     fixed: dict[str, Callable[[], str]] = {
         "protected-entries": render_protected_entries,
         "env-hooks": render_env_hooks,
+        "hazards": render_hazards,
         "policy-fields": render_policy_fields,
         "policy-enforcement": render_policy_enforcement,
     }

@@ -211,6 +211,7 @@ def test_a_build_backend_edit_is_held(esc: Escape) -> None:
     """pip and uv run the build backend a pyproject.toml names when the project is built."""
     old = '[project]\nname = "p"\nversion = "1"\n'
     new = '[build-system]\nrequires = []\nbuild-backend = "evil"\nbackend-path = ["."]\n' + old
+
     def setup(ws: Path) -> None:
         (ws / "pyproject.toml").write_text(old)
 

@@ -267,6 +267,15 @@ def _fields(proxy_reason: str | None = None) -> tuple[FieldSupport, ...]:
             "those places is refused by identity, whatever this field says",
             note=_ALLOW_HOME_MACOS + ALLOW_HOME_NOTE,
         ),
+        FieldSupport(
+            field="fs.writes",
+            support=Support.NOT_ENFORCED,
+            mechanism="none: writes land in place (direct), with the protected entries denied",
+            note="checked and review need an overlay over the workspace, and macOS has no "
+            "unprivileged overlay file system a Seatbelt profile can combine with (an APFS "
+            "clone is a copy, not a layer that records deletions); refused rather than "
+            "writing in place",
+        ),
         *egress_fields(_NET_FIELDS, proxy_reason),
         FieldSupport(
             field="limits.cpu_ms", support=Support.NOT_ENFORCED, mechanism="none", note=_CPU

@@ -60,6 +60,13 @@ def declared_capabilities(backend: Backend | None = None) -> TierCapabilities:
             "configuration that names code stay protected",
             ALLOW_HOME_NOTE,
         ),
+        row(
+            "fs.writes",
+            ne,
+            "none: write and put land in place (direct), refusing protected entries",
+            "T0's tools write one file per call, each judged before it is written; checked "
+            "and review (an overlay for a command's writes) apply to tiers that run commands",
+        ),
         row("net.allow", ne, "none", T0_NO_NETWORK),
         row("net.deny", na, "none", _NARROWS),
         row("net.ports", na, "none", _NARROWS),
