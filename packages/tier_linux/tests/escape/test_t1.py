@@ -108,6 +108,21 @@ ok("wrote .git/config")
     esc.must_block(t1.inside(code.format(ws=str(esc.ws))))
 
 
+def test_a_missing_protected_entry_cannot_be_made(esc: Escape, t1: _T1) -> None:
+    code = """
+try:
+    os.mkdir(os.path.join({ws!r}, ".vscode"))
+except OSError as exc:
+    blocked(err(exc))
+ok("made .vscode")
+"""
+    control_ws = esc.next_door / "ws-control"
+    control_ws.mkdir()
+    esc.control(esc.outside(code.format(ws=str(control_ws))))
+    esc.must_block(t1.inside(code.format(ws=str(esc.ws))))
+    assert not (esc.ws / ".vscode").exists()
+
+
 def _connect(family: str, address: object) -> str:
     return f"""
 s = None

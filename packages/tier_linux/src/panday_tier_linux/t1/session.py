@@ -157,7 +157,10 @@ class T1Session:
                 ruleset.allow_fd(staged.fd, landlock.READ, is_dir=staged.is_dir)
             ws = self.roots.workspace
             if self.roots.writable:
-                protected = [e.rel for e in self.roots.entries()]
+                try:
+                    protected = [e.rel for e in self.roots.entries()]
+                except PolicyViolation as exc:  # raised in T2's name by binds
+                    raise PolicyViolation(TIER, exc.violations) from None
                 grant_workspace(ruleset, ws.fd, protected)
             else:
                 ruleset.allow_fd(ws.fd, landlock.READ, is_dir=True)
