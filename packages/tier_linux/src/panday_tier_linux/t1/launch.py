@@ -97,6 +97,28 @@ class Restrictions:
         load_seccomp(self.program)
 
 
+_GC_LOCK = threading.Lock()
+_GC_HELD = [0, False]
+"""Spawning threads running now, and whether the collector was enabled before the first."""
+
+
+def _hold_gc(*, hold: bool) -> None:
+    """Keep the cyclic collector off while any spawning thread runs: a collection there
+    would run the caller's finalizers under the command's restrictions (where they fail)."""
+    import gc
+
+    with _GC_LOCK:
+        if hold:
+            if _GC_HELD[0] == 0:
+                _GC_HELD[1] = gc.isenabled()
+                gc.disable()
+            _GC_HELD[0] += 1
+        else:
+            _GC_HELD[0] -= 1
+            if _GC_HELD[0] == 0 and _GC_HELD[1]:
+                gc.enable()
+
+
 def run_restricted(restrictions: Restrictions) -> Callable[[Callable[[], int]], int]:
     """`spawn`'s `run_in`: make the spawn on a new thread that first restricts itself."""
 
@@ -111,8 +133,12 @@ def run_restricted(restrictions: Restrictions) -> Callable[[Callable[[], int]], 
                 box.append(exc)
 
         worker = threading.Thread(target=body, name="panday-t1-spawn", daemon=True)
-        worker.start()
-        worker.join()
+        _hold_gc(hold=True)
+        try:
+            worker.start()
+            worker.join()
+        finally:
+            _hold_gc(hold=False)
         found = box[0] if box else RuntimeError("the spawning thread ended without a result")
         if isinstance(found, BaseException):
             raise found
