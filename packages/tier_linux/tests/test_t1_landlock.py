@@ -13,8 +13,7 @@ import pytest
 
 from panday_core.capabilities import Support
 from panday_core.declared.t1_linux import capabilities, declared_capabilities
-from panday_tier_linux import seccomp
-from panday_tier_linux import host
+from panday_tier_linux import host, seccomp
 from panday_tier_linux.t1 import capabilities as t1caps
 from panday_tier_linux.t1 import landlock
 
