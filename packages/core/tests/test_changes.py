@@ -133,7 +133,8 @@ PLANTS: dict[str, tuple[list[Item], str]] = {
     "set-id": ([("tool", "#!/bin/sh\n", 0o4755)], "tool"),
     "special-file": ([("pipe", "FIFO", 0)], "pipe"),
     "outward-link": ([("docs-link", "->../../etc/passwd", 0)], "docs-link"),
-    "inside-held": ([("x/.claude/commands/go.md", "run", 0o644)], "x/.claude/commands/go.md"),
+    # json/ is held as a module shadow (the directory alone); its __init__.py by this row.
+    "inside-held": ([("json/__init__.py", "raise SystemExit\n", 0o644)], "json/__init__.py"),
 }
 
 

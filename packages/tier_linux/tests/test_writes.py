@@ -194,3 +194,23 @@ def test_a_workspace_holding_the_change_sets_is_refused(tmp_path: Path, home: Pa
     with pytest.raises(PolicyViolation) as caught:
         open_session(policy)
     assert "fs.writes" in [v.field for v in caught.value.violations]
+
+
+def test_a_workspace_path_that_names_another_directory_now_is_refused(
+    tmp_path: Path, home: Path
+) -> None:
+    """bwrap mounts the overlay from the path: a directory put in the workspace's place
+    after the session opened must not become the command's workspace."""
+    del home
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    policy = SandboxPolicy(fs=FsPolicy(workspace=str(ws), writes="checked"))
+    with open_session(policy) as session:
+        assert session.run(["true"]).exit_code == 0  # control: the session runs commands
+        ws.rename(tmp_path / "ws-moved")
+        ws.mkdir()  # another directory under the name
+        (ws / "planted.txt").write_text("not the session's workspace\n")
+        with pytest.raises(PolicyViolation) as caught:
+            session.run(["sh", "-c", "cat planted.txt; echo x > written.txt"])
+    assert [v.field for v in caught.value.violations] == ["fs.workspace"]
+    assert not (ws / "written.txt").exists()

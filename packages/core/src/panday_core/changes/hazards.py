@@ -8,7 +8,7 @@ so the guarantee built on the names alone is partial; the rules that read conten
 not depend on a name being listed. The table `RULES` is what docs/workspace.md shows.
 """
 
-# ruff: noqa: PTH112, PTH208 - descriptor-relative listing (dir_fd): pathlib has no such calls
+# ruff: noqa: PTH112, PTH113, PTH118, PTH208 - os terms beside dir_fd calls pathlib lacks
 
 from __future__ import annotations
 
@@ -257,8 +257,9 @@ def _open_beneath(root: int, rel: str) -> int:
 
 def importable_names() -> frozenset[str]:
     """Top-level module names a Python of the caller's would import: the standard library's
-    and every name on this process's sys.path (directories only; the workspace's own
-    names are what a shadow would add, so they are not counted twice)."""
+    and every module or regular package on this process's sys.path (a bare directory is a
+    namespace package, which a module of the same name earlier on the path does not
+    replace so much as join, and counting it would hold every new ``docs/`` or ``src/``)."""
     names = set(sys.stdlib_module_names)
     for entry in sys.path:
         if not entry or not os.path.isdir(entry):
@@ -268,10 +269,13 @@ def importable_names() -> frozenset[str]:
         except OSError:
             continue
         for name in listing:
-            stem = name.split(".", 1)[0]
-            if stem.isidentifier():
+            stem, dot, ext = name.partition(".")
+            if not stem.isidentifier():
+                continue
+            if (dot and (ext == "py" or ext.endswith(("so", "pyc", "pyd")))) or (
+                not dot and os.path.isfile(os.path.join(entry, name, "__init__.py"))
+            ):
                 names.add(stem)
-    names.discard("__pycache__")
     return frozenset(names)
 
 
