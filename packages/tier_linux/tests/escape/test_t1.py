@@ -108,6 +108,25 @@ ok("wrote .git/config")
     esc.must_block(t1.inside(code.format(ws=str(esc.ws))))
 
 
+def test_a_staged_path_inside_a_writable_workspace_stays_read_only(esc: Escape, t1: _T1) -> None:
+    staged = esc.ws / "vendor" / "lib"
+    staged.mkdir(parents=True)
+    (esc.ws / "src").mkdir()
+    code = """
+try:
+    with open(os.path.join({where!r}, "planted"), "w") as fh:
+        fh.write("x")
+except OSError as exc:
+    blocked(err(exc))
+ok("written")
+"""
+    esc.control(esc.outside(code.format(where=str(esc.next_door))))
+    # The control inside: beside it, in the same writable workspace, the write works.
+    esc.control(t1.inside(code.format(where=str(esc.ws / "src")), staged=[staged]))
+    esc.must_block(t1.inside(code.format(where=str(staged)), staged=[staged]))
+    assert not (staged / "planted").exists()
+
+
 def test_a_missing_protected_entry_cannot_be_made(esc: Escape, t1: _T1) -> None:
     code = """
 try:

@@ -161,6 +161,13 @@ class T1Session:
                     protected = [e.rel for e in self.roots.entries()]
                 except PolicyViolation as exc:  # raised in T2's name by binds
                     raise PolicyViolation(TIER, exc.violations) from None
+                # A staged path inside the workspace stays read-only: like a protected
+                # entry, neither it nor the directories above it get a write right.
+                protected += [
+                    s.path[len(ws.path) + 1 :]
+                    for s in self.roots.staged
+                    if s.path.startswith(ws.path.rstrip("/") + "/")
+                ]
                 grant_workspace(ruleset, ws.fd, protected)
             else:
                 ruleset.allow_fd(ws.fd, landlock.READ, is_dir=True)
