@@ -76,6 +76,9 @@ NAMESPACE_FLAGS = (
     ("CLONE_NEWTIME", CLONE_NEWTIME),
 )
 
+SOCK_DGRAM = 2
+SOCK_TYPE_MASK = 0xF
+"""The type bits of socket(2)'s second argument (the rest are SOCK_NONBLOCK, SOCK_CLOEXEC)."""
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 PER_LINUX = 0
@@ -216,6 +219,11 @@ class FilterSpec:
             ("personality", 0, "NE", PER_LINUX, 0),
         ]
         conditional += _socket_family_rules(socket_families)
+        if not socket:
+            # With no network namespace, a datagram socketpair could sendto(2) any host
+            # unix datagram socket by path (/dev/log, journald): stream and seqpacket
+            # pairs are connected to each other and nothing else.
+            conditional.append(("socketpair", 1, "MASKED_EQ", SOCK_TYPE_MASK, SOCK_DGRAM))
         for call, arg in MODE_ARG:
             conditional += [
                 (call, arg, "MASKED_EQ", S_ISUID, S_ISUID),

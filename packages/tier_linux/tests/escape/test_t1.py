@@ -12,6 +12,7 @@ signalled and /proc is unreadable; and what T1 cannot enforce is refused by fiel
 from __future__ import annotations
 
 import os
+import socket
 from typing import TYPE_CHECKING, Unpack
 
 import pytest
@@ -174,6 +175,39 @@ def test_a_host_listener_is_unreachable(
     esc.must_block(t1.inside(code))
     server.settle()
     assert server.accepted == accepted, "the host listener saw a connection from T1"
+
+
+def test_a_host_unix_datagram_socket_is_unreachable_through_a_socketpair(
+    esc: Escape, t1: _T1
+) -> None:
+    """socket(2) is denied, but a datagram socketpair could sendto(2) any host unix
+    datagram socket by path (Landlock does not rule it): /dev/log, journald. Measured:
+    the host socket received the datagram before the filter refused such pairs."""
+    path = str(esc.next_door / "host-dgram.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    server.bind(path)
+    server.settimeout(0.5)
+    code = f"""
+try:
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    a.sendto(b"escaped", {path!r})
+except OSError as exc:
+    blocked(err(exc))
+ok("sent")
+"""
+    try:
+        esc.control(esc.outside(code))
+        if server.recv(64) != b"escaped":
+            pytest.fail("inconclusive: control failed: the host socket received nothing")
+        inside = t1.inside(code)
+        try:
+            got = server.recv(64)
+        except TimeoutError:
+            got = b""
+        assert not got, f"ESCAPE: the host datagram socket received {got!r} from T1"
+        esc.must_block(inside)
+    finally:
+        server.close()
 
 
 def test_udp_to_a_host_loopback_listener(

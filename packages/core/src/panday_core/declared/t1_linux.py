@@ -54,11 +54,14 @@ ROOT_DIR_NOTE: Final = (
 GUARANTEES: Final = (
     Guarantee(
         name="No network: no host loopback, LAN, internet, unix socket or abstract socket",
-        mechanism="seccomp refuses socket(2) of every family (socketpair(2) of AF_UNIX is "
-        "kept); Landlock (ABI 4) also handles TCP bind and connect with no port allowed",
+        mechanism="seccomp refuses socket(2) of every family, and socketpair(2) of any family "
+        "but AF_UNIX and of datagram type (stream and seqpacket pairs, connected to each "
+        "other only, are kept); Landlock (ABI 4) also handles TCP bind and connect with no "
+        "port allowed",
         support=Support.STRICT,
-        note="a pathname unix socket is not ruled by Landlock's filesystem rights; with no "
-        "socket(2) nothing can connect to one",
+        note="Landlock does not rule connecting or sending to a pathname unix socket "
+        "(measured: a datagram socketpair reached a host datagram socket by path before "
+        "seccomp refused such pairs); with neither, nothing can reach one",
     ),
     Guarantee(
         name="No capabilities, also when the caller is root",
