@@ -21,7 +21,8 @@ but bwrap 0.11's ``--overlay`` takes no mount options.
 
 The files are removed between rounds, outside the timing, and the page cache's dirty
 pages are written back (``sync``), so no round pays for another's writeback. The load
-average is recorded before and after. The result goes to ``benchmarks/results.json`` under ``writes``.
+average is recorded before and after. The result goes to ``benchmarks/results.json``
+under ``writes``.
 """
 
 from __future__ import annotations
