@@ -53,7 +53,7 @@ def test_this_kernel_has_an_abi_and_a_ruleset_can_be_made() -> None:
 
 
 def test_t1_denies_socket_and_keeps_socketpair() -> None:
-    spec = seccomp.FilterSpec(socket=False)
+    spec = seccomp.FilterSpec(namespaces=False)
     assert "socket" in spec.denied
     assert "deny socket errno EPERM\n" in spec.text
     # socketpair(2) stays ruled by family: AF_UNIX only.

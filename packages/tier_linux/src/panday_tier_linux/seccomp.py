@@ -114,9 +114,66 @@ XATTR_WRITES = ("setxattr", "lsetxattr", "fsetxattr", "setxattrat")
 as cp -a and Python's shutil treat as nothing to copy): the filter cannot read an
 attribute's name, and security.capability would give a file capabilities on the host."""
 
-NEWER_SYSCALLS = {"fchmodat2": 452, "setxattrat": 463, "open_tree_attr": 467}
+NEWER_SYSCALLS = {"fchmodat2": 452, "setxattrat": 463, "removexattrat": 466, "open_tree_attr": 467}
 """Numbers (one table for every architecture since Linux 5.1) of calls newer than some
 libseccomp builds know by name: denied by number then, never skipped."""
+
+NO_NAMESPACE_DENIED: tuple[tuple[str, str], ...] = (
+    (
+        "socket",
+        "no network namespace: no socket of any family (Landlock rules no pathname socket)",
+    ),
+    *(
+        (name, "System V IPC: no IPC namespace, objects of the uid's host processes")
+        for name in (
+            "shmget",
+            "shmat",
+            "shmctl",
+            "msgget",
+            "msgsnd",
+            "msgrcv",
+            "msgctl",
+            "semget",
+            "semop",
+            "semtimedop",
+            "semctl",
+        )
+    ),
+    *(
+        (name, "POSIX message queues: no IPC namespace, not ruled by Landlock")
+        for name in (
+            "mq_open",
+            "mq_unlink",
+            "mq_timedsend",
+            "mq_timedreceive",
+            "mq_notify",
+            "mq_getsetattr",
+        )
+    ),
+    *(
+        (name, "mode and owner changes: Landlock does not rule them (any file of the uid)")
+        for name in (
+            "chmod",
+            "fchmod",
+            "fchmodat",
+            "fchmodat2",
+            "chown",
+            "fchown",
+            "lchown",
+            "fchownat",
+        )
+    ),
+    *(
+        (name, "path-based time changes: Landlock does not rule them")
+        for name in ("utime", "utimes", "futimesat")
+    ),
+    *(
+        (name, "extended-attribute removal: Landlock does not rule it")
+        for name in ("removexattr", "lremovexattr", "fremovexattr", "removexattrat")
+    ),
+)
+"""What T1 Linux also denies (EPERM): what its missing namespaces would hide, and what
+Landlock does not rule on files outside its rules."""
 
 DENIED: tuple[tuple[str, str], ...] = (
     # Reading or writing other processes.
@@ -196,15 +253,18 @@ class FilterSpec:
     __slots__ = ("conditional", "denied", "text", "unsupported")
 
     def __init__(
-        self, *, socket_families: frozenset[int] = NO_NETWORK_FAMILIES, socket: bool = True
+        self, *, socket_families: frozenset[int] = NO_NETWORK_FAMILIES, namespaces: bool = True
     ) -> None:
-        """`socket` False denies socket(2) outright (T1 Linux: no socket of any family,
-        `socket_families` then rules socketpair(2) alone)."""
+        """`namespaces` False: the filter of T1 Linux, which has none, so it also denies
+        what they would hide and Landlock does not rule (`NO_NAMESPACE_DENIED`: socket(2)
+        of any family, `socket_families` then ruling socketpair(2) alone; System V and
+        POSIX IPC; mode, owner and extended-attribute changes; path-based time changes)."""
         if not socket_families or any(not 0 <= f < AF_MAX for f in socket_families):
             raise ValueError(
                 f"socket_families: {sorted(socket_families)} must be within 0..{AF_MAX - 1}"
             )
-        self.denied = tuple(name for name, _why in DENIED) + (() if socket else ("socket",))
+        extra = () if namespaces else tuple(name for name, _why in NO_NAMESPACE_DENIED)
+        self.denied = tuple(name for name, _why in DENIED) + extra
         # (syscall, argument index, comparison, value, mask-or-second-value) -> EPERM
         conditional: list[tuple[str, int, str, int, int]] = []
         for call in ("clone", "unshare"):
@@ -219,12 +279,17 @@ class FilterSpec:
             ("personality", 0, "NE", PER_LINUX, 0),
         ]
         conditional += _socket_family_rules(socket_families)
-        if not socket:
+        if not namespaces:
+            # A path-based time change is not ruled by Landlock; futimens(2) (a null path:
+            # the descriptor's file, opened through Landlock) is kept.
+            conditional.append(("utimensat", 1, "NE", 0, 0))
             # With no network namespace, a datagram socketpair could sendto(2) any host
             # unix datagram socket by path (/dev/log, journald): stream and seqpacket
             # pairs are connected to each other and nothing else.
             conditional.append(("socketpair", 1, "MASKED_EQ", SOCK_TYPE_MASK, SOCK_DGRAM))
         for call, arg in MODE_ARG:
+            if call in self.denied:  # denied outright already (T1)
+                continue
             conditional += [
                 (call, arg, "MASKED_EQ", S_ISUID, S_ISUID),
                 (call, arg, "MASKED_EQ", S_ISGID, S_ISGID),

@@ -11,6 +11,7 @@ signalled and /proc is unreadable; and what T1 cannot enforce is refused by fiel
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
 from typing import TYPE_CHECKING, Unpack
@@ -208,6 +209,50 @@ ok("sent")
         esc.must_block(inside)
     finally:
         server.close()
+
+
+def test_a_mode_change_next_to_the_workspace_fails(esc: Escape, t1: _T1) -> None:
+    """Landlock does not rule chmod(2): a key next door made readable by all is a write
+    outside the workspace. seccomp refuses mode and owner changes in T1."""
+    victim = esc.next_door / "id_key"
+    victim.write_text("secret")
+    victim.chmod(0o600)
+    code = f"""
+try:
+    os.chmod({str(victim)!r}, 0o644)
+except OSError as exc:
+    blocked(err(exc))
+ok("mode changed")
+"""
+    esc.control(esc.outside(code))
+    victim.chmod(0o600)
+    esc.must_block(t1.inside(code))
+    assert victim.stat().st_mode & 0o777 == 0o600
+
+
+SHMAT = """
+libc.shmat.restype = ctypes.c_void_p
+addr = libc.shmat({shmid}, None, 0)
+if addr in (None, ctypes.c_void_p(-1).value):
+    blocked(errno.errorcode.get(ctypes.get_errno(), "shmat failed"))
+libc.shmdt(ctypes.c_void_p(addr))
+ok("attached to a host segment")
+"""
+
+
+def test_a_host_shared_memory_segment_is_unreachable(esc: Escape, t1: _T1) -> None:
+    """No IPC namespace: a System V segment of this uid's host processes is reachable by
+    its id alone. seccomp refuses System V IPC in T1."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    shmid = libc.shmget(0, 4096, 0o600)  # IPC_PRIVATE: a new segment, this uid's
+    if shmid < 0:
+        pytest.fail(f"inconclusive: shmget failed (errno {ctypes.get_errno()})")
+    try:
+        code = SHMAT.format(shmid=shmid)
+        esc.control(esc.outside(code))
+        esc.must_block(t1.inside(code))
+    finally:
+        libc.shmctl(shmid, 0, None)  # IPC_RMID
 
 
 def test_udp_to_a_host_loopback_listener(

@@ -83,14 +83,26 @@ GUARANTEES: Final = (
         "read rights are allowed only beneath those paths, each opened once (system paths at "
         "session open, roots held as descriptors); no /proc, /sys, /home, /root or /etc/shadow",
         support=Support.PARTIAL,
-        note="a path's existence and metadata outside the allowlist are not hidden (stat(2) "
-        "and readlink(2) work there): Landlock rules opening and listing, not lookup; "
-        "T2's mount view hides them",
+        note="a path's existence and metadata outside the allowlist are not hidden (stat(2), "
+        "readlink(2) and inotify watches work there): Landlock rules opening and listing, "
+        "not lookup; T2's mount view hides them",
     ),
     Guarantee(
         name="Writes only to the workspace (when rw) and the session's private tmp",
         mechanism="Landlock write rights (write, truncate, make, remove, refer) allowed only "
-        "there; device nodes and device ioctls allowed nowhere",
+        "there; device nodes and device ioctls allowed nowhere; what Landlock does not rule "
+        "is refused by seccomp everywhere: chmod and chown families, path-based time changes "
+        "(utimensat with a path, utime, utimes), extended-attribute writes and removals",
+        support=Support.PARTIAL,
+        note="modes and owners cannot be changed inside the workspace either (EPERM: a file "
+        "keeps the mode it was created with); futimens(2) on a file opened through Landlock "
+        "is kept, so a root caller's command can set the times of a system file it reads",
+    ),
+    Guarantee(
+        name="No host IPC: System V shared memory, semaphores, message queues, POSIX "
+        "message queues",
+        mechanism="seccomp refuses every System V IPC call and the mq_* calls (no IPC "
+        "namespace: the objects of the uid's host processes would be reachable by id)",
         support=Support.STRICT,
     ),
     Guarantee(

@@ -453,7 +453,7 @@ def open_session(
     try:
         from panday_tier_linux import seccomp
 
-        program = seccomp.program(seccomp.FilterSpec(socket=False))
+        program = seccomp.program(seccomp.FilterSpec(namespaces=False))
         system: list[_HeldPath] = []
         for path in _system_paths():
             held = _hold(path, landlock.READ)
