@@ -477,7 +477,9 @@ def escape(session: nox.Session) -> None:
         passed, total = _junit_counts(junit, f"tier_{host}")
         if total == 0:
             session.error(f"{label}: no probe of the {host} suite ran")
-        labels.append(f"{label} {passed}/{total}")
+        t1_passed, t1_total = _junit_counts(junit, "tests.escape.test_t1")  # T1 Linux's probes
+        t1 = f" (T1 {t1_passed}/{t1_total})" if t1_total else ""
+        labels.append(f"{label} {passed}/{total}{t1}")
     if _floors(session, "escape", [junit for _, junit in runs], suites):
         results.record("escape", " · ".join([*labels, "below a floor"]), status="failed")
         session.error("escape: an escape suite is below its floor")
