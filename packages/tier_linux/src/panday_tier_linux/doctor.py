@@ -24,10 +24,26 @@ def cgroup_mechanism() -> str:
     return made.mechanism
 
 
+def writes_modes() -> str:
+    """Which ``fs.writes`` modes this host gives, which is in force by default, and why."""
+    from panday_tier_linux import host
+
+    reason = host.overlay_reason(probe=True)
+    if reason is not None:
+        return f"direct only (partial: protected names); checked and review are refused: {reason}"
+    found = host.overlay_bwrap()
+    where = f" ({found.path}, {host.bwrap_version(found.path)})" if found is not None else ""
+    return (
+        "direct by default (partial: protected names); checked and review available: the "
+        f"workspace as an overlay{where}, changes judged by the hazard rules (docs/workspace.md)"
+    )
+
+
 def details() -> dict[str, str]:
     """Doctor's rows for this host (name -> text), the jail's own row last."""
     found = host_report()
     jail = found.pop("jail", None)
+    found["fs.writes"] = writes_modes()
     found["cgroups"] = cgroup_mechanism()
     if jail is not None:
         found["jail"] = jail

@@ -11,6 +11,7 @@ import stat
 import sys
 
 from panday_core import userstate
+from panday_core.startup import suppress
 
 SYSTEM_BWRAP = ("/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap")
 """Distribution builds come first: they receive the distribution's security updates."""
@@ -157,17 +158,64 @@ def overlay_bwrap() -> Bwrap | None:
     return None
 
 
-def overlay_reason() -> str | None:
-    """Why this host cannot give a jail an overlay workspace (None: it can)."""
+def overlay_reason(*, probe: bool = False) -> str | None:
+    """Why this host cannot give a jail an overlay workspace (None: it can): the kernel's
+    and bubblewrap's versions, and with `probe` an overlay actually mounted in a user
+    namespace once (a bwrap run, cached for the process: what a session that asks for
+    ``fs.writes`` checked or review does, and doctor)."""
     release = os.uname().release.split("-", 1)[0]
     kernel = _version_tuple(release)
     if kernel and kernel[:2] < OVERLAY_KERNEL:
         return f"kernel {release} cannot mount overlayfs in a user namespace (5.11 or newer can)"
-    if overlay_bwrap() is None:
+    found = overlay_bwrap()
+    if found is None:
         system = find_bwrap()
         have = bwrap_version(system.path) if system is not None else "no bwrap"
         return f"no bubblewrap with --overlay (0.11 or newer) is installed ({have})"
-    return None
+    return _probe_overlay(found.path) if probe else None
+
+
+_OVERLAY_PROBE: dict[str, str | None] = {}
+
+
+def _probe_overlay(bwrap: str) -> str | None:
+    """Mount an overlay in a user namespace once, as a jail's would be (the kernel, not a
+    version number, decides: a distribution may forbid it); cached for the process."""
+    if bwrap in _OVERLAY_PROBE:
+        return _OVERLAY_PROBE[bwrap]
+    import shutil
+    import subprocess
+    import tempfile
+
+    base = tempfile.mkdtemp(prefix="panday-overlay-probe-")
+    try:
+        for name in ("lower", "upper", "work"):
+            os.mkdir(os.path.join(base, name), 0o700)
+        lower = os.path.join(base, "lower")
+        argv = [bwrap, "--unshare-user", "--unshare-pid", "--ro-bind", "/", "/"]
+        argv += ["--overlay-src", lower, "--overlay", f"{base}/upper", f"{base}/work", lower]
+        argv += ["--", "/bin/sh", "-c", f"echo ok > {lower}/probe"]
+        try:
+            done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+            wrote = os.path.exists(os.path.join(base, "upper", "probe"))
+            reason = (
+                None
+                if done.returncode == 0 and wrote
+                else (
+                    "an overlay cannot be mounted in a user namespace here: "
+                    + (done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}")
+                )
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            reason = f"the overlay probe could not run: {exc}"
+    finally:
+        for dirpath, dirnames, _ in os.walk(base):  # the overlay's work dir is mode 000
+            for d in dirnames:
+                with suppress(OSError):
+                    os.chmod(os.path.join(dirpath, d), 0o700)
+        shutil.rmtree(base, ignore_errors=True)
+    _OVERLAY_PROBE[bwrap] = reason
+    return reason
 
 
 _VERSIONS: dict[str, str] = {}

@@ -490,7 +490,11 @@ def open_session(
     cgroup_reasons: dict[str, str] = {}
     if not refusals:
         guard, cgroup_reasons = Guard.open(explicit, sid)
-    caps = host_capabilities(cgroup_reasons, bridge_reason=_bridge_reason(policy))
+    caps = host_capabilities(
+        cgroup_reasons,
+        bridge_reason=_bridge_reason(policy),
+        overlay_reason=host.overlay_reason(probe=True) if policy.fs.writes != "direct" else None,
+    )
     refusals += check_policy(policy, caps)
     if refusals or roots is None or guard is None:
         if guard is not None:
