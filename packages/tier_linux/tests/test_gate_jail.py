@@ -210,8 +210,11 @@ def _without_cgroups(argv: list[str]) -> list[str]:
 def test_the_jail_dies_with_its_sigkilled_caller_whatever_the_load(tmp_path: Path) -> None:
     """Event-driven, not timed: the jail's processes are found from the caller's process
     tree, the caller is SIGKILLed, and each process's pidfd must become readable (it
-    exited). Only a jail that never dies meets the bound, which is generous (60 s) and
-    not what the verdict depends on; no other session can end the jail (no cgroup)."""
+    exited). Only a jail that never dies meets the bound, which is generous (5 s: the
+    kernel kills a pid namespace in milliseconds) and not what the verdict depends on; it
+    stays under falsify's per-test floor (10 s), so a surviving jail is found and killed
+    here (by pidfd), not left running when falsify kills the test. No other session can
+    end the jail (no cgroup)."""
     started = tmp_path / "started"
     parent = subprocess.Popen(_without_cgroups([sys.executable, "-c", PARENT, str(tmp_path)]))
     try:
@@ -230,7 +233,7 @@ def test_the_jail_dies_with_its_sigkilled_caller_whatever_the_load(tmp_path: Pat
             for fd in fds.values():
                 poller.register(fd, select.POLLIN)
             alive = set(fds.values())
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 5
             while alive and time.monotonic() < deadline:
                 for fd, _ in poller.poll(1000):
                     alive.discard(fd)

@@ -68,18 +68,26 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
     Linux (and earlier on a pipe or a full disk), and a descriptor the caller left
     non-blocking answers EAGAIN rather than waiting. Nothing is dropped silently: a write
     that fails for good raises (`OutputError`, or BrokenPipeError when the reader left)."""
-    import select
-
     view = memoryview(data)
     while view:
         try:
             view = view[os.write(fd, view) :]
         except BlockingIOError:
-            select.select([], [fd], [])
+            _wait_writable(fd)
         except BrokenPipeError:
             raise
         except OSError as exc:
             raise OutputError(fd, len(view), exc) from exc
+
+
+def _wait_writable(fd: int) -> None:
+    """Block until `fd` takes more. poll(2), not select(2): select cannot watch a
+    descriptor numbered 1024 or above, and a caller of the library may hold that many."""
+    import select
+
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    poller.poll()
 
 
 def write_text(text: str, fd: int = 1) -> None:

@@ -185,9 +185,13 @@ class Relay:
         self.connect()
         os.write(ready_fd, READY)
         os.close(ready_fd)
+        poller = select.poll()
+        by_fd = {listener.fileno(): listener for listener in self.listeners}
+        for fd in by_fd:
+            poller.register(fd, select.POLLIN)
         while True:
-            readable, _, _ = select.select(self.listeners, [], [])
-            for listener in readable:
+            for ready, _ in poller.poll():
+                listener = by_fd[ready]
                 while True:
                     try:
                         fd = _accepted(listener)
@@ -227,8 +231,9 @@ def _detach(listeners: list[socket.socket], path: str, ready_fd: int) -> None:
 
 
 def _wait_ready(fd: int) -> bool:
-    readable, _, _ = select.select([fd], [], [], READY_TIMEOUT_S)
-    return bool(readable) and os.read(fd, 1) == READY
+    poller = select.poll()  # not select(2): it cannot watch a descriptor past 1023
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(int(READY_TIMEOUT_S * 1000))) and os.read(fd, 1) == READY
 
 
 def _take_report_fd(argv: list[str]) -> list[str]:
