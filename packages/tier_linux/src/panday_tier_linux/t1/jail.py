@@ -1,0 +1,273 @@
+"""T1's one launch path: what a command's restrictions are made of, and its start.
+
+A `Jail` holds what every command's Landlock ruleset names (the workspace and staged
+paths as `binds.Roots`, opened once without following a link; the system paths T2 binds
+read-only; the devices; a private tmp directory) and the seccomp program. `Jail.start`
+makes a command's ruleset (a writable workspace's entries listed then, the protected ones
+and staged ones left out), resolves its program, and spawns it through
+`launch.run_restricted`, then sets the host's rlimits. A `T1Session` launches through it,
+and so does ``panday run`` from a cached plan (`t1.plan`): the same code.
+
+On `panday run`'s start-up path: it imports neither typing nor msgspec.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from panday_core.errors import CommandNotFound, Internal, PolicyViolation, WorkspaceUnusable
+from panday_core.execution import Supervisor
+from panday_core.process import spawn
+from panday_tier_linux.t1 import landlock
+from panday_tier_linux.t1.launch import Restrictions, run_restricted
+
+TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from panday_core.process import ChildProcess
+    from panday_tier_linux.binds import Roots
+
+TIER = "t1-linux"
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
+"""Device files a command may open (read and write, no ioctl): what T2's /dev holds."""
+_O_PATH = os.O_PATH | os.O_CLOEXEC
+NOT_FOUND = 127
+NOT_EXECUTABLE = 126
+
+
+def system_paths() -> list[str]:
+    """What T2 binds read-only from the host: /usr, the top-level directories (links into
+    /usr on merged systems, followed to where they lead), the /etc allowlist."""
+    from panday_tier_linux.host import ETC_ALLOWLIST, TOP_LEVEL
+
+    return ["/usr", *(f"/{n}" for n in TOP_LEVEL), *(f"/etc/{n}" for n in ETC_ALLOWLIST)]
+
+
+class HeldPath:
+    """A system path held open (O_PATH) from the session's open, with its rights."""
+
+    __slots__ = ("fd", "is_dir", "rights")
+
+    def __init__(self, fd: int, rights: int) -> None:
+        self.fd = fd
+        self.rights = rights
+        self.is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
+
+
+def hold(path: str, rights: int) -> HeldPath | None:
+    try:
+        return HeldPath(os.open(path, _O_PATH), rights)
+    except OSError:  # not on this host
+        return None
+
+
+def hold_system() -> list[HeldPath]:
+    """The system paths (read) and the devices (read and write), each held open now."""
+    held = [h for p in system_paths() if (h := hold(p, landlock.READ)) is not None]
+    rw = landlock.READ_FILE | landlock.WRITE_FILE | landlock.TRUNCATE
+    held += [h for d in DEVICES if (h := hold(d, rw)) is not None]
+    return held
+
+
+def grant_workspace(ruleset: landlock.Ruleset, root_fd: int, protected: Sequence[str]) -> None:
+    """Read rights beneath the workspace; write rights on each of its entries except the
+    `protected` ones (relative paths) and the directories above them, whose other entries
+    are granted in turn. A link gets nothing (what it points to keeps its own rules)."""
+    ruleset.allow_fd(root_fd, landlock.READ, is_dir=True)
+    _grant_below(ruleset, root_fd, "", frozenset(protected))
+
+
+def _grant_below(
+    ruleset: landlock.Ruleset, dir_fd: int, prefix: str, protected: frozenset[str]
+) -> None:
+    listing = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        names = os.listdir(listing)
+    finally:
+        os.close(listing)
+    for name in names:
+        rel = prefix + name
+        if rel in protected:
+            continue
+        try:
+            fd = os.open(name, _O_PATH | os.O_NOFOLLOW, dir_fd=dir_fd)
+        except OSError:  # gone since the listing
+            continue
+        try:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISLNK(mode):
+                continue
+            above = any(p.startswith(rel + "/") for p in protected)
+            if above and stat.S_ISDIR(mode):
+                _grant_below(ruleset, fd, rel + "/", protected)
+            elif not above:
+                rights = landlock.READ | landlock.WRITE
+                ruleset.allow_fd(fd, rights, is_dir=stat.S_ISDIR(mode))
+        finally:
+            os.close(fd)
+
+
+class Jail:
+    """What each command of one session (or one cached run) is restricted by."""
+
+    __slots__ = ("abi", "env", "program", "roots", "system", "tmp", "tmp_fd")
+
+    def __init__(
+        self,
+        *,
+        abi: int,
+        roots: Roots,
+        system: list[HeldPath],
+        tmp: str,
+        program: bytes,
+        env: Mapping[str, str],
+    ) -> None:
+        self.abi = abi
+        self.roots = roots
+        self.system = system
+        self.tmp = tmp
+        self.tmp_fd = os.open(tmp, _O_PATH | os.O_DIRECTORY)
+        self.program = program
+        """The seccomp program (`seccomp.FilterSpec(namespaces=False)`, compiled)."""
+        self.env = dict(env)
+        """The policy's variables."""
+
+    @property
+    def workspace(self) -> str:
+        return self.roots.workspace.path
+
+    def ruleset(self) -> landlock.Ruleset:
+        """The Landlock ruleset of the next command (a writable workspace listed now)."""
+        ruleset = landlock.Ruleset(self.abi)
+        try:
+            for held in self.system:
+                ruleset.allow_fd(held.fd, held.rights, is_dir=held.is_dir)
+            ruleset.allow_fd(self.tmp_fd, landlock.READ | landlock.WRITE, is_dir=True)
+            for staged in self.roots.staged:
+                ruleset.allow_fd(staged.fd, landlock.READ, is_dir=staged.is_dir)
+            ws = self.roots.workspace
+            if self.roots.writable:
+                try:
+                    protected = [e.rel for e in self.roots.entries()]
+                except PolicyViolation as exc:  # raised in T2's name by binds
+                    raise PolicyViolation(TIER, exc.violations) from None
+                # A staged path inside the workspace stays read-only: like a protected
+                # entry, neither it nor the directories above it get a write right.
+                protected += [
+                    s.path[len(ws.path) + 1 :]
+                    for s in self.roots.staged
+                    if s.path.startswith(ws.path.rstrip("/") + "/")
+                ]
+                grant_workspace(ruleset, ws.fd, protected)
+            else:
+                ruleset.allow_fd(ws.fd, landlock.READ, is_dir=True)
+        except BaseException:
+            ruleset.close()
+            raise
+        return ruleset
+
+    def environment(self) -> dict[str, str]:
+        env = {
+            "PATH": DEFAULT_PATH,
+            "HOME": self.workspace,
+            "LANG": "C.UTF-8",
+            "TERM": "dumb",
+            "TMPDIR": self.tmp,
+        }
+        env.update(self.env)
+        return env
+
+    def _program(self, name: str, env: Mapping[str, str]) -> str:
+        if "/" in name:
+            return name if os.path.isabs(name) else os.path.join(self.workspace, name)
+        for directory in env.get("PATH", "").split(":"):
+            found = os.path.join(directory or ".", name)
+            if os.path.isfile(found) and os.access(found, os.X_OK):
+                return found
+        raise CommandNotFound(name, "not found inside the sandbox", exit_code=NOT_FOUND)
+
+    def start(
+        self, argv: Sequence[str], *, cwd: str, stdin: bool
+    ) -> tuple[ChildProcess, Supervisor]:
+        """Spawn `argv` in `cwd` restricted (the host's rlimits set right after)."""
+        if not argv:
+            raise ValueError("argv: empty")
+        env = self.environment()
+        resolved = [self._program(argv[0], env), *argv[1:]]
+        try:
+            cwd_fd = os.open(cwd, _O_PATH | os.O_DIRECTORY)
+        except OSError as exc:
+            raise WorkspaceUnusable("cwd", cwd, f"cannot be entered ({exc.strerror})") from None
+        ruleset = self.ruleset()
+        restrictions = Restrictions(
+            ruleset=ruleset, program=self.program, cwd_fd=cwd_fd, root=os.geteuid() == 0
+        )
+        try:
+            proc = spawn(resolved, env=env, stdin=stdin, run_in=run_restricted(restrictions))
+        except OSError as exc:
+            if exc.errno in {errno.ENOENT, errno.ENOTDIR}:
+                raise CommandNotFound(
+                    argv[0], "not found inside the sandbox", exit_code=NOT_FOUND
+                ) from None
+            if exc.errno in {errno.EPERM, errno.ENOEXEC, errno.EACCES}:
+                raise CommandNotFound(
+                    argv[0],
+                    f"cannot be executed inside the sandbox ({exc.strerror})",
+                    exit_code=NOT_EXECUTABLE,
+                ) from None
+            raise Internal(f"T1 could not start the command: {exc}") from exc
+        finally:
+            ruleset.close()
+            os.close(cwd_fd)
+        sup = Supervisor()
+        try:
+            host_bounds(proc.pid)
+        except OSError as exc:
+            sup.kill(proc)
+            proc.reap(block=True)
+            proc.close()
+            raise Internal(f"cannot bound the command's processes: {exc}") from exc
+        return proc, sup
+
+    def close(self) -> None:
+        """Release the held paths, remove the private tmp, close the roots. Idempotent."""
+        import shutil
+
+        for held in self.system:
+            os.close(held.fd)
+        self.system = []
+        if self.tmp_fd >= 0:
+            os.close(self.tmp_fd)
+            self.tmp_fd = -1
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        self.roots.close()
+
+
+def host_bounds(pid: int) -> None:
+    """The host's protection (hostguard's rlimits), the policy having no ceilings here."""
+    from panday_tier_linux.hostguard import Rlimits
+
+    Rlimits(tasks=os.geteuid() != 0, address_space=True).apply(pid)
+
+
+def state_refusal(roots: Roots) -> str | None:
+    """Why these roots cannot be T1's (they hold panday's per-user state), or None."""
+    from panday_tier_linux.host import state_to_hide
+
+    hidden = state_to_hide([roots.workspace.path, *(s.path for s in roots.staged)])
+    if not hidden:
+        return None
+    return (
+        f"holds panday's per-user state ({', '.join(hidden)}), which T1 cannot hide: "
+        "Landlock cannot except a path beneath an allowed one"
+    )
+
+
+def make_tmp(session_id: str) -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix=f"panday-t1-{session_id}-")
