@@ -100,3 +100,21 @@ def test_bad_input_gets_one_line_and_a_code(
     assert words in done.stderr
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_names_the_jail_chose_reach_the_terminal_inert(exe: str, ws: Path) -> None:
+    """A held path is the jail's choice: an escape sequence or a newline in it must not act
+    on the caller's terminal or forge a line of panday's own."""
+    name = r"x\033]0;pwned\007\npanday: all clear"  # printf's escapes: ESC, BEL, newline
+    plant = f"mkdir .vscode && printf x > \"$(printf '.vscode/{name}')\""
+    done = _run(exe, ws, "run", "--writes", "checked", "--", "sh", "-c", plant)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert any("^[]0;pwned^G^Jpanday: all clear" in line for line in lines), done.stderr
+    assert "\x1b" not in done.stderr
+    assert not any(line.startswith("panday: all clear") for line in lines), "a forged line"
+    found = re.search(r"panday changes show (\S+)`", done.stderr)
+    assert found is not None
+    shown = _run(exe, ws, "changes", "show", found.group(1))
+    assert "\x1b" not in shown.stdout
+    _run(exe, ws, "changes", "discard", found.group(1))

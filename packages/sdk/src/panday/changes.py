@@ -118,11 +118,15 @@ class ChangeSet:
         return "".join(out)
 
     def _diff_one(self, change: Change, max_bytes: int) -> str:
-        head = f"# {change.action} {change.kind} {change.path}"
+        # Names are the jail's: inert in the headers (a newline in one would forge a line).
+        from panday.terminal import inert
+
+        name = inert(change.path)
+        head = f"# {change.action} {change.kind} {name}"
         if change.reason:
             head += f"  [{change.state}: {change.rule or 'conflict'}]"
         if change.kind != "file" or change.action == "delete":
-            extra = f" -> {change.target}" if change.target else ""
+            extra = f" -> {inert(change.target)}" if change.target else ""
             return f"{head}{extra}\n"
         old = (
             _read(os.path.join(self.workspace, change.path), max_bytes)
@@ -135,8 +139,8 @@ class ChangeSet:
         lines = difflib.unified_diff(
             old.decode("utf-8", "replace").splitlines(keepends=True),
             new.decode("utf-8", "replace").splitlines(keepends=True),
-            f"a/{change.path}",
-            f"b/{change.path}",
+            f"a/{name}",
+            f"b/{name}",
         )
         return head + "\n" + "".join(lines)
 

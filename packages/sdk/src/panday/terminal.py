@@ -64,3 +64,23 @@ class Filter:
         """What is still held (an escape cut off by the end of the output), made inert."""
         held, self.carry = self.carry, b""
         return _UNSAFE.sub(_caret, held)
+
+
+_NAME_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def inert(text: str) -> str:
+    """`text` for one line of panday's own messages when part of it came from a jail (a
+    path it wrote, a link target): every control character, newline and tab included,
+    in caret notation (C1 controls as ``^[`` and their letter), so a name cannot move the
+    cursor, retitle the window or start a new, forged line."""
+
+    def caret(match: re.Match[str]) -> str:
+        code = ord(match.group())
+        if code == 0x7F:  # noqa: PLR2004 - DEL
+            return "^?"
+        if code >= 0x80:  # noqa: PLR2004 - a C1 control: ESC + (code - 0x40)
+            return "^[" + chr(code - 0x40)
+        return "^" + chr(code + 0x40)
+
+    return _NAME_UNSAFE.sub(caret, text)

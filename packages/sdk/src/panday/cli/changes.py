@@ -3,6 +3,7 @@ do with them (list, show, apply, discard, collect)."""
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 from panday import exitcodes
@@ -30,8 +31,11 @@ def _list(*, every: bool, as_json: bool) -> int:
         where = "" if every else " for this directory (--all lists every workspace's)"
         write_text(f"no change sets{where}\n")
         return exitcodes.OK
+    from panday.terminal import inert
+
     for change_set in found:
-        write_text(change_set.summary() + (f"  {change_set.workspace}" if every else "") + "\n")
+        where = f"  {change_set.workspace}" if every else ""
+        write_text(inert(change_set.summary() + where) + "\n")
     return exitcodes.OK
 
 
@@ -51,13 +55,24 @@ def _show(change_id: str, paths: list[str], *, as_json: bool) -> int:
 
         write_text(encode(change_set.meta))
         return exitcodes.OK
+    from panday.terminal import Filter, inert
+
+    # What the jail wrote (names, link targets, contents) reaches a terminal inert: names
+    # in caret notation always, the diff through the terminal filter when stdout is one.
     lines = [f"change set {change_set.id} over {change_set.workspace}: {' '.join(change_set.argv)}"]
     for change in change_set.changes:
         why = f"  held: {change.reason}" if change.state in {"held", "conflict"} else ""
-        lines.append(f"  {change.state:8} {change.action:6} {change.kind:7} {change.path}{why}")
+        line = f"  {change.state:8} {change.action:6} {change.kind:7} {change.path}{why}"
+        lines.append(inert(line))
     write_text("\n".join(lines) + "\n\n")
+    screen = Filter() if sys.stdout.isatty() else None
     for path in paths or [None]:
-        write_text(change_set.diff(path))
+        text = change_set.diff(path)
+        if screen is not None:
+            text = screen.feed(text.encode()).decode("utf-8", "replace")
+        write_text(text)
+    if screen is not None:
+        write_text(screen.flush().decode("utf-8", "replace"))
     return exitcodes.OK
 
 

@@ -358,7 +358,12 @@ def exit_code_of(end: ExecExit | ExecResult) -> int:
 def writes_lines(report: WriteReport) -> str:
     """What became of a checked or review command's writes: one line per held change, and
     where the rest waits (nothing when everything was applied)."""
-    lines = [f"panday: held {h.path} ({h.action}): {h.rule}: {h.reason}" for h in report.held]
+    from panday.terminal import inert
+
+    # Paths and link targets are the jail's: made inert, so a name cannot forge a line.
+    lines = [
+        inert(f"panday: held {h.path} ({h.action}): {h.rule}: {h.reason}") for h in report.held
+    ]
     if report.change_set is not None:
         waiting = f"{report.pending} change(s) wait for review; " if report.pending else ""
         lines.append(
