@@ -19,6 +19,11 @@ def _list(*, every: bool, as_json: bool) -> int:
     from panday.changes import change_sets
     from panday.defaults import current_directory
 
+    from panday_core.changes import store
+
+    # An apply a panday that died left unfinished is finished first (its journal).
+    for line in store.recover(max_age_s=None):
+        write_text(f"panday: {line}\n", 2)
     found = change_sets(None if every else current_directory())
     if as_json:
         import msgspec
