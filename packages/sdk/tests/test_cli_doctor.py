@@ -120,7 +120,7 @@ def test_doctor_reports_an_unusable_host_tier() -> None:
     bwrap lookup has been made to find nothing, and T1's ABI probe to find none)."""
     code = (
         "import panday_tier_linux.host as h; h._BWRAP[:] = [None];"
-        "import panday_tier_linux.t1.capabilities as t1; t1._ABI[:] = ['no Landlock (test)'];"
+        "import panday_tier_linux.t1.landlock as t1; t1._ABI[:] = ['no Landlock (test)'];"
         "from panday.cli import main; raise SystemExit(main(['doctor']))"
     )
     result = subprocess.run(

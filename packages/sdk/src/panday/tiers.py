@@ -248,6 +248,7 @@ register(
         unavailable="panday_tier_linux.t1.capabilities:unavailable_reason",
         sandbox="panday_tier_linux.t1.sandbox:T1LinuxSandbox",
         opener="panday_tier_linux.t1.session:open_session",
+        planner="panday_tier_linux.t1.plan",
         doctor="panday_tier_linux.t1.capabilities:details",
         path="panday_tier_linux.t1.session:DEFAULT_PATH",
         consent=(

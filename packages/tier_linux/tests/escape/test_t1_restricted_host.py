@@ -123,3 +123,32 @@ def test_inside_a_user_namespace_with_no_room_for_another_t1_is_in_force(esc: Es
     assert t2.startswith("t2-linux: unavailable"), t2
     assert "t1-linux: available (this host's command tier)" in lines, done.stdout
     esc.held()
+
+
+def test_a_cached_run_holds_as_the_first(esc: Escape) -> None:
+    """``panday run --tier t1-linux``: the first run plans (the full path) and caches the
+    plan; the next runs from it (the same launch path, its roots judged again): both read
+    inside the workspace and fail next door, while the control outside reads it."""
+    secret = esc.next_door / "secret"
+    secret.write_text("next door")
+    (esc.ws / "mine").write_text("mine")
+    outside = subprocess.run(
+        ["cat", str(secret)], capture_output=True, text=True, timeout=60, check=False
+    )
+    esc.control(esc.parse("outside", b"RESULT ok " + outside.stdout.encode(), b"", 0))
+    argv = [_panday(), "run", "--tier", "t1-linux", "--workspace", str(esc.ws), "--"]
+    env = {**os.environ, "XDG_CONFIG_HOME": str(esc.tmp / "config")}
+    for attempt in ("plans", "cached"):
+        inside = subprocess.run(
+            [*argv, "sh", "-c", f"cat mine; cat {secret}"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=esc.ws,
+            timeout=60,
+            check=False,
+        )
+        assert inside.stdout == "mine", (attempt, inside.stdout, inside.stderr)
+        assert "Permission denied" in inside.stderr, (attempt, inside.stderr)
+        assert inside.returncode == 1, (attempt, inside.returncode)
+        esc.held()

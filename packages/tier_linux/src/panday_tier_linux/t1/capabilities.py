@@ -8,10 +8,10 @@ libseccomp for its filter. The table (`panday_core.declared.t1_linux`) depends o
 
 from __future__ import annotations
 
-import sys
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
-from panday_core.declared.t1_linux import MIN_ABI, TIER, capabilities, declared_capabilities
+from panday_core.declared.t1_linux import TIER, capabilities, declared_capabilities
+from panday_tier_linux.t1.landlock import kernel_abi
 
 if TYPE_CHECKING:
     from panday_core.capabilities import TierCapabilities
@@ -24,27 +24,6 @@ __all__ = [
     "kernel_abi",
     "unavailable_reason",
 ]
-
-_ABI: list[int | str] = []
-NO_LINUX: Final = "T1 Linux needs Linux; this host is {}"
-
-
-def kernel_abi() -> int | str:
-    """This kernel's Landlock ABI when T1 can use it, else why not (one sentence)."""
-    if not _ABI:
-        if not sys.platform.startswith("linux"):
-            _ABI.append(NO_LINUX.format(sys.platform))
-        else:
-            from panday_tier_linux.t1 import landlock
-
-            found = landlock.abi()
-            if isinstance(found, int) and found < MIN_ABI:
-                found = (
-                    f"this kernel's Landlock ABI is {found}; T1 needs {MIN_ABI} (Linux 6.2), "
-                    "below which truncate(2) is not ruled"
-                )
-            _ABI.append(found)
-    return _ABI[0]
 
 
 def host_capabilities() -> TierCapabilities:

@@ -177,3 +177,26 @@ class Ruleset:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+_ABI: list[int | str] = []
+
+
+def kernel_abi() -> int | str:
+    """This kernel's Landlock ABI when T1 can use it, else why not (one sentence); asked
+    of the kernel once per process."""
+    if not _ABI:
+        import sys
+
+        found = (
+            abi()
+            if sys.platform.startswith("linux")
+            else f"T1 Linux needs Linux; this host is {sys.platform}"
+        )
+        if isinstance(found, int) and found < MIN_ABI:
+            found = (
+                f"this kernel's Landlock ABI is {found}; T1 needs {MIN_ABI} (Linux 6.2), "
+                "below which truncate(2) is not ruled"
+            )
+        _ABI.append(found)
+    return _ABI[0]
