@@ -82,6 +82,7 @@ def _run(
     *,
     mode: Literal["checked", "review"] = "checked",
     edit: Path | None = None,
+    on_import_path: bool = False,
 ) -> tuple[Meta, list[Change], list[Change]]:
     """One change set over `ws`: `items` are written into its upper directory, as the
     command would have, together with an ordinary edit of notes.txt; then it ends."""
@@ -94,7 +95,7 @@ def _run(
         if edit is not None:  # the user edits shared.txt while the command runs
             _tick()
             (edit / "shared.txt").write_text("the user's edit\n")
-        return store.finish(pending, fd)
+        return store.finish(pending, fd, on_import_path=on_import_path)
     finally:
         os.close(fd)
 
@@ -130,6 +131,8 @@ PLANTS: dict[str, tuple[list[Item], str]] = {
     ),
     "python-start-up": ([("lib/pkgs/evil.pth", "import os\n", 0o644)], "lib/pkgs/evil.pth"),
     "module-shadow": ([("msgspec.py", "raise SystemExit\n", 0o644)], "msgspec.py"),
+    # Judged with the workspace on the caller's sys.path (`ON_IMPORT_PATH`).
+    "caller-import-path": ([("helper.py", "import os\n", 0o644)], "helper.py"),
     "set-id": ([("tool", "#!/bin/sh\n", 0o4755)], "tool"),
     "special-file": ([("pipe", "FIFO", 0)], "pipe"),
     "outward-link": ([("docs-link", "->../../etc/passwd", 0)], "docs-link"),
@@ -148,7 +151,7 @@ def test_a_hazard_is_held_and_the_ordinary_edit_beside_it_applied(
 ) -> None:
     del home
     items, path = PLANTS[rule]
-    meta, applied, _ = _run(ws, items)
+    meta, applied, _ = _run(ws, items, on_import_path=rule == "caller-import-path")
     assert (ws / "notes.txt").read_text() == "after\n", "control: the ordinary edit landed"
     assert "notes.txt" in [c.path for c in applied]
     held = _held(meta)
@@ -178,6 +181,18 @@ def test_near_misses_of_the_rules_are_ordinary_edits(item: Item, home: Path, ws:
     meta, _, _ = _run(ws, [item])
     assert _held(meta) == {}
     assert os.path.lexists(ws / item[0])
+
+
+def test_modules_are_ordinary_edits_unless_the_workspace_is_on_the_callers_path(
+    home: Path, ws: Path
+) -> None:
+    del home
+    item: Item = ("helper.py", "x = 1\n", 0o644)
+    meta, _, _ = _run(ws, [item])
+    assert _held(meta) == {}, "control: a new module of no installed name is ordinary"
+    (ws / "helper.py").unlink()
+    meta, _, _ = _run(ws, [item], on_import_path=True)
+    assert _held(meta) == {"helper.py": "caller-import-path"}
 
 
 def test_a_package_json_whose_scripts_change_is_held(home: Path, ws: Path) -> None:

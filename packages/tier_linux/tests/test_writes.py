@@ -12,6 +12,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -245,3 +246,25 @@ def test_the_overlay_probe_asks_the_kernel_through_bwrap(tmp_path: Path) -> None
     assert reason is not None
     assert "cannot be mounted" in reason
     assert not list(tmp_path.glob("panday-overlay-probe-*"))
+
+
+def test_a_workspace_on_the_callers_import_path_is_accepted_with_its_modules_held(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    del home
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    monkeypatch.setattr(sys, "path", [str(ws), *sys.path])
+    with pytest.raises(PolicyViolation) as caught:  # control: refused when written in place
+        open_session(SandboxPolicy(fs=FsPolicy(workspace=str(ws))))
+    assert "import path" in caught.value.violations[0].reason
+    script = "echo x > notes.txt; echo 'raise SystemExit' > helper.py; mkdir pkg; touch pkg/m.py"
+    result = _run(ws, ["sh", "-c", script], "checked")
+    assert result.exit_code == 0, result.stderr
+    assert result.writes is not None
+    held = {h.path: h.rule for h in result.writes.held}
+    assert held == {"helper.py": "caller-import-path", "pkg/m.py": "caller-import-path"}
+    assert (ws / "notes.txt").exists()
+    assert not (ws / "helper.py").exists()
+    assert result.writes.change_set is not None
+    store.discard(result.writes.change_set)

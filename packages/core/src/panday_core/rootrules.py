@@ -300,7 +300,9 @@ def sys_path_refusal(workspace: str, *, writable: bool, fd: int | None = None) -
         if path and here is not None and path_identity(path) == here:
             return (
                 f"{workspace!r} is on this Python's import path (sys.path), so a module the "
-                "command writes there would run in the caller's next import; start Python "
-                "with -P (or PYTHONSAFEPATH=1), or choose another workspace"
+                "command writes there would run in the caller's next import; set "
+                "fs.writes = 'checked' (T2 Linux: Python modules written there are then held "
+                "for review), start Python with -P (or PYTHONSAFEPATH=1), or choose another "
+                "workspace"
             )
     return None

@@ -4,6 +4,7 @@ the `ExecSpec` a call builds, and how a command that never started is reported."
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING
 
 from panday.defaults import current_directory
@@ -68,7 +69,7 @@ def resolve_policy(
     if policy is None:
         from panday.defaults import default_policy
 
-        return default_policy()
+        return _writes_for_import_path(default_policy())
     if isinstance(policy, SandboxPolicy):
         resolved = policy
     elif isinstance(policy, str | os.PathLike):
@@ -82,6 +83,25 @@ def resolve_policy(
     if resolved.fs.workspace is None:
         resolved = resolved.with_workspace(current_directory())
     return resolved
+
+
+def _writes_for_import_path(policy: SandboxPolicy) -> SandboxPolicy:
+    """The embedded default with ``fs.writes = "checked"`` when its workspace (the current
+    directory) is on this Python's import path, as it is for a script saved in the project
+    it sandboxes: written in place, a module there would run in this process's next
+    import, so its writes become proposals (docs/workspace.md) and every Python module
+    among them is held. Only the embedded default, and only on Linux (where T2 gives
+    overlays; elsewhere the workspace is refused by name, as before); a policy the caller
+    states is never changed. `ExecResult.writes` reports the mode."""
+    if not sys.platform.startswith("linux") or policy.fs.workspace is None:
+        return policy
+    from panday_core.protect import sys_path_refusal
+
+    if sys_path_refusal(policy.fs.workspace, writable=True) is None:
+        return policy
+    import msgspec
+
+    return msgspec.structs.replace(policy, fs=msgspec.structs.replace(policy.fs, writes="checked"))
 
 
 def exec_spec(

@@ -288,7 +288,10 @@ def open(  # noqa: A001 - the public API's name: panday.open
 
     `policy`: None for the embedded default (docs/policy.md), a `SandboxPolicy`, a policy
     document as a mapping, or the path of a ``.toml``/``.json`` policy file. A policy that
-    leaves ``fs.workspace`` out gets the current directory.
+    leaves ``fs.workspace`` out gets the current directory. On Linux, the embedded default
+    over a current directory that is on this Python's import path (a script saved in the
+    project it sandboxes) has ``fs.writes = "checked"``: its Python modules are held for
+    review rather than run by this process's next import (docs/workspace.md).
 
     `tier`: ``"auto"`` picks the strongest tier this OS has that runs commands and can
     enforce the whole policy; a named tier (``"t2-linux"``, ``"t2-macos"``, ``"t0"``) is

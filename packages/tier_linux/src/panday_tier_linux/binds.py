@@ -330,6 +330,10 @@ class Roots:
         refusals: list[Refusal] = []
         held: list[Held] = []
         writable = fs.access == "rw"
+        # fs.writes checked or review: writes are proposals judged before they land (a plan
+        # from the cache has no such field: it is made for direct writes only).
+        writes: object = getattr(fs, "writes", "direct")
+        proposals = writes != "direct"
         paths = [("fs.workspace", fs.workspace, writable)] + [
             (f"fs.staged_ro[{i}]", p, False) for i, p in enumerate(fs.staged_ro)
         ]
@@ -337,7 +341,9 @@ class Roots:
             refusals.append(_refusal("fs.workspace", "not set; every session needs a workspace"))
             paths = paths[1:]
         for field, path, rw in paths:
-            item = _open_root(field, path or "", writable=rw, allow_home=fs.allow_home)
+            item = _open_root(
+                field, path or "", writable=rw, allow_home=fs.allow_home, proposals=proposals
+            )
             if isinstance(item, Held):
                 held.append(item)
             else:
@@ -592,10 +598,14 @@ def entry_problem(held: Held) -> str | None:
     )
 
 
-def _open_root(field: str, path: str, *, writable: bool, allow_home: bool) -> Held | Refusal:
+def _open_root(
+    field: str, path: str, *, writable: bool, allow_home: bool, proposals: bool = False
+) -> Held | Refusal:
     """Open one root and judge it by what was opened (`panday_core.protect.root_refusal`
     compares identities); the held path is the kernel's spelling of it, so ``//ws`` and
-    ``/./ws`` bind, and are protected, as ``/ws``."""
+    ``/./ws`` bind, and are protected, as ``/ws``. `proposals` (``fs.writes`` checked or
+    review): a workspace on the caller's sys.path is accepted, because every Python module
+    written there is held for review (the ``caller-import-path`` hazard rule)."""
     path = normal_path(path)
     try:
         fd = open_root(path)
@@ -603,7 +613,7 @@ def _open_root(field: str, path: str, *, writable: bool, allow_home: bool) -> He
         return _refusal(field, exc.reason)
     why = root_refusal(path, writable=writable, allow_home=allow_home, fd=fd)
     if why is None and field == "fs.workspace":
-        why = sys_path_refusal(path, writable=writable, fd=fd)
+        why = None if proposals else sys_path_refusal(path, writable=writable, fd=fd)
         if why is None and writable:
             why = git_directory_refusal(path, fd)
     if why is not None:

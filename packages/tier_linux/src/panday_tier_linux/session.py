@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from panday_core.policy import SandboxPolicy
     from panday_core.t0.session import T0Session
     from panday_core.types import ExecEvent, ExecResult, Snapshot
-    from panday_tier_linux.binds import Roots
+    from panday_tier_linux.binds import Held, Roots
     from panday_tier_linux.bridge import Bridge
     from panday_tier_linux.cgroups import SessionCgroup
     from panday_tier_linux.enforcement import Enforcement
@@ -305,6 +305,7 @@ class LinuxSession:
                 self.roots.workspace.fd,
                 anchored=self.roots.entries_for_review(),
                 unprotect=self.policy.fs.unprotect,
+                on_import_path=_on_import_path(self.roots.workspace),
             )
         except (OSError, store.ChangeError) as exc:
             pending.close()
@@ -451,6 +452,13 @@ def _policy_refusals(policy: SandboxPolicy) -> tuple[list[Refusal], Roots | None
         roots.close()
         roots = None
     return refusals, roots
+
+
+def _on_import_path(ws: Held) -> bool:
+    """Whether the workspace is on this Python's sys.path now (it may be added later)."""
+    from panday_core.protect import sys_path_refusal
+
+    return sys_path_refusal(ws.path, writable=True, fd=ws.fd) is not None
 
 
 def _writes_refusals(policy: SandboxPolicy, roots: Roots | None) -> list[Refusal]:

@@ -86,6 +86,13 @@ RULES: Final = (
         "a later `python` started in that directory imports it instead of the real module",
     ),
     Rule(
+        "caller-import-path",
+        "any Python module (.py, .pyc, an extension, a package's files) created or modified "
+        "in a workspace that is on the calling Python's sys.path",
+        "the caller's own Python imports from the workspace, outside any jail, later in the "
+        "same process: its next lazy import would run what the command wrote",
+    ),
+    Rule(
         "set-id",
         "a file with the set-user-id or set-group-id bit",
         "run by anyone, it runs with its owner's or group's rights",
@@ -193,6 +200,7 @@ class Context:
         anchored: Sequence[Entry] = (),
         unprotect: Sequence[str] = (),
         shadowed: Callable[[], frozenset[str]] | None = None,
+        on_import_path: bool = False,
     ) -> None:
         self.upper_fd = upper_fd
         self.lower_fd = lower_fd
@@ -202,6 +210,9 @@ class Context:
         """Names the policy's ``fs.unprotect`` opened (`.git` for a command that commits):
         their name rules do not hold them; the content and kind rules still do."""
         self._shadowed = shadowed or importable_names
+        self.on_import_path = on_import_path
+        """The workspace is on the calling Python's sys.path (accepted only when writes
+        are proposals): every Python module written in it is held."""
         self._names: frozenset[str] | None = None
 
     def shadowed(self) -> frozenset[str]:
@@ -376,6 +387,8 @@ def _content_rules(change: Change, parts: list[str], ctx: Context) -> None:
         _hold(change, "git-config-program", key)
     elif (why := _build_change(change, name, ctx)) is not None:
         _hold(change, "build-system", why)
+    elif ctx.on_import_path and change.kind == "file" and _module_name(change, name):
+        _hold(change, "caller-import-path")
     elif (
         change.action == "create"
         and not change.copied_up

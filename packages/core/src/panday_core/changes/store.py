@@ -204,6 +204,7 @@ def finish(
     *,
     anchored: Sequence[Entry] = (),
     unprotect: Sequence[str] = (),
+    on_import_path: bool = False,
 ) -> tuple[Meta, list[Change], list[Change]]:
     """The command ended: read and judge its change set; in ``checked`` mode apply what
     passes. Returns (meta, applied, conflicts); a change set with nothing left to review
@@ -211,7 +212,14 @@ def finish(
     meta = pending.meta
     store = pending.store
     try:
-        _read(meta, pending.upper, workspace_fd, anchored, unprotect)
+        _read(
+            meta,
+            pending.upper,
+            workspace_fd,
+            anchored=anchored,
+            unprotect=unprotect,
+            on_import_path=on_import_path,
+        )
         _remove_tree(pending.directory, "work")
         applied: list[Change] = []
         conflicts: list[Change] = []
@@ -232,8 +240,10 @@ def _read(
     meta: Meta,
     upper: int,
     workspace_fd: int,
-    anchored: Sequence[Entry],
+    *,
+    anchored: Sequence[Entry] = (),
     unprotect: Sequence[str] = (),
+    on_import_path: bool = False,
 ) -> None:
     meta.changes = read_upper(upper, workspace_fd)
     ctx = Context(
@@ -242,6 +252,7 @@ def _read(
         workspace=meta.workspace,
         anchored=anchored,
         unprotect=unprotect,
+        on_import_path=on_import_path,
     )
     judge(meta.changes, ctx)
     meta.ended_ns = time.time_ns()
@@ -394,7 +405,7 @@ def recover(*, max_age_s: int | None = DEFAULT_MAX_AGE_S) -> list[str]:
                         root = _workspace(meta)
                         upper = os.open("upper", _DIR, dir_fd=directory)
                         try:
-                            _read(meta, upper, root, ())
+                            _read(meta, upper, root)
                         finally:
                             os.close(upper)
                             os.close(root)

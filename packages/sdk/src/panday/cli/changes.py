@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 def _list(*, every: bool, as_json: bool) -> int:
     from panday.changes import change_sets
     from panday.defaults import current_directory
-
     from panday_core.changes import store
 
     # An apply a panday that died left unfinished is finished first (its journal).
