@@ -18,11 +18,11 @@ actions, the program's path): it cannot read /proc or panday's own code any more
 
 from __future__ import annotations
 
+import _thread
 import ctypes
 import os
-import threading
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -97,7 +97,7 @@ class Restrictions:
         load_seccomp(self.program)
 
 
-_GC_LOCK = threading.Lock()
+_GC_LOCK = _thread.allocate_lock()
 _GC_HELD = [0, False]
 """Spawning threads running now, and whether the collector was enabled before the first."""
 
@@ -124,6 +124,8 @@ def run_restricted(restrictions: Restrictions) -> Callable[[Callable[[], int]], 
 
     def run_in(call: Callable[[], int]) -> int:
         box: list[int | BaseException] = []
+        done = _thread.allocate_lock()
+        done.acquire()
 
         def body() -> None:
             try:
@@ -131,12 +133,15 @@ def run_restricted(restrictions: Restrictions) -> Callable[[Callable[[], int]], 
                 box.append(call())
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
                 box.append(exc)
+            finally:
+                done.release()
 
-        worker = threading.Thread(target=body, name="panday-t1-spawn", daemon=True)
+        # `_thread` rather than `threading`: the thread is started and awaited here and
+        # nowhere else, and `threading` costs `panday run`'s start-up time to import.
         _hold_gc(hold=True)
         try:
-            worker.start()
-            worker.join()
+            _thread.start_new_thread(body, ())
+            done.acquire()
         finally:
             _hold_gc(hold=False)
         found = box[0] if box else RuntimeError("the spawning thread ended without a result")

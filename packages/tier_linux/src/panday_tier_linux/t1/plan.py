@@ -377,7 +377,7 @@ def launch(plan: Plan, argv: Sequence[str], environ: Mapping[str, str]) -> Launc
         if value is None:
             return None
         env[name] = value
-    roots, _refusals = Roots.open(plan)
+    roots, _refusals = Roots.open(plan, check_entries=False)  # as a command: links get nothing
     if roots is None:
         return None
     if state_refusal(roots) is not None:
