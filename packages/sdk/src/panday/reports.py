@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal
 import msgspec
 
 from panday_core.capabilities import FieldSupport, Guarantee, Refusal
+from panday_core.egress.audit import AuditEvent
 from panday_core.types import LimitBreach, WriteReport
 
 if TYPE_CHECKING:
@@ -82,6 +83,9 @@ class RunReport(_Report, frozen=True, kw_only=True):
     """What `panday run` exits with (docs/cli.md)."""
     writes: WriteReport | None = None
     """``fs.writes`` checked or review: what was applied, held, or waits for review."""
+    events: tuple[AuditEvent, ...] = ()
+    """The egress proxy's events for the command (with ``net.allow``): every connection
+    it allowed, refused (with the reason) or could not complete."""
 
 
 class TierStatus(_Report, frozen=True, kw_only=True):

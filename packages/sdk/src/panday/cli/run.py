@@ -19,6 +19,8 @@ from panday.stdio import OutputError, sanitizing, write_all, write_text
 if TYPE_CHECKING:
     from panday.session import Session
     from panday.terminal import Filter
+    from panday_core.egress.audit import AuditEvent
+    from panday_core.egress.thread import ProxySettings
     from panday_core.errors import PolicyViolation
     from panday_core.policy import SandboxPolicy
     from panday_core.types import ExecExit, ExecResult, ExecSpec, WriteReport
@@ -55,6 +57,8 @@ options:
                       overlay; what passes the hazard rules is applied when the command
                       ends, the rest held: panday changes) or review (nothing lands until
                       panday changes apply); docs/workspace.md
+  --audit FILE        append the egress proxy's events (one JSON object per line) to FILE;
+                      refused connections are also summed up on stderr after the command
   --stdin             stream this process's standard input into the command (default: empty)
   --tier TIER         auto (default), t2-linux, t1-linux, t2-macos or t0; a named tier is
                       never replaced
@@ -67,7 +71,7 @@ options:
 
 _VALUED = frozenset(
     {"--policy", "--workspace", "--ro", "--allow", "--mem", "--pids", "--cpu", "--timeout"}
-    | {"--env", "--tier", "--writes"}
+    | {"--env", "--tier", "--writes", "--audit"}
 )
 _REPEATABLE = frozenset({"--ro", "--allow", "--env"})
 _FLAGS = frozenset({"--json", "--stdin", "--debug", "--help", "-h", "--sanitize", "--no-sanitize"})
@@ -417,7 +421,9 @@ def _stream(session: Session, spec: ExecSpec, opts: RunOptions) -> int:
     raise RuntimeError("the command's events ended without an exit")
 
 
-def _document(session: Session, spec: ExecSpec, result: ExecResult) -> tuple[list[bytes], int]:
+def _document(
+    session: Session, spec: ExecSpec, result: ExecResult, denials: Denials | None = None
+) -> tuple[list[bytes], int]:
     """The ``--json`` document, in pieces to write in order (no trailing newline), and the
     exit code. The document is the report with empty output, formatted, with each stream's
     encoded text put where its empty string was: so the kept output is never held twice
@@ -443,6 +449,7 @@ def _document(session: Session, spec: ExecSpec, result: ExecResult) -> tuple[lis
         truncated_stderr=result.truncated_stderr,
         panday_exit_code=code,
         writes=result.writes,
+        events=tuple(denials.events) if denials is not None else (),
     )
     frame = msgspec.json.format(msgspec.json.encode(report), indent=2)
     # The keys, unescaped, occur once each: a quote inside a JSON string is escaped.
@@ -466,14 +473,20 @@ def _document(session: Session, spec: ExecSpec, result: ExecResult) -> tuple[lis
     ], code
 
 
-def _json(session: Session, spec: ExecSpec, opts: RunOptions) -> int:
-    """One JSON document, written whole (`write_all`) once the command has finished; a
-    document that cannot be built is refused (exit 74), never cut short."""
+def _collect(session: Session, spec: ExecSpec, opts: RunOptions) -> list[ExecResult]:
+    """The finished command for ``--json``, in a list the writer empties (so no other
+    reference keeps its output alive while the document is encoded)."""
     from panday_core.execution import collect
 
-    events = session.stream(spec.argv, stdin=_stdin(opts))
+    return [collect(session.stream(spec.argv, stdin=_stdin(opts)))]
+
+
+def _json(session: Session, spec: ExecSpec, box: list[ExecResult], denials: Denials) -> int:
+    """One JSON document, written whole (`write_all`) once the command has finished and
+    its session closed (so every egress event is in); a document that cannot be built is
+    refused (exit 74), never cut short."""
     try:
-        pieces, code = _document(session, spec, collect(events))
+        pieces, code = _document(session, spec, box.pop(), denials)
     except MemoryError:
         raise OutputError(1, 0, OSError(12, "the JSON document does not fit in memory")) from None
     sys.stdout.flush()
@@ -528,14 +541,79 @@ def main(args: list[str]) -> int:
     from panday.session import open as open_session
     from panday_core.errors import PolicyViolation as Refused
 
+    denials = Denials()
+    audit = opts.one("--audit")
+    if audit is not None:
+        _check_audit_file(audit)
     try:
-        session = open_session(policy, tier=tier)
+        session = open_session(policy, tier=tier, egress=denials.settings(policy, audit))
     except Refused as exc:
         raise _defaulted(exc, opts, policy) from None
+    box: list[ExecResult] = []
+    code = exitcodes.OK
     with session:
         if "--json" in opts.flags:
-            return _json(session, spec, opts)
-        return _stream(session, spec, opts)
+            box = _collect(session, spec, opts)
+        else:
+            code = _stream(session, spec, opts)
+    # After the session closed: its proxy has reported every connection's end.
+    if box:
+        return _json(session, spec, box, denials)
+    line = denials.summary()
+    if line:
+        sys.stderr.write(line)
+    return code
+
+
+class Denials:
+    """The egress proxy's audit events of this run (one command): what `--json` carries
+    as ``events`` and what the summary line after the command says was refused."""
+
+    def __init__(self) -> None:
+        self.events: list[AuditEvent] = []
+
+    def settings(self, policy: SandboxPolicy, audit: str | None) -> ProxySettings | None:
+        """Proxy settings that record every event (and append them to `audit` as JSON
+        lines); None without ``net.allow`` (no proxy) or off Linux (the T2 macOS proxy
+        takes no settings from a caller yet)."""
+        if not policy.net.allow or not sys.platform.startswith("linux"):
+            return None
+        from panday_core.egress.thread import ProxySettings
+
+        return ProxySettings(audit=self.events.append, audit_jsonl=audit)
+
+    def refused(self) -> list[AuditEvent]:
+        return [e for e in self.events if e.phase == "close" and e.verdict == "refused"]
+
+    def summary(self) -> str:
+        """One line for a terminal: how many connections the proxy refused, and why (the
+        first three distinct destinations); empty when none was."""
+        from panday.terminal import inert
+
+        refused = self.refused()
+        if not refused:
+            return ""
+        total = sum(e.count for e in refused)
+        seen: dict[str, str] = {}
+        for event in refused:
+            where = f"{event.host or event.address or '?'}:{event.port or '?'}"
+            seen.setdefault(where, event.reason)
+        shown = "; ".join(f"{w} ({r})" for w, r in list(seen.items())[:3])
+        more = f"; and {len(seen) - 3} more" if len(seen) > 3 else ""  # noqa: PLR2004 - shown
+        # Host names are the jail's (it asked for them): inert on the caller's terminal.
+        return (
+            inert(f"panday: {total} connection(s) refused by the egress proxy: {shown}{more}")
+            + "\n"
+        )
+
+
+def _check_audit_file(path: str) -> None:
+    """--audit FILE must be writable before anything runs (one clear line otherwise)."""
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise NoInputError(f"--audit {path!r}: {exc.strerror}") from None
 
 
 def _defaulted(exc: PolicyViolation, opts: RunOptions, policy: SandboxPolicy) -> Exception:
