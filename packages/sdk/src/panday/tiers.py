@@ -355,6 +355,14 @@ def host_command_tier() -> str | None:
     return found[0] if found else None
 
 
+def in_force() -> str | None:
+    """The command tier `auto` opens here when the policy asks nothing only a stronger one
+    enforces: the strongest of this OS's tiers that runs (T1 Linux where bubblewrap cannot
+    run); the strongest of them, unavailable, when none runs; None when panday has none."""
+    found = host_command_tiers()
+    return next((t for t in found if unavailable_reason(t) is None), found[0] if found else None)
+
+
 def check_name(tier: str) -> str:
     """`tier` when it names a tier (or auto); otherwise a `ValueError` listing the choices."""
     if tier not in TIER_CHOICES:

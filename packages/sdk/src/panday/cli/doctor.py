@@ -64,10 +64,7 @@ def collect(*, probe: bool) -> DoctorReport:
     from panday import __version__
     from panday.reports import DoctorReport
 
-    # The tier in force: the strongest of this OS's that runs here (else the strongest).
-    here = tiers.host_command_tiers()
-    runs = [t for t in here if tiers.unavailable_reason(t) is None]
-    host_tier = runs[0] if runs else tiers.host_command_tier()
+    host_tier = tiers.in_force()  # the strongest of this OS's that runs here
     statuses = tuple(_status(tier, host_tier) for tier in tiers.ALL_TIERS)
     table = None
     if host_tier is not None:

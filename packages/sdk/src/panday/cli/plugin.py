@@ -15,7 +15,7 @@ def plugin_inspect(file: str, *, as_json: bool) -> int:
     from panday.reports import encode
 
     manifest = load_manifest(file)
-    host_tier = tiers.host_command_tier()
+    host_tier = tiers.in_force()  # where bwrap cannot run, what T1 would grant
     summary = manifest.consent_summary(
         host_table(host_tier), os.environ, wording=tiers.consent(host_tier or "")
     )
