@@ -181,9 +181,12 @@ class Jail:
         env.update(self.env)
         return env
 
-    def _program(self, name: str, env: Mapping[str, str]) -> str:
+    @staticmethod
+    def _program(name: str, env: Mapping[str, str], cwd: str) -> str:
+        """`name` as execvp(3) would find it from `cwd` (a path with a slash is taken
+        from there; a bare name searched in the command's PATH)."""
         if "/" in name:
-            return name if os.path.isabs(name) else os.path.join(self.workspace, name)
+            return name if os.path.isabs(name) else os.path.normpath(os.path.join(cwd, name))
         for directory in env.get("PATH", "").split(":"):
             found = os.path.join(directory or ".", name)
             if os.path.isfile(found) and os.access(found, os.X_OK):
@@ -197,7 +200,7 @@ class Jail:
         if not argv:
             raise ValueError("argv: empty")
         env = self.environment()
-        resolved = [self._program(argv[0], env), *argv[1:]]
+        resolved = [self._program(argv[0], env, cwd), *argv[1:]]
         try:
             cwd_fd = os.open(cwd, _O_PATH | os.O_DIRECTORY)
         except OSError as exc:

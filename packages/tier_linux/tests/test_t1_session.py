@@ -1,0 +1,62 @@
+"""A T1 session as a caller meets it: what a command runs with and how it ends. What it
+cannot reach is the escape suite's (tests/escape/test_t1.py)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from panday_core.errors import CommandNotFound
+from panday_core.policy import FsPolicy, Limits, SandboxPolicy
+from panday_tier_linux.t1.landlock import kernel_abi
+from panday_tier_linux.t1.session import open_session
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or isinstance(kernel_abi(), str),
+    reason="T1 needs Linux with Landlock",
+)
+
+
+def _policy(ws: Path, **limits: int) -> SandboxPolicy:
+    return SandboxPolicy(fs=FsPolicy(workspace=str(ws)), limits=Limits(**limits))
+
+
+def test_a_program_is_found_as_execvp_would_find_it(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    script = tmp_path / "sub" / "s.sh"
+    script.write_text("#!/bin/sh\necho here\n")
+    script.chmod(0o755)
+    with open_session(_policy(tmp_path)) as session:
+        assert session.run(["./s.sh"], cwd="sub").stdout == b"here\n"
+        assert session.run(["sub/s.sh"]).stdout == b"here\n"
+        # A bare name is resolved in the command's PATH; the program gets the path found.
+        assert session.run(["sh", "-c", "echo $0"]).stdout.endswith(b"/sh\n")
+        with pytest.raises(CommandNotFound) as info:
+            session.run(["no-such-program-here"])
+        assert info.value.exit_code == 127  # a shell's "not found"
+
+
+def test_the_environment_is_made_not_inherited(tmp_path: Path) -> None:
+    os.environ["PANDAY_T1_CANARY"] = "leak"
+    try:
+        with open_session(_policy(tmp_path)) as session:
+            out = session.run(["sh", "-c", "env"]).stdout.decode()
+            tmp = session.tmp
+    finally:
+        del os.environ["PANDAY_T1_CANARY"]
+    env = dict(line.split("=", 1) for line in out.splitlines())
+    assert "PANDAY_T1_CANARY" not in env
+    assert env["HOME"] == str(tmp_path)
+    assert env["TMPDIR"] == tmp
+    assert not Path(tmp).exists()  # the private tmp goes with the session
+
+
+def test_the_wall_clock_kills_the_whole_group(tmp_path: Path) -> None:
+    with open_session(_policy(tmp_path, wall_clock_ms=300)) as session:
+        result = session.run(["sh", "-c", "sleep 30 & sleep 30; echo late"])
+    assert result.breach is not None
+    assert result.breach.kind == "wall_clock"
+    assert b"late" not in result.stdout
