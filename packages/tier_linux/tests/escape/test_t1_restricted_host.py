@@ -152,3 +152,27 @@ def test_a_cached_run_holds_as_the_first(esc: Escape) -> None:
         assert "Permission denied" in inside.stderr, (attempt, inside.stderr)
         assert inside.returncode == 1, (attempt, inside.returncode)
         esc.held()
+
+
+def test_a_host_that_refuses_landlock_makes_t1_unavailable_with_its_reason(esc: Escape) -> None:
+    """A container whose seccomp profile lets landlock_create_ruleset through but refuses
+    landlock_restrict_self: T1's probe command names it, and T1 is not offered."""
+    launcher = LAUNCHER.replace(
+        'f.add_rule(sc.ERRNO(38), "clone3")', "f.add_rule(sc.ERRNO(1), 446)"
+    )
+    env = {**os.environ, "XDG_CONFIG_HOME": str(esc.tmp / "config")}
+    done = subprocess.run(
+        [sys.executable, "-c", launcher, _panday(), "doctor"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=esc.ws,
+        timeout=120,
+        check=False,
+    )
+    lines = done.stdout.splitlines()
+    t1 = next(line for line in lines if line.startswith("t1-linux:"))
+    assert t1.startswith("t1-linux: unavailable"), t1
+    assert "could not restrict itself" in t1, t1
+    assert "Operation not permitted" in t1, t1
+    esc.held()

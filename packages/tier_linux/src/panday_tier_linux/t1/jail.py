@@ -17,11 +17,17 @@ import errno
 import os
 import stat
 
-from panday_core.errors import CommandNotFound, Internal, PolicyViolation, WorkspaceUnusable
+from panday_core.errors import (
+    CommandNotFound,
+    Internal,
+    PolicyViolation,
+    TierUnavailable,
+    WorkspaceUnusable,
+)
 from panday_core.execution import Supervisor
 from panday_core.process import spawn
 from panday_tier_linux.t1 import landlock
-from panday_tier_linux.t1.launch import Restrictions, run_restricted
+from panday_tier_linux.t1.launch import RestrictError, Restrictions, run_restricted
 
 TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 if TYPE_CHECKING:
@@ -211,6 +217,10 @@ class Jail:
         )
         try:
             proc = spawn(resolved, env=env, stdin=stdin, run_in=run_restricted(restrictions))
+        except RestrictError as exc:
+            raise TierUnavailable(
+                TIER, f"the spawning thread could not restrict itself: {exc}"
+            ) from None
         except OSError as exc:
             if exc.errno in {errno.ENOENT, errno.ENOTDIR}:
                 raise CommandNotFound(

@@ -75,6 +75,11 @@ def load_seccomp(program: bytes) -> None:
     _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
 
 
+class RestrictError(Exception):
+    """The spawning thread could not restrict itself (a host that refuses a Landlock or
+    seccomp call): nothing was spawned."""
+
+
 class Restrictions:
     """What one command's thread applies to itself before it spawns."""
 
@@ -129,7 +134,10 @@ def run_restricted(restrictions: Restrictions) -> Callable[[Callable[[], int]], 
 
         def body() -> None:
             try:
-                restrictions.apply()
+                try:
+                    restrictions.apply()
+                except OSError as exc:
+                    raise RestrictError(str(exc)) from exc
                 box.append(call())
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
                 box.append(exc)
