@@ -4,7 +4,9 @@ cannot reach is the escape suite's (tests/escape/test_t1.py)."""
 from __future__ import annotations
 
 import os
+import socket
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -60,3 +62,35 @@ def test_the_wall_clock_kills_the_whole_group(tmp_path: Path) -> None:
     assert result.breach is not None
     assert result.breach.kind == "wall_clock"
     assert b"late" not in result.stdout
+
+
+def test_the_callers_threads_stay_unrestricted(tmp_path: Path) -> None:
+    """Each command's restrictions belong to a thread made for its spawn: the caller's
+    threads, running commands concurrently, keep their own access (a socket, a file
+    outside the workspace) and every command is restricted."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("caller's")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    failures: list[str] = []
+
+    def worker() -> None:
+        with open_session(_policy(ws)) as session:
+            for _ in range(5):
+                result = session.run(["cat", str(outside)])
+                if result.exit_code == 0:
+                    failures.append("a command read outside its workspace")
+                try:
+                    socket.socket().close()
+                    outside.read_text()
+                except OSError as exc:
+                    failures.append(f"the caller's thread was restricted: {exc}")
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    socket.socket().close()
+    assert outside.read_text() == "caller's"
