@@ -94,3 +94,21 @@ def test_the_callers_threads_stay_unrestricted(tmp_path: Path) -> None:
     assert failures == []
     socket.socket().close()
     assert outside.read_text() == "caller's"
+
+
+def test_removing_the_private_tmp_never_follows_a_link(tmp_path: Path) -> None:
+    """A command can leave links in its tmp pointing anywhere; the session's cleanup
+    removes the links, never what they point to."""
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "file").write_text("mine")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with open_session(_policy(ws)) as session:
+        plant = (
+            f'mkdir -p "$TMPDIR/d/e" && ln -s {keep} "$TMPDIR/d/e/to" && ln -s {keep} "$TMPDIR/top"'
+        )
+        assert session.run(["sh", "-c", plant]).exit_code == 0
+        tmp = Path(session.tmp)
+    assert not tmp.exists()
+    assert (keep / "file").read_text() == "mine"

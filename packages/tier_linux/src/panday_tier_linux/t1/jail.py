@@ -26,6 +26,7 @@ from panday_core.errors import (
 )
 from panday_core.execution import Supervisor
 from panday_core.process import spawn
+from panday_core.startup import suppress
 from panday_tier_linux.t1 import landlock
 from panday_tier_linux.t1.launch import RestrictError, Restrictions, run_restricted
 
@@ -248,16 +249,53 @@ class Jail:
 
     def close(self) -> None:
         """Release the held paths, remove the private tmp, close the roots. Idempotent."""
-        import shutil
-
         for held in self.system:
             os.close(held.fd)
         self.system = []
         if self.tmp_fd >= 0:
             os.close(self.tmp_fd)
             self.tmp_fd = -1
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            remove_tree(self.tmp)
         self.roots.close()
+
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def remove_tree(path: str) -> None:
+    """Remove `path` and what a command left in it, never following a link (each entry
+    removed relative to its directory's descriptor, as `shutil.rmtree` does on Linux,
+    without its import: start-up time); whatever cannot be removed is left."""
+    try:
+        fd = os.open(path, _DIR)
+    except OSError:
+        return
+    try:
+        _remove_below(fd)
+    except (OSError, RecursionError):  # a tree deeper than recursion goes: the slow way
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    finally:
+        os.close(fd)
+    with suppress(OSError):
+        os.rmdir(path)
+
+
+def _remove_below(dir_fd: int) -> None:
+    with os.scandir(dir_fd) as entries:
+        found = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+    for name, is_dir in found:
+        if is_dir:
+            sub = os.open(name, _DIR, dir_fd=dir_fd)
+            try:
+                _remove_below(sub)
+            finally:
+                os.close(sub)
+            os.rmdir(name, dir_fd=dir_fd)
+        else:
+            os.unlink(name, dir_fd=dir_fd)
 
 
 def host_bounds(pid: int) -> None:
@@ -281,6 +319,16 @@ def state_refusal(roots: Roots) -> str | None:
 
 
 def make_tmp(session_id: str) -> str:
-    import tempfile
-
-    return tempfile.mkdtemp(prefix=f"panday-t1-{session_id}-")
+    """A new private (0700) directory for the session's commands, as `tempfile.mkdtemp`
+    makes one under ``$TMPDIR`` or /tmp (without its import: start-up time)."""
+    base = os.environ.get("TMPDIR") or ""
+    if not os.path.isabs(base):
+        base = "/tmp"  # noqa: S108 - mkdtemp's own fallback; a private directory is made in it
+    for _ in range(16):
+        path = os.path.join(base, f"panday-t1-{session_id}-{os.urandom(6).hex()}")
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"no free name for a private tmp under {base}")

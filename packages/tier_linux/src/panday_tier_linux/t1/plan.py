@@ -211,30 +211,26 @@ def host_facts() -> list[str] | None:
     """The facts a T1 plan depends on, as key lines (None: T1 cannot run here): the tier,
     the kernel and its Landlock ABI, T1's code and seccomp rules (their text names the
     compiler and libseccomp), the user, the cache, the host's protection ceilings."""
-    from panday_tier_linux import hostguard, seccomp
+    from panday_tier_linux import host, hostguard
     from panday_tier_linux.t1.landlock import kernel_abi
 
     abi = kernel_abi()
     if isinstance(abi, str):
         return None
     uname = os.uname()
-    rules = seccomp.FilterSpec(namespaces=False).text
+    # The rules are seccomp.py's code (not imported here: start-up time), compiled by
+    # this libseccomp.
+    rules = os.stat(os.path.join(os.path.dirname(os.path.dirname(__file__)), "seccomp.py"))
     return [
         "tier t1-linux",
         f"kernel {uname.sysname} {uname.release} {uname.version} {uname.machine}",
         f"landlock {abi}",
         f"code {_code_identity()}",
-        f"seccomp {userstate_digest(rules)}",
+        f"seccomp {rules.st_size} {rules.st_mtime_ns} {host.library_identity()}",
         f"user {os.geteuid()} {os.getegid()}",
         f"cache {plan_dir()}",
         f"guard {sorted(hostguard.ceilings().items())!r}",
     ]
-
-
-def userstate_digest(text: str) -> str:
-    from _blake2 import blake2b
-
-    return blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 # ---------------------------------------------------------------------- the cache
