@@ -23,6 +23,7 @@ Design points, each a reason rather than a preference:
 from __future__ import annotations
 
 import _signal  # pyright: ignore[reportMissingModuleSource] - signal without its enum (panday_core.startup)
+import errno
 import io
 import os
 import select
@@ -244,6 +245,10 @@ class Pump:
             data = os.read(fd, READ_SIZE)
         except BlockingIOError:
             return
+        except OSError as exc:
+            if exc.errno != errno.EIO:
+                raise
+            data = b""  # a pseudo-terminal's master once no slave is open: its end
         stream = self.streams[fd]
         if not data:
             self._close_stream(fd)

@@ -251,8 +251,13 @@ def spawn(
     stdin: bool = False,
     pass_fds: Sequence[int] = (),
     run_in: Callable[[Callable[[], int]], int] | None = None,
+    tty: tuple[int, int] | None = None,
 ) -> ChildProcess:
     """Start `argv` (argv[0] an absolute path) in a new session, with pipes for its output.
+
+    `tty` (master, slave of a pseudo-terminal the caller opened): the child's standard
+    descriptors are the slave instead, and our ends of its stdin and stdout are copies of
+    the master (its stderr is an empty pipe: a terminal has one output).
 
     `pass_fds` are our descriptors to hand over; the child sees them as 3, 4, 5, ... in
     order. Its stdin is a pipe when `stdin` is true, else /dev/null. Signals Python ignores
@@ -262,13 +267,22 @@ def spawn(
     """
     if not argv or not os.path.isabs(argv[0]):  # noqa: PTH117 - os is loaded already
         raise ValueError("spawn needs argv[0] to be an absolute path")
-    in_r, in_w = _pipe() if stdin else (None, None)
-    out_r, out_w = _pipe()
-    err_r, err_w = _pipe()
-    ours = [fd for fd in (in_r, in_w, out_r, out_w, err_r, err_w) if fd is not None]
+    if tty is not None:
+        master, slave = tty
+        in_r, in_w = slave, _high(os.dup(master))
+        out_r, out_w = _high(os.dup(master)), slave
+        err_r, empty = _pipe()
+        os.close(empty)  # the command's stderr is the terminal too: this one only ends
+        err_w = slave
+        ours = [in_w, out_r, err_r]
+    else:
+        in_r, in_w = _pipe() if stdin else (None, None)
+        out_r, out_w = _pipe()
+        err_r, err_w = _pipe()
+        ours = [fd for fd in (in_r, in_w, out_r, out_w, err_r, err_w) if fd is not None]
     started = time.monotonic()
     try:
-        actions = _file_actions(in_r, out_w, err_w, pass_fds, ours)
+        actions = _file_actions(in_r, out_w, err_w, pass_fds, [*ours, *(tty or ())])
 
         def call() -> int:
             return os.posix_spawn(
@@ -286,9 +300,9 @@ def spawn(
         for fd in ours:
             os.close(fd)
         raise
-    for fd in (in_r, out_w, err_w):
+    for fd in (in_r, out_w, err_w) if tty is None else ():
         if fd is not None:
-            os.close(fd)
+            os.close(fd)  # (a terminal's slave stays the caller's, to close after the run)
     for fd in (in_w, out_r, err_r):
         if fd is not None:
             os.set_blocking(fd, False)

@@ -47,7 +47,9 @@ class _Backend(Protocol):
     id: str
     workspace: str
 
-    def events(self, spec: ExecSpec, source: int | None = None) -> Iterator[ExecEvent]: ...
+    def events(
+        self, spec: ExecSpec, source: int | None = None, tty: tuple[int, int] | None = None
+    ) -> Iterator[ExecEvent]: ...
     def put(self, path: str, data: bytes) -> None: ...
     def get(self, path: str, *, max_bytes: int) -> bytes: ...
     def snapshot(self) -> Snapshot: ...
@@ -63,7 +65,17 @@ class _Sync:
         self.id = session.id
         self.workspace = session.workspace
 
-    def events(self, spec: ExecSpec, source: int | None = None) -> Iterator[ExecEvent]:
+    def events(
+        self, spec: ExecSpec, source: int | None = None, tty: tuple[int, int] | None = None
+    ) -> Iterator[ExecEvent]:
+        if tty is not None:
+            try:
+                # T2 Linux's opener takes it; another tier's raises TypeError.
+                return self.session.exec(spec, stdin_source=source, tty=tty)
+            except TypeError:
+                from panday_core.errors import Unsupported
+
+                raise Unsupported("this tier runs no command with a terminal") from None
         if source is None:  # a tier's opener need not know about streamed stdin
             return self.session.exec(spec)
         return self.session.exec(spec, stdin_source=source)
@@ -94,7 +106,13 @@ class _Loop:
         self.id = session.id
         self.workspace = session.workspace
 
-    def events(self, spec: ExecSpec, source: int | None = None) -> Iterator[ExecEvent]:
+    def events(
+        self, spec: ExecSpec, source: int | None = None, tty: tuple[int, int] | None = None
+    ) -> Iterator[ExecEvent]:
+        if tty is not None:
+            from panday_core.errors import Unsupported
+
+            raise Unsupported("this tier runs no command with a terminal (T2 Linux does)")
         if source is not None:
             # The async protocol takes stdin as bytes: through it (T2 macOS) a streamed
             # stdin is read whole before the command starts; T2 Linux streams it.
@@ -203,11 +221,17 @@ class Session(SessionInfo):
         stdin: bytes | str | BinaryIO | int | None = None,
         cwd: str | None = None,
         timeout: float | None = None,
+        tty: tuple[int, int] | None = None,
     ) -> Generator[ExecEvent, None, None]:
         """`OutputChunk`s as the command writes them, then exactly one `ExecExit`.
 
         Nothing is buffered beyond one read. Leaving the loop early (break, an exception,
         KeyboardInterrupt) kills the command's whole process tree. `stdin` as for `run`.
+        `tty`: (master, slave) of a pseudo-terminal you opened (`os.openpty`): it is the
+        command's controlling terminal (job control works; set its size on the master
+        with TIOCSWINSZ, and the command gets SIGWINCH); what the command writes to it
+        arrives as stdout chunks, and `stdin` streams into it. T2 Linux only
+        (`Unsupported` elsewhere). `panday run --tty` drives it from a terminal.
         """
         self._require_open()
         source: int | None = None
@@ -216,7 +240,7 @@ class Session(SessionInfo):
         elif stdin is not None and not isinstance(stdin, bytes | str):
             source, stdin = stdin.fileno(), None
         spec = exec_spec(cmd, stdin=stdin, cwd=cwd, timeout=timeout)
-        return self._events(spec, source)
+        return self._events(spec, source, tty)
 
     def _require_open(self) -> None:
         if self.closed:
@@ -224,10 +248,12 @@ class Session(SessionInfo):
 
             raise SessionClosed(self.id)
 
-    def _events(self, spec: ExecSpec, source: int | None) -> Generator[ExecEvent, None, None]:
+    def _events(
+        self, spec: ExecSpec, source: int | None, tty: tuple[int, int] | None = None
+    ) -> Generator[ExecEvent, None, None]:
         self._require_open()  # closed between stream() and the first next()
         guard = StartGuard(self.policy, spec, self.tier)
-        events = self._backend.events(spec, source)
+        events = self._backend.events(spec, source, tty)
         try:
             for event in events:
                 yield from guard.feed(event)

@@ -84,3 +84,57 @@ def inert(text: str) -> str:
         return "^" + chr(code + 0x40)
 
     return _NAME_UNSAFE.sub(caret, text)
+
+
+_APP = re.compile(
+    rb"\x1b\[[\x30-\x3f]{0,%d}[\x20-\x2f]{0,4}[\x40-\x7e]|\x1b[\x20-\x2f]{0,4}[\x30-\x7e]"
+    rb"|[\x00-\x06\x10-\x1a\x1c-\x1f\x7f]|\xc2[\x80-\x9f]" % _SGR_PARAMS
+)
+"""What `AppFilter` judges: a CSI sequence, a short escape, a control character, a C1."""
+_APP_PARTIAL = re.compile(
+    rb"(?:\x1b(?:\[[\x30-\x3f]{0,%d}[\x20-\x2f]{0,4}|[\x20-\x2f]{0,4})?|\xc2)\Z" % _SGR_PARAMS
+)
+_ASKS = frozenset(b"nctx")
+"""CSI finals that make a terminal *answer* (status and cursor reports, device attributes,
+window reports, terminal parameters): the answer would be typed into panday's input."""
+_STRINGS = frozenset(b"]P_^X")
+"""ESC introducers of strings (OSC: clipboard, title, hyperlinks; DCS; APC; PM; SOS)."""
+
+
+def _app(match: re.Match[bytes]) -> bytes:
+    seq = match.group()
+    if seq[0] != 0x1B:  # noqa: PLR2004 - a lone control character or C1
+        return _caret(match)
+    if seq[1:2] == b"[":
+        return seq if seq[-1] not in _ASKS else b"^[" + seq[1:]
+    if len(seq) == 2 and seq[1] in _STRINGS:  # noqa: PLR2004 - ESC and its introducer
+        return b"^[" + seq[1:]
+    return seq
+
+
+class AppFilter:
+    """A full-screen program's output through a pseudo-terminal (`panday run --tty`): what
+    an editor or a shell needs passes (cursor movement, erasing, scrolling regions, colour,
+    charsets, the alternate screen), and what acts beyond the screen does not: string
+    sequences (OSC 52 clipboard, titles, DCS, APC) and every request that makes the
+    terminal type an answer (DSR, DA, window reports) are written in caret notation.
+    A lone ESC at a chunk's end is held for the next chunk."""
+
+    __slots__ = ("carry",)
+
+    def __init__(self) -> None:
+        self.carry = b""
+
+    def feed(self, data: bytes) -> bytes:
+        if self.carry:
+            data = self.carry + data
+            self.carry = b""
+        partial = _APP_PARTIAL.search(data, max(0, len(data) - _SGR_PARAMS - 8))
+        if partial is not None:
+            self.carry = partial.group()
+            data = data[: partial.start()]
+        return _APP.sub(_app, data)
+
+    def flush(self) -> bytes:
+        held, self.carry = self.carry, b""
+        return _UNSAFE.sub(_caret, held)

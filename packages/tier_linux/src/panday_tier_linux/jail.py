@@ -378,6 +378,11 @@ class CgroupError(Exception):
     """The command's cgroup could not be made (the cgroup file system said no)."""
 
 
+SETSID = "/usr/bin/setsid"
+"""util-linux's setsid: inside the jail (which shows the host's /usr) it gives a command run
+with a pseudo-terminal that terminal as its controlling one."""
+
+
 def start(
     spec: JailSpec,
     argv: Sequence[str],
@@ -390,6 +395,7 @@ def start(
     cpu_ms: int | None,
     env: Mapping[str, str] | None = None,
     stdin: bool = False,
+    tty: tuple[int, int] | None = None,
 ) -> tuple[ChildProcess, JailSupervisor, int]:
     """Spawn bwrap for `argv` in the jail `spec` describes (nothing of it runs yet when it
     blocks): the process, its supervisor (holding the binds, the command's cgroup and the
@@ -434,12 +440,19 @@ def start(
             ours.append(report_r)
             os.set_blocking(report_r, False)
             given.append(report_w)
+        if tty is not None:
+            # bwrap's --new-session leaves the command without a controlling terminal (so
+            # TIOCSTI cannot reach the caller's); setsid -c makes the command the leader of
+            # a session of its own whose controlling terminal is the pty it was given (job
+            # control works, and TIOCSTI, refused by seccomp anyway, reaches only that pty).
+            argv = [SETSID, "--ctty", "--wait", *argv]
         command = jail_command(spec, argv, report_fd=status_child + 1 if relay else None)
         proc = spawn(
             [bwrap, "--args", "3", "--", *command],
             env={},
             stdin=stdin,
             pass_fds=[*given, *binds.fds],
+            tty=tty,
         )
     except BaseException:
         if exec_cgroup is not None:

@@ -28,14 +28,20 @@ from typing import TYPE_CHECKING, Self, TypedDict
 import msgspec
 
 from panday_core.capabilities import Refusal, check_policy, no_egress_proxy
-from panday_core.errors import Internal, PolicyViolation, TierUnavailable, WorkspaceUnusable
+from panday_core.errors import (
+    Internal,
+    PolicyViolation,
+    TierUnavailable,
+    Unsupported,
+    WorkspaceUnusable,
+)
 from panday_core.execution import ChildProcess, astream, collect, stream
 from panday_core.protect import is_env_hook
 from panday_core.types import ExecExit, ExecSpec, HeldChange, SandboxTier, WriteReport
 from panday_tier_linux import host
 from panday_tier_linux.argv import JailSpec
 from panday_tier_linux.capabilities import DISK_NEEDS_RO, host_capabilities
-from panday_tier_linux.jail import CgroupError, Guard, ceilings_of, release, start
+from panday_tier_linux.jail import SETSID, CgroupError, Guard, ceilings_of, release, start
 from panday_tier_linux.plan import Plan
 from panday_tier_linux.supervisor import JailSupervisor, StartCheck, bwrap_error
 
@@ -202,7 +208,12 @@ class LinuxSession:
             raise ValueError(f"command_id: {exc}") from None
 
     def launch(
-        self, spec: ExecSpec, *, stdin_pipe: bool = False, pending: Pending | None = None
+        self,
+        spec: ExecSpec,
+        *,
+        stdin_pipe: bool = False,
+        pending: Pending | None = None,
+        tty: tuple[int, int] | None = None,
     ) -> tuple[ChildProcess, JailSupervisor]:
         """Spawn the jail for `spec` with its ceilings in place (used by `exec`); its stdin
         is a pipe when `spec.stdin` has data or `stdin_pipe` (a streamed stdin); with
@@ -224,6 +235,7 @@ class LinuxSession:
                 cpu_ms=self.policy.limits.cpu_ms,
                 env=proxy_env,
                 stdin=spec.stdin is not None or stdin_pipe,
+                tty=tty,
             )
         except CgroupError as exc:
             raise Internal(f"cannot create the command's cgroup: {exc}") from exc
@@ -249,12 +261,21 @@ class LinuxSession:
         if why is not None:  # fail closed: the jail does not run unbounded
             raise Internal(f"cannot bound the jail's processes: {why.removeprefix('bounds: ')}")
 
-    def _start(self, spec: ExecSpec, stdin_source: int | None = None) -> _Command:
+    def _start(
+        self,
+        spec: ExecSpec,
+        stdin_source: int | None = None,
+        tty: tuple[int, int] | None = None,
+    ) -> _Command:
         if self.bridge is not None and spec.command_id is None:  # the id to revoke at the end
             spec = msgspec.structs.replace(spec, command_id=f"cmd-{next(self._commands)}")
+        if tty is not None and not os.access(SETSID, os.X_OK):
+            raise Unsupported(f"a terminal in the jail needs {SETSID} (util-linux)")
         pending = self._begin_writes(spec)
         try:
-            proc, sup = self.launch(spec, stdin_pipe=stdin_source is not None, pending=pending)
+            proc, sup = self.launch(
+                spec, stdin_pipe=stdin_source is not None, pending=pending, tty=tty
+            )
         except BaseException:
             if pending is not None:
                 self.finish_writes(pending, apply=False)
@@ -325,12 +346,18 @@ class LinuxSession:
         )
 
     def exec(
-        self, spec: ExecSpec, *, stdin_source: int | None = None
+        self,
+        spec: ExecSpec,
+        *,
+        stdin_source: int | None = None,
+        tty: tuple[int, int] | None = None,
     ) -> Generator[ExecEvent, None, None]:
         """Run one command: output chunks as read, then one `ExecExit` (blocking).
         `stdin_source`: a descriptor the command's stdin streams from as it is read (with
-        back-pressure, and the command's exit ends the run, not the source's end)."""
-        command = self._start(spec, stdin_source)
+        back-pressure, and the command's exit ends the run, not the source's end).
+        `tty`: (master, slave) of a pseudo-terminal the caller opened: the command's
+        terminal (its controlling one: job control works); its output arrives as stdout."""
+        command = self._start(spec, stdin_source, tty)
         try:
             for event in stream(command.proc, command.sup, **command.options):
                 yield from command.seen(event)

@@ -67,6 +67,10 @@ COMMANDS: dict[str, Command] = {
         ),
         ("policy schema", "print the policy's JSON Schema"),
     ),
+    "shell": Command(
+        "panday.cli.shell",
+        ("shell [RUN OPTIONS]", "an interactive shell in the sandbox (run --tty -- bash -i)"),
+    ),
     "changes": Command(
         "panday.cli.changes",
         ("changes [list|show|apply|discard|collect]", "change sets of fs.writes checked/review"),

@@ -60,6 +60,9 @@ options:
   --audit FILE        append the egress proxy's events (one JSON object per line) to FILE;
                       refused connections are also summed up on stderr after the command
   --stdin             stream this process's standard input into the command (default: empty)
+  --tty               give the command a terminal of its own (a new pseudo-terminal; job
+                      control, resizing, Ctrl-C and Ctrl-Z act on the jailed job), relaying
+                      this terminal to it; T2 Linux. `panday shell` is run --tty -- bash -i
   --tier TIER         auto (default), t2-linux, t1-linux, t2-macos or t0; a named tier is
                       never replaced
   --json              print one JSON result object (output not streamed)
@@ -74,7 +77,9 @@ _VALUED = frozenset(
     | {"--env", "--tier", "--writes", "--audit"}
 )
 _REPEATABLE = frozenset({"--ro", "--allow", "--env"})
-_FLAGS = frozenset({"--json", "--stdin", "--debug", "--help", "-h", "--sanitize", "--no-sanitize"})
+_FLAGS = frozenset(
+    {"--json", "--stdin", "--debug", "--help", "-h", "--sanitize", "--no-sanitize", "--tty"}
+)
 
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "": 1000}
@@ -530,9 +535,7 @@ def main(args: list[str]) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _on_signal)
-    tier = opts.one("--tier") or "auto"
-    if tier != "auto":
-        _check_tier(tier)
+    tier = _options_tier(opts)
     # --stdin streams this process's standard input into the command as it reads it (never
     # read whole first: a pipe that stays open must not hold the command back, and a large
     # one must not fill panday's memory); without it the command's stdin is empty.
@@ -550,12 +553,12 @@ def main(args: list[str]) -> int:
     except Refused as exc:
         raise _defaulted(exc, opts, policy) from None
     box: list[ExecResult] = []
-    code = exitcodes.OK
     with session:
         if "--json" in opts.flags:
             box = _collect(session, spec, opts)
+            code = exitcodes.OK
         else:
-            code = _stream(session, spec, opts)
+            code = _interactive(session, spec, opts)
     # After the session closed: its proxy has reported every connection's end.
     if box:
         return _json(session, spec, box, denials)
@@ -563,6 +566,25 @@ def main(args: list[str]) -> int:
     if line:
         sys.stderr.write(line)
     return code
+
+
+def _options_tier(opts: RunOptions) -> str:
+    """The tier asked for (checked), after the options that exclude each other."""
+    if "--tty" in opts.flags and opts.flags & {"--json", "--stdin"}:
+        raise UsageError("run: --tty relays this terminal both ways; drop --json and --stdin")
+    tier = opts.one("--tier") or "auto"
+    if tier != "auto":
+        _check_tier(tier)
+    return tier
+
+
+def _interactive(session: Session, spec: ExecSpec, opts: RunOptions) -> int:
+    """The command's output streamed live, or relayed through a terminal of its own."""
+    if "--tty" in opts.flags:
+        from panday.cli.tty import run_tty
+
+        return run_tty(session, spec.argv, exit_code_of)
+    return _stream(session, spec, opts)
 
 
 class Denials:

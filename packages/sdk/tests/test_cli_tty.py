@@ -1,0 +1,151 @@
+"""`panday run --tty` driven from a real pseudo-terminal (issue 27, 2): ``bash -i`` in the
+jail with job control (Ctrl-Z, jobs, fg, Ctrl-C ending only the foreground job), a window
+size passed in and a resize followed, the caller's terminal mode restored afterwards, and
+TIOCSTI inside reaching nothing (the command's terminal is a pty of its own, and seccomp
+refuses the ioctl; the control: the same ioctl on a pty outside injects)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import select
+import signal
+import struct
+import subprocess
+import termios
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/self").exists(), reason="a terminal in the jail is T2 Linux's"
+)
+
+BASH = "/usr/bin/bash"
+
+
+class Terminal:
+    """A pty whose slave is panday's stdin, stdout and stderr; we type on the master."""
+
+    def __init__(self, exe: str, cwd: Path, *args: str) -> None:
+        self.master, self.slave = os.openpty()
+        self.resize(40, 120)
+        self.before = termios.tcgetattr(self.slave)
+        env = {**os.environ, "PS1": "PROMPT$ ", "TERM": "xterm", "XDG_CONFIG_HOME": "/nonexistent"}
+        self.proc = subprocess.Popen(
+            [exe, *args],
+            cwd=cwd,
+            env=env,
+            stdin=self.slave,
+            stdout=self.slave,
+            stderr=self.slave,
+            start_new_session=True,
+        )
+        self.seen = b""
+
+    def resize(self, rows: int, cols: int) -> None:
+        fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    def type(self, data: bytes) -> None:
+        os.write(self.master, data)
+
+    def expect(self, needle: bytes, timeout: float = 8) -> bytes:
+        """Read until `needle` has been seen (event-driven: each read waits for output). The
+        bound stays under falsify's per-test floor (10 s), so a hang fails here and the
+        finally clause kills panday (and its jail with it)."""
+        deadline = time.monotonic() + timeout
+        while needle not in self.seen:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.master], [], [], left)[0]:
+                pytest.fail(f"never saw {needle!r}; output so far: {self.seen[-2000:]!r}")
+            try:
+                self.seen += os.read(self.master, 65536)
+            except OSError:
+                pytest.fail(f"the terminal closed before {needle!r}: {self.seen[-2000:]!r}")
+        found, _, self.seen = self.seen.partition(needle)
+        return found
+
+    def wait(self) -> int:
+        """panday's exit code (it is killed after 30 s: a hang fails the test)."""
+        try:
+            return self.proc.wait(timeout=30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        for fd in (self.master, self.slave):
+            os.close(fd)
+
+
+def test_an_interactive_shell_has_job_control_a_size_and_gives_the_terminal_back(
+    exe: str, tmp_path: Path
+) -> None:
+    # Each step prints a marker the typed line does not contain (M""ARK: the shell's echo
+    # of what we type shows the quotes), so what we wait for is the shell's own output.
+    term = Terminal(exe, tmp_path, "run", "--tty", "--", BASH, "--norc", "--noprofile", "-i")
+    try:
+        term.expect(b"bash-")  # its first prompt (\s-\v\$): typed before it, input is lost
+        term.type(b'echo M""ARK0\n')
+        term.expect(b"MARK0")
+        assert termios.tcgetattr(term.slave) != term.before, "the caller's terminal is not raw"
+        term.type(b'stty size; echo M""ARK1\n')
+        assert b"40 120" in term.expect(b"MARK1")
+        term.resize(50, 132)
+        # Queued before the next line is typed: panday's handler runs before it reads that
+        # line (Python runs a pending handler at the next call after poll() returns).
+        term.proc.send_signal(signal.SIGWINCH)  # the kernel would, were it panday's terminal
+        term.type(b'stty size; echo M""ARK2\n')
+        assert b"50 132" in term.expect(b"MARK2")
+        # A job that says when it runs and when it is continued: no sleeping on a race.
+        job = b'sh -c \'trap "echo RESU""MED" CONT; echo STA""RTED; while :; do sleep 0.1; done\'\n'
+        term.type(job)
+        term.expect(b"STARTED")
+        term.type(b"\x1a")  # Ctrl-Z: the job stops, the shell gets the terminal back
+        term.expect(b"Stopped")
+        term.type(b'jobs; echo M""ARK3\n')
+        assert b"Stopped" in term.expect(b"MARK3")
+        term.type(b"fg\n")
+        term.expect(b"RESUMED")  # in the foreground again (its CONT trap ran)
+        term.type(b"\x03")  # Ctrl-C: the foreground job ends, the shell stays
+        term.type(b'echo rc=$? M""ARK4\n')
+        assert b"rc=130" in term.expect(b"MARK4")
+        term.type(b"exit 3\n")
+        assert term.wait() == 3
+        assert termios.tcgetattr(term.slave) == term.before, "the caller's terminal stayed raw"
+    finally:
+        term.close()
+
+
+def test_tiocsti_inside_reaches_nothing(exe: str, tmp_path: Path) -> None:
+    # Control: on a pty outside, TIOCSTI types into it.
+    master, slave = os.openpty()
+    try:
+        fcntl.ioctl(slave, termios.TIOCSTI, b"Z")
+        attrs = termios.tcgetattr(slave)
+        attrs[3] &= ~termios.ICANON
+        termios.tcsetattr(slave, termios.TCSANOW, attrs)
+        assert select.select([slave], [], [], 5)[0], "inconclusive: TIOCSTI injected nothing"
+        assert os.read(slave, 1) == b"Z"
+    finally:
+        os.close(master)
+        os.close(slave)
+    probe = (
+        "import fcntl, os, termios\n"
+        "print('device', os.fstat(0).st_rdev)\n"
+        "try:\n    fcntl.ioctl(0, termios.TIOCSTI, b'Z')\n    print('injected')\n"
+        "except OSError as exc:\n    print('refused', exc.errno)\n"
+    )
+    term = Terminal(exe, tmp_path, "run", "--tty", "--", "/usr/bin/python3", "-c", probe)
+    try:
+        inner = int(term.expect(b"\r\nrefused 1").split(b"device ")[1])  # EPERM: seccomp
+        assert term.wait() == 0
+        assert inner != os.fstat(term.slave).st_rdev, "the jail got the caller's terminal"
+        assert b"injected" not in term.seen
+    finally:
+        term.close()
