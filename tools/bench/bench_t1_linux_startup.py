@@ -8,7 +8,7 @@ Issue 25's budgets, side by side in one run (variants interleaved, rotating orde
   fresh Landlock ruleset per command, the writable workspace's entries listed, the
   spawning thread, seccomp, the host's rlimits);
 - (c) the same in an open T2 session (bwrap, cgroups where they can be made);
-- (d) ``panday run --tier t1-linux -- /bin/true`` (the CLI's full path: T1 has no planner);
+- (d) ``panday run --tier t1-linux -- /bin/true`` (T1's cached plan, after the warm-up);
 - (e) ``panday run --tier t2-linux -- /bin/true`` (T2's cached plan, after one warm-up).
 
 Budgets: (b)/(a) <= 1.5, (d) <= (e). Records ``t1_linux_startup`` in
@@ -74,7 +74,9 @@ def bench(rounds: int, cli_rounds: int) -> dict[str, object]:
             info = harness.host_info()
             harness.interleave(spawns, rounds=rounds, warmup=max(rounds // 10, 5))
         clis = [
-            harness.Variant("cli_t1", "(d) panday run --tier t1-linux", lambda: cli("t1-linux")),
+            harness.Variant(
+                "cli_t1", "(d) panday run --tier t1-linux (cached)", lambda: cli("t1-linux")
+            ),
             harness.Variant(
                 "cli_t2", "(e) panday run --tier t2-linux (cached)", lambda: cli("t2-linux")
             ),
