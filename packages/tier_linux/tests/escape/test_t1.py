@@ -18,9 +18,12 @@ from typing import TYPE_CHECKING, Unpack
 
 import pytest
 
+from panday_core.capabilities import Support
 from panday_core.errors import PolicyViolation
 from panday_core.policy import FsPolicy, Limits, NetPolicy, SandboxPolicy
 from panday_tier_linux import seccomp
+from panday_tier_linux.t1 import landlock
+from panday_tier_linux.t1.capabilities import host_capabilities
 from panday_tier_linux.t1.session import open_session
 
 if TYPE_CHECKING:
@@ -346,7 +349,22 @@ except OSError as exc:
     blocked(err(exc))
 ok("signal delivered")
 """
+    if _abi_below(esc, landlock.SCOPE_ABI, "Host processes cannot be signalled"):
+        return
     _check(esc, t1, code)
+
+
+def _abi_below(esc: Escape, needed: int, guarantee: str) -> bool:
+    """On a kernel whose Landlock ABI is below `needed`, the row `guarantee` must say it
+    is not enforced (the gap declared, never approximated): asserted, and True."""
+    abi = landlock.kernel_abi()
+    assert isinstance(abi, int), f"T1 cannot run here: {abi}"
+    if abi >= needed:
+        return False
+    rows = {g.name: g for g in host_capabilities().guarantees}
+    assert rows[guarantee].support is Support.NOT_ENFORCED, rows[guarantee]
+    esc.held()
+    return True
 
 
 def test_host_process_environments_are_unreadable(
@@ -391,7 +409,12 @@ def test_landlock_alone_refuses_tcp_and_abstract_sockets(
     """The layer alone: with a seccomp program that lets socket(2) through (T2's filter for
     a session with the egress bridge: AF_UNIX, AF_INET, AF_INET6), Landlock's TCP rule (no
     port allowed, ABI 4) and its abstract-socket scope (ABI 6) still refuse the connect.
-    The probe first proves the socket itself was made (else it is inconclusive)."""
+    The probe first proves the socket itself was made (else it is inconclusive). Below
+    ABI 6 the abstract-socket scope does not exist: socket(2) is the only wall there."""
+    abi = landlock.kernel_abi()
+    if kind == "abstract" and isinstance(abi, int) and abi < landlock.SCOPE_ABI:
+        esc.held()  # the seccomp wall is probed by test_a_host_listener_is_unreachable
+        return
     server = listen(kind)
     family = "AF_INET" if kind == "tcp4" else "AF_UNIX"
     code = f"""
