@@ -49,7 +49,10 @@ def test_a_new_command_is_one_row_in_the_table(
     assert capsys.readouterr().err == "panday: usage: hello: --bad is not an option\n"
     # An unknown command lists the table.
     assert cli.main(["nope"]) == exitcodes.USAGE
-    assert "commands: run, doctor, policy, shell, changes, plugin, proxy, hello" in capsys.readouterr().err
+    assert (
+        "commands: run, doctor, policy, shell, changes, plugin, proxy, hello"
+        in capsys.readouterr().err
+    )
 
 
 def test_no_cli_module_imports_the_dispatcher_back() -> None:
