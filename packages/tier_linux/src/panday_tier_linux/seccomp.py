@@ -76,6 +76,7 @@ NAMESPACE_FLAGS = (
     ("CLONE_NEWTIME", CLONE_NEWTIME),
 )
 
+F_SETLEASE = 1024
 SOCK_DGRAM = 2
 SOCK_TYPE_MASK = 0xF
 """The type bits of socket(2)'s second argument (the rest are SOCK_NONBLOCK, SOCK_CLOEXEC)."""
@@ -283,6 +284,10 @@ class FilterSpec:
             # A path-based time change is not ruled by Landlock; futimens(2) (a null path:
             # the descriptor's file, opened through Landlock) is kept.
             conditional.append(("utimensat", 1, "NE", 0, 0))
+            # A lease on a file it may read (a staged file, a root caller's /etc/passwd)
+            # would hold up every host process that opens it for writing.
+            # (The kernel reads the command as 32 bits: compared on those, as ioctl's.)
+            conditional.append(("fcntl", 1, "MASKED_EQ", 0xFFFFFFFF, F_SETLEASE))
             # With no network namespace, a datagram socketpair could sendto(2) any host
             # unix datagram socket by path (/dev/log, journald): stream and seqpacket
             # pairs are connected to each other and nothing else.

@@ -233,6 +233,31 @@ ok("mode changed")
     assert victim.stat().st_mode & 0o777 == 0o600
 
 
+LEASE = """
+import fcntl
+F_SETLEASE = 1024
+import platform
+fd = os.open({path!r}, os.O_RDONLY)
+FCNTL = {{"x86_64": 72, "aarch64": 25}}[platform.machine()]
+for command in (F_SETLEASE, F_SETLEASE | (1 << 32)):  # high bits the kernel drops
+    r = sys_call(FCNTL, fd, command, fcntl.F_RDLCK)
+    if r[0] == 0:
+        sys_call(FCNTL, fd, F_SETLEASE, fcntl.F_UNLCK)
+        ok(f"leased with command {{command:#x}}")
+blocked(errno.errorcode.get(r[1], str(r[1])))
+"""
+
+
+def test_no_lease_on_a_file_it_may_only_read(esc: Escape, t1: _T1) -> None:
+    """A read lease on a staged file (ours) would hold up every host process that opens it
+    for writing, for the kernel's lease-break time. seccomp refuses F_SETLEASE in T1."""
+    staged = esc.next_door / "staged.txt"
+    staged.write_text("input")
+    code = LEASE.format(path=str(staged))
+    esc.control(esc.outside(code))
+    esc.must_block(t1.inside(code, staged=[staged]))
+
+
 SHMAT = """
 libc.shmat.restype = ctypes.c_void_p
 addr = libc.shmat({shmid}, None, 0)

@@ -145,7 +145,8 @@ GUARANTEES: Final = (
         mechanism="seccomp (libseccomp, the rules of T2's filter): ptrace, process_vm_*, "
         "io_uring, bpf, perf_event_open, keyctl/add_key/request_key, userfaultfd, kexec, "
         "modules, the mount API, setns, clone/unshare with namespace flags (clone3: ENOSYS), "
-        "personality changes, TIOCSTI and TIOCLINUX; socket(2)",
+        "personality changes, TIOCSTI and TIOCLINUX; socket(2); fcntl F_SETLEASE (a lease "
+        "on a file it may read would hold up the host's writers; low 32 bits compared)",
         support=Support.STRICT,
     ),
     Guarantee(
