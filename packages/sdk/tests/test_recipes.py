@@ -90,3 +90,36 @@ def test_recipe(recipe: Recipe, tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
     assert recipe.expect in done.stdout.splitlines()[-1], done.stdout + done.stderr
+
+
+@pytest.mark.skipif(
+    tiers.host_command_tier() != "t2-linux", reason="the recipes are for T2 Linux's jail"
+)
+@pytest.mark.parametrize("name", ["venv", "uv-run"])
+def test_python_recipes_under_the_distributions_own_python(name: str, tmp_path: Path) -> None:
+    """Issue 27, 4: with Debian's (or Ubuntu's) /usr/bin/python3 first on PATH, a venv's
+    ``sys.base_prefix`` is ``/usr``, which the recipes stage: the jail shows it already."""
+    system = Path("/usr/bin/python3")
+    base = subprocess.run(
+        [str(system), "-c", "import sys, venv; print(sys.base_prefix)"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert base.returncode == 0, f"inconclusive: {system} with venv is missing: {base.stderr}"
+    assert base.stdout.strip() == "/usr", f"inconclusive: {system} is not the distribution's"
+    [recipe] = [r for r in recipes() if r.name == name]
+    env = _env(tmp_path)
+    env["PATH"] = f"/usr/bin:/bin:{env['PATH']}"
+    project = tmp_path / "project"
+    project.mkdir()
+    needs = subprocess.run(
+        ["bash", "-c", recipe.needs],
+        cwd=project, env=env, capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+    if needs.returncode != 0:
+        pytest.skip(recipe.unmet)
+    done = subprocess.run(
+        ["bash", "-e", "-c", recipe.script],
+        cwd=project, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    assert recipe.expect in done.stdout.splitlines()[-1], done.stdout + done.stderr

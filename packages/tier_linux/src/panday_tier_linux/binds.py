@@ -341,6 +341,8 @@ class Roots:
             refusals.append(_refusal("fs.workspace", "not set; every session needs a workspace"))
             paths = paths[1:]
         for field, path, rw in paths:
+            if field != "fs.workspace" and _shown_already(path or ""):
+                continue  # the jail shows it, read-only, at that path: nothing to bind
             item = _open_root(
                 field, path or "", writable=rw, allow_home=fs.allow_home, proposals=proposals
             )
@@ -545,6 +547,21 @@ class Roots:
         self.workspace.close()
         for staged in self.staged:
             staged.close()
+
+
+def _shown_already(path: str) -> bool:
+    """Whether staging `path` read-only asks for nothing the jail does not show already:
+    it is (by identity, not spelling) ``/usr``, which every jail has whole, read-only, at
+    the same path (`argv.filesystem_args`). A virtual environment made from the
+    distribution's Python has ``sys.base_prefix = /usr``, and its recipe stages that."""
+    try:
+        fd = open_root(normal_path(path))  # without following a link, as every root is
+    except (RootRefused, OSError, ValueError):
+        return False  # judged (and refused, or opened) as any other root
+    try:
+        return _same(os.fstat(fd), os.stat("/usr"))
+    finally:
+        os.close(fd)
 
 
 def _check_overlay_path(ws: Held) -> None:
