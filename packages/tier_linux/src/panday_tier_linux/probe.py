@@ -99,7 +99,7 @@ def host_report() -> dict[str, str]:
             else "not found"
         ),
         "user namespaces": host.userns_restriction() or "no restricting sysctl set",
-        "libseccomp": library_identity() or "not found in the usual library directories",
+        "libseccomp": _library_shown(library_identity()),
     }
     for field in ("limits.mem_bytes", "limits.pids", "limits.cpu_ms"):
         report[field] = f"refused: {cgroups[field]}" if field in cgroups else "enforced (cgroup)"
@@ -110,3 +110,19 @@ def host_report() -> dict[str, str]:
     )
     report["jail"] = unavailable_reason(binary) or "runs (probe jail succeeded)"
     return report
+
+
+def _library_shown(identity: str | None) -> str:
+    """`host.library_identity` (the seccomp cache's key: path, size, mtime in ns) for a
+    person: ``/usr/lib/.../libseccomp.so.2.5.4 (126 KiB, 2024-05-25)``."""
+    if identity is None:
+        return "not found in the usual library directories"
+    try:
+        path, size_text, mtime_text = identity.rsplit(" ", 2)
+        size, mtime_ns = int(size_text), int(mtime_text)
+    except ValueError:
+        return identity
+    import time
+
+    day = time.strftime("%Y-%m-%d", time.gmtime(mtime_ns / 1e9))
+    return f"{path} ({size // 1024} KiB, {day})"

@@ -63,8 +63,8 @@ options:
   --tty               give the command a terminal of its own (a new pseudo-terminal; job
                       control, resizing, Ctrl-C and Ctrl-Z act on the jailed job), relaying
                       this terminal to it; T2 Linux. `panday shell` is run --tty -- bash -i
-  --tier TIER         auto (default), t2-linux, t1-linux, t2-macos or t0; a named tier is
-                      never replaced
+  --tier TIER         auto (default), t2-linux, t1-linux or t2-macos; a named tier is
+                      never replaced (t0 serves file tools and runs no command)
   --json              print one JSON result object (output not streamed)
   --sanitize          show terminal control sequences in the output as text (^[) instead
                       of passing them to the terminal; the default for a stream that is one
