@@ -129,3 +129,20 @@ def test_an_audit_file_that_cannot_be_written_is_one_line_before_anything_runs(
     assert "--audit '/nonexistent/dir/a.jsonl'" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "ran").exists()
+
+
+def test_json_gets_a_document_when_the_command_never_ran(exe: str, tmp_path: Path) -> None:
+    """Issue 27, 8: a harness that reads --json's stdout gets a document with the error,
+    not an empty stdout (the control: a command that runs has no error)."""
+    ran = _run(exe, tmp_path, "run", "--json", "--", "true")
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["error"] is None
+    missing = _run(exe, tmp_path, "run", "--json", "--", "no-such-program-here")
+    assert missing.returncode == 127
+    report = json.loads(missing.stdout)
+    assert report["panday_exit_code"] == 127
+    assert "not found inside the sandbox" in report["error"]
+    assert "not found inside the sandbox" in missing.stderr
+    refused = _run(exe, tmp_path, "run", "--json", "--ro", "/etc", "--", "true")
+    assert refused.returncode == 77
+    assert "fs.staged_ro[0]" in json.loads(refused.stdout)["error"]

@@ -86,6 +86,10 @@ class RunReport(_Report, frozen=True, kw_only=True):
     events: tuple[AuditEvent, ...] = ()
     """The egress proxy's events for the command (with ``net.allow``): every connection
     it allowed, refused (with the reason) or could not complete."""
+    error: str | None = None
+    """Why the command never ran (the line also on stderr: a refused policy field, a
+    program missing inside, a bad option); then `tier` and `session_id` may be empty and
+    `panday_exit_code` is the error's code."""
 
 
 class TierStatus(_Report, frozen=True, kw_only=True):

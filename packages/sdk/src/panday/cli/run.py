@@ -524,11 +524,52 @@ def _check_tier(tier: str) -> None:
 
 
 def main(args: list[str]) -> int:
-    """`panday run ARGS`: the exit code (errors are raised for `panday.cli.report`)."""
+    """`panday run ARGS`: the exit code (errors are raised for `panday.cli.report`; with
+    ``--json`` they are also a JSON document on stdout, so a harness that reads stdout
+    always gets one)."""
     opts = parse(args)
     if "--help" in opts.flags or "-h" in opts.flags:
         write_text(RUN_HELP)
         return exitcodes.OK
+    if "--json" not in opts.flags:
+        return _run(opts)
+    try:
+        return _run(opts)
+    except (KeyboardInterrupt, SystemExit, BrokenPipeError, OutputError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - every error: its line, and its document
+        return _json_failure(exc, opts)
+
+
+def _json_failure(exc: Exception, opts: RunOptions) -> int:
+    """The command never ran: the error's line on stderr, and a `RunReport` naming it."""
+    from panday.cli.errors import classify
+    from panday.reports import RunReport, encode
+
+    code, line = classify(exc)
+    if line:
+        sys.stderr.write(f"panday: {line}\n")
+    report = RunReport(
+        tier="",
+        session_id="",
+        workspace=opts.one("--workspace") or "",
+        argv=tuple(opts.command),
+        exit_code=None,
+        signal=None,
+        wall_ms=0.0,
+        breach=None,
+        stdout="",
+        stderr="",
+        truncated_stdout=False,
+        truncated_stderr=False,
+        panday_exit_code=code,
+        error=line or type(exc).__name__,
+    )
+    write_text(encode(report) + "\n")
+    return code
+
+
+def _run(opts: RunOptions) -> int:
     if not opts.command:
         raise UsageError("run: no command given; write it after --, e.g. panday run -- ls -l")
     import signal
