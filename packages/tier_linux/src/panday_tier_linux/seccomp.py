@@ -77,6 +77,8 @@ NAMESPACE_FLAGS = (
 )
 
 F_SETLEASE = 1024
+PRIO_USER = 2
+IOPRIO_WHO_USER = 3
 SOCK_DGRAM = 2
 SOCK_TYPE_MASK = 0xF
 """The type bits of socket(2)'s second argument (the rest are SOCK_NONBLOCK, SOCK_CLOEXEC)."""
@@ -288,6 +290,25 @@ class FilterSpec:
             # would hold up every host process that opens it for writing.
             # (The kernel reads the command as 32 bits: compared on those, as ioctl's.)
             conditional.append(("fcntl", 1, "MASKED_EQ", 0xFFFFFFFF, F_SETLEASE))
+            # No pid namespace: another process of the uid (the caller itself) is reachable
+            # by pid. Its limits, priority and scheduling are changed only for the calling
+            # process itself (pid 0); never a whole uid's (PRIO_USER, IOPRIO_WHO_USER).
+            conditional += [
+                (call, 0, "NE", 0, 0)
+                for call in (
+                    "prlimit64",
+                    "sched_setaffinity",
+                    "sched_setscheduler",
+                    "sched_setparam",
+                    "sched_setattr",
+                )
+            ]
+            conditional += [
+                ("setpriority", 0, "MASKED_EQ", 0xFFFFFFFF, PRIO_USER),
+                ("setpriority", 1, "NE", 0, 0),
+                ("ioprio_set", 0, "MASKED_EQ", 0xFFFFFFFF, IOPRIO_WHO_USER),
+                ("ioprio_set", 1, "NE", 0, 0),
+            ]
             # With no network namespace, a datagram socketpair could sendto(2) any host
             # unix datagram socket by path (/dev/log, journald): stream and seqpacket
             # pairs are connected to each other and nothing else.

@@ -392,6 +392,34 @@ def _abi_below(esc: Escape, needed: int, guarantee: str) -> bool:
     return True
 
 
+def test_host_processes_limits_and_priority_cannot_be_changed(
+    esc: Escape, t1: _T1, host_sleeper: tuple[int, str]
+) -> None:
+    """No pid namespace: a host process of the same uid (the caller itself) is reachable by
+    pid. Its limits, priority and CPU affinity stay its own: seccomp admits those calls
+    for the calling process alone."""
+    pid, _ = host_sleeper
+    code = f"""
+import resource
+done = []
+for name, call in (
+    ("prlimit", lambda: resource.prlimit({pid}, resource.RLIMIT_NOFILE, (64, 64))),
+    ("setpriority", lambda: os.setpriority(os.PRIO_PROCESS, {pid}, 5)),
+    ("sched_setaffinity", lambda: os.sched_setaffinity({pid}, {{0}})),
+):
+    try:
+        call()
+        done.append(name)
+    except OSError:
+        pass
+if done:
+    ok("changed: " + ",".join(done))
+blocked("none changed")
+"""
+    esc.control(esc.outside(code))
+    esc.must_block(t1.inside(code))
+
+
 def test_host_process_environments_are_unreadable(
     esc: Escape, t1: _T1, host_sleeper: tuple[int, str]
 ) -> None:

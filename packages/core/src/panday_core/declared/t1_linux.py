@@ -134,6 +134,14 @@ GUARANTEES: Final = (
         support=Support.STRICT,
     ),
     Guarantee(
+        name="Host processes' limits, priority and CPU affinity cannot be changed",
+        mechanism="seccomp admits prlimit64, sched_setaffinity, sched_setscheduler, "
+        "sched_setparam and sched_setattr for pid 0 only, setpriority and ioprio_set for "
+        "who 0 and never for a whole uid (no pid namespace: the caller's own processes "
+        "are reachable by pid)",
+        support=Support.STRICT,
+    ),
+    Guarantee(
         name="Host processes are invisible",
         mechanism="no /proc is readable inside",
         support=Support.PARTIAL,
