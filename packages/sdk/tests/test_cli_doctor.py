@@ -60,7 +60,8 @@ def test_doctor_human_output_is_short(cli: Cli) -> None:
     result = cli("doctor")
     assert result.returncode == exitcodes.OK
     lines = result.stdout.splitlines()
-    assert lines[2].startswith("t2-linux: available (this host's command tier)")
+    assert lines[1].startswith("Summary: commands run under t2-linux here")
+    assert lines[3].startswith("t2-linux: available (this host's command tier)")
     assert any(line.startswith("t2-macos: unavailable: ") for line in lines)
     assert len(lines) < 80
 

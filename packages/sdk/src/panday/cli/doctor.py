@@ -99,7 +99,7 @@ def _exit_code(report: DoctorReport) -> int:
 
 def render(report: DoctorReport) -> str:
     who = "root" if report.euid == 0 else f"uid {report.euid}"
-    lines = [f"panday {report.panday_version} on {report.platform}, as {who}", ""]
+    lines = [f"panday {report.panday_version} on {report.platform}, as {who}", _summary(report), ""]
     for status in report.tiers:
         mark = " (this host's command tier)" if status.host_tier else ""
         if status.available:
@@ -134,6 +134,15 @@ def render(report: DoctorReport) -> str:
         for p in report.probes:
             lines.append(f"  {p.verdict:<12} {p.name}: {p.detail}")
     return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def _summary(report: DoctorReport) -> str:
+    """One line first: which tier runs commands here, and what else could."""
+    running = [t.tier for t in report.tiers if t.available and t.runs_commands]
+    if not running:
+        return "Summary: no tier can run commands here (each tier's reason is below)."
+    rest = f"; also available: {', '.join(running[1:])}" if running[1:] else ""
+    return f"Summary: commands run under {running[0]} here, the strongest tier available{rest}."
 
 
 def _render_user_policy(report: DoctorReport) -> list[str]:
