@@ -149,3 +149,18 @@ def test_tiocsti_inside_reaches_nothing(exe: str, tmp_path: Path) -> None:
         assert b"injected" not in term.seen
     finally:
         term.close()
+
+
+def test_session_run_with_a_terminal_of_its_own(tmp_path: Path) -> None:
+    """`Session.run(tty=True)`: the command's output is a terminal (the control: without
+    it, it is not), 24 x 80."""
+    import panday  # noqa: PLC0415 - the library, beside the CLI tests of this file
+    from panday_core.policy import FsPolicy, SandboxPolicy  # noqa: PLC0415 - as above
+
+    probe = ["sh", "-c", "test -t 1 && echo is-a-tty || echo not-a-tty; stty size 2>&1"]
+    with panday.open(SandboxPolicy(fs=FsPolicy(workspace=str(tmp_path))), tier="t2-linux") as s:
+        plain = s.run(probe)
+        assert b"not-a-tty" in plain.stdout
+        with_tty = s.run(probe, tty=True)
+    assert with_tty.exit_code == 0
+    assert with_tty.stdout.split(b"\r\n")[:2] == [b"is-a-tty", b"24 80"]

@@ -197,6 +197,7 @@ class Session(SessionInfo):
         stdin: bytes | str | BinaryIO | int | None = None,
         cwd: str | None = None,
         timeout: float | None = None,
+        tty: bool = False,
     ) -> ExecResult:
         """Run `cmd` (a list; never a shell line) to completion.
 
@@ -207,12 +208,29 @@ class Session(SessionInfo):
         ``limits.wall_clock_ms`` applies. `stdin` is data, or a binary file (anything with
         ``fileno()``) or a descriptor the command's stdin streams from as it reads (T2
         Linux: with back-pressure, and the command's exit ends the run, not the file's end;
-        T2 macOS reads it whole first). Raises `CommandNotFound` when the program cannot be
-        started inside the sandbox.
+        T2 macOS reads it whole first). `tty`: the command's stdin, stdout and stderr are a
+        pseudo-terminal of its own (24 x 80; its output arrives as stdout, with the
+        terminal's CR LF line ends); T2 Linux only. Raises `CommandNotFound` when the
+        program cannot be started inside the sandbox.
         """
         from panday_core.execution import collect
 
-        return collect(self.stream(cmd, stdin=stdin, cwd=cwd, timeout=timeout))
+        if not tty:
+            return collect(self.stream(cmd, stdin=stdin, cwd=cwd, timeout=timeout))
+        # A terminal of the command's own, 24 x 80 (`stream(tty=...)` to drive one yourself):
+        # for programs that behave otherwise when their output is a terminal.
+        import fcntl
+        import struct
+        import termios
+
+        master, slave = os.openpty()
+        try:
+            fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+            pair = (master, slave)
+            return collect(self.stream(cmd, stdin=stdin, cwd=cwd, timeout=timeout, tty=pair))
+        finally:
+            os.close(master)
+            os.close(slave)
 
     def stream(
         self,
