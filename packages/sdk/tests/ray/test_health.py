@@ -45,11 +45,13 @@ def test_a_node_without_user_namespaces_is_refused_at_start_with_its_reason(
         # The control (its own namespace, a limit of 64) accepts: the namespace is not it.
         assert sorted(pool.nodes) == sorted([cluster.base[-1], control.node_id])
         report = pool.refused[exhausted.node_id]
-        assert report.error == "JailFailed", report
-        (field, reason), *_ = report.refusals
-        assert field == "tier"
-        assert "/bin/true" in reason
-        assert "ENOSPC" in reason or "max_" in reason, reason
+        # T2's jail cannot start there (its probe runs one); T1 would run but refuses the
+        # ceilings LIMITED asks for, and its refusal names why T2 cannot run.
+        assert report.error == "PolicyViolation", report
+        fields = {field for field, _ in report.refusals}
+        assert fields == {"limits.mem_bytes", "limits.pids"}, report
+        assert all("t2-linux cannot run here" in r for _, r in report.refusals), report
+        assert any("ENOSPC" in r or "max_" in r for _, r in report.refusals), report
         kinds = {(e.node_id, e.kind) for e in pool.events}
         assert (exhausted.node_id, "refused") in kinds
         assert not host.wait_gone(report.pids)  # its actors are gone at once

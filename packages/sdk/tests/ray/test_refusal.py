@@ -58,9 +58,10 @@ def test_a_node_without_bwrap_refuses_and_receives_no_work(
         assert sorted(pool.nodes) == sorted([*cluster.base, control])  # the control accepts
         assert list(pool.refused) == [bad]
         report = pool.refused[bad]
-        assert report.error == "TierUnavailable"
-        assert any("bubblewrap" in reason for _, reason in report.refusals), report
-        assert (bad, "tier") in {(n, f) for n, f, _ in pool.refusals()}
+        # T1 runs there but refuses LIMITED's ceilings, naming why T2 cannot run.
+        assert report.error == "PolicyViolation"
+        assert all("bubblewrap" in reason for _, reason in report.refusals), report
+        assert (bad, "limits.mem_bytes") in {(n, f) for n, f, _ in pool.refusals()}
         # Its actors are gone at once: nothing there can take a command.
         assert report.pids
         assert not host.wait_gone(report.pids)
@@ -98,7 +99,9 @@ def test_no_node_able_means_no_pool(constrained: Nodes) -> None:
     with pytest.raises(ClusterRefused, match="no node can enforce this policy") as refused:
         Pool(LIMITED, nodes=bad)
     assert sorted(r.node_id for r in refused.value.refused) == bad
-    assert {r.error for r in refused.value.refused} == {"TierUnavailable", "PolicyViolation"}
+    # Both refuse by field: the node without bwrap through T1 (naming why T2 cannot run),
+    # the one without cgroups through T2.
+    assert {r.error for r in refused.value.refused} == {"PolicyViolation"}
 
 
 def test_an_actor_off_its_node_refuses(cluster: LocalCluster) -> None:
