@@ -43,9 +43,16 @@ def _caret(match: re.Match[bytes]) -> bytes:
 
 
 class Filter:
-    """One stream's filter: `feed` each chunk in order, `flush` at the end."""
+    """One stream's filter: `feed` each chunk in order, `flush` at the end. What it judges
+    (`_judged`), how (`_render`) and what it holds for the next chunk (`_held`, looked for
+    in the last `_lookback` bytes) are class attributes, so `AppFilter` is the same
+    machine with other rules."""
 
     __slots__ = ("carry",)
+    _judged = _UNSAFE
+    _held = _PARTIAL
+    _lookback = _SGR_PARAMS + 2
+    _render = staticmethod(_caret)
 
     def __init__(self) -> None:
         self.carry = b""
@@ -54,11 +61,11 @@ class Filter:
         if self.carry:
             data = self.carry + data
             self.carry = b""
-        partial = _PARTIAL.search(data, max(0, len(data) - _SGR_PARAMS - 2))
+        partial = self._held.search(data, max(0, len(data) - self._lookback))
         if partial is not None:
             self.carry = partial.group()
             data = data[: partial.start()]
-        return _UNSAFE.sub(_caret, data)
+        return self._judged.sub(self._render, data)
 
     def flush(self) -> bytes:
         """What is still held (an escape cut off by the end of the output), made inert."""
@@ -112,29 +119,17 @@ def _app(match: re.Match[bytes]) -> bytes:
     return seq
 
 
-class AppFilter:
+class AppFilter(Filter):
     """A full-screen program's output through a pseudo-terminal (`panday run --tty`): what
     an editor or a shell needs passes (cursor movement, erasing, scrolling regions, colour,
     charsets, the alternate screen), and what acts beyond the screen does not: string
     sequences (OSC 52 clipboard, titles, DCS, APC) and every request that makes the
     terminal type an answer (DSR, DA, window reports) are written in caret notation.
-    A lone ESC at a chunk's end is held for the next chunk."""
+    An escape cut off at a chunk's end is held for the next chunk; `flush` makes what is
+    held at the end inert as `Filter` does."""
 
-    __slots__ = ("carry",)
-
-    def __init__(self) -> None:
-        self.carry = b""
-
-    def feed(self, data: bytes) -> bytes:
-        if self.carry:
-            data = self.carry + data
-            self.carry = b""
-        partial = _APP_PARTIAL.search(data, max(0, len(data) - _SGR_PARAMS - 8))
-        if partial is not None:
-            self.carry = partial.group()
-            data = data[: partial.start()]
-        return _APP.sub(_app, data)
-
-    def flush(self) -> bytes:
-        held, self.carry = self.carry, b""
-        return _UNSAFE.sub(_caret, held)
+    __slots__ = ()
+    _judged = _APP
+    _held = _APP_PARTIAL
+    _lookback = _SGR_PARAMS + 8
+    _render = staticmethod(_app)

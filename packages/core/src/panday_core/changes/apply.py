@@ -116,20 +116,26 @@ def _conflict_at(parent: int, name: str, change: Change, started_ns: int) -> str
     return why
 
 
-def _remove(parent: int, name: str) -> None:
+def remove_tree(parent: int, name: str, *, unlock: bool = False) -> None:
+    """Remove `name` beneath the directory on `parent`, a tree by descriptors (no link is
+    followed); missing is done. `unlock`: make each directory searchable first (an
+    overlay's work directory is mode 000)."""
     st = _lstat(parent, name)
     if st is None:
         return
-    if stat.S_ISDIR(st.st_mode):
-        fd = os.open(name, _DIR, dir_fd=parent)
-        try:
-            for child in os.listdir(fd):
-                _remove(fd, child)
-        finally:
-            os.close(fd)
-        os.rmdir(name, dir_fd=parent)
-    else:
+    if not stat.S_ISDIR(st.st_mode):
         os.unlink(name, dir_fd=parent)
+        return
+    if unlock:
+        with suppress(OSError):
+            os.chmod(name, 0o700, dir_fd=parent, follow_symlinks=False)
+    fd = os.open(name, _DIR, dir_fd=parent)
+    try:
+        for child in os.listdir(fd):
+            remove_tree(fd, child, unlock=unlock)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent)
 
 
 def _copy_in(upper_parent: int, parent: int, name: str, change: Change, token: str) -> None:
@@ -168,11 +174,11 @@ def step(root: int, upper: int, change: Change, token: str) -> None:
     try:
         target = _lstat(parent, name)
         if change.action == "delete":
-            _remove(parent, name)
+            remove_tree(parent, name)
             return
         if change.kind == "dir":
             if target is not None and not stat.S_ISDIR(target.st_mode):
-                _remove(parent, name)
+                remove_tree(parent, name)
                 target = None
             if target is None:
                 os.mkdir(name, change.mode & 0o777, dir_fd=parent)
@@ -183,7 +189,7 @@ def step(root: int, upper: int, change: Change, token: str) -> None:
             if _lstat(upper_parent, name) is None:
                 return  # moved already (a journal being finished)
             if target is not None and stat.S_ISDIR(target.st_mode):
-                _remove(parent, name)
+                remove_tree(parent, name)
             try:
                 os.rename(name, name, src_dir_fd=upper_parent, dst_dir_fd=parent)
             except OSError as exc:

@@ -105,25 +105,6 @@ def _load(store: int, change_id: str) -> Meta:
         raise ChangeError(f"change set {change_id!r} is unreadable: {exc}") from None
 
 
-def _remove_tree(parent: int, name: str) -> None:
-    try:
-        st = os.stat(name, dir_fd=parent, follow_symlinks=False)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISDIR(st.st_mode):
-        os.unlink(name, dir_fd=parent)
-        return
-    with contextlib.suppress(OSError):
-        os.chmod(name, 0o700, dir_fd=parent, follow_symlinks=False)  # overlay's work dir is 000
-    fd = os.open(name, _DIR, dir_fd=parent)
-    try:
-        for child in os.listdir(fd):
-            _remove_tree(fd, child)
-    finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=parent)
-
-
 class Pending:
     """A change set being written by a running command: the overlay's directories, held open."""
 
@@ -220,7 +201,7 @@ def finish(
             unprotect=unprotect,
             on_import_path=on_import_path,
         )
-        _remove_tree(pending.directory, "work")
+        applying.remove_tree(pending.directory, "work", unlock=True)
         applied: list[Change] = []
         conflicts: list[Change] = []
         if meta.mode == "checked":
@@ -230,7 +211,7 @@ def finish(
         else:
             _save(store, meta)
         if not any(c.state in {"pending", "held", "conflict"} for c in meta.changes):
-            _remove_tree(store, meta.id)
+            applying.remove_tree(store, meta.id, unlock=True)
     finally:
         pending.close()
     return meta, applied, conflicts
@@ -346,7 +327,7 @@ def apply_set(
                 os.close(upper)
                 os.close(root)
         if not any(c.state in {"pending", "held", "conflict"} for c in meta.changes):
-            _remove_tree(store, change_id)
+            applying.remove_tree(store, change_id, unlock=True)
         return meta, applied, conflicts
     finally:
         os.close(store)
@@ -357,7 +338,7 @@ def discard(change_id: str) -> Meta:
     try:
         with _locked(store, change_id):
             meta = _load(store, change_id)
-        _remove_tree(store, change_id)
+        applying.remove_tree(store, change_id, unlock=True)
         return meta
     finally:
         os.close(store)
@@ -397,7 +378,7 @@ def recover(*, max_age_s: int | None = DEFAULT_MAX_AGE_S) -> list[str]:
                         if not any(
                             c.state in {"pending", "held", "conflict"} for c in meta.changes
                         ):
-                            _remove_tree(store, name)
+                            applying.remove_tree(store, name, unlock=True)
                             continue
                     if meta.status == "running":
                         # Unlocked: the panday that ran its command died before reading it.
@@ -409,11 +390,11 @@ def recover(*, max_age_s: int | None = DEFAULT_MAX_AGE_S) -> list[str]:
                         finally:
                             os.close(upper)
                             os.close(root)
-                        _remove_tree(directory, "work")
+                        applying.remove_tree(directory, "work", unlock=True)
                         _save(store, meta)
                         done.append(f"{name}: kept for review (its panday died while it ran)")
                     if max_age_s is not None and now - meta.started_ns > max_age_s * 10**9:
-                        _remove_tree(store, name)
+                        applying.remove_tree(store, name, unlock=True)
                         done.append(f"{name}: collected (older than {max_age_s // 86400} days)")
             except (ChangeError, OSError):
                 continue
