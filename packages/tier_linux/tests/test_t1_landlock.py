@@ -14,7 +14,7 @@ import pytest
 from panday_core.capabilities import Support
 from panday_core.declared.t1_linux import capabilities, declared_capabilities
 from panday_tier_linux import host, seccomp
-from panday_tier_linux.t1 import capabilities as t1caps
+from panday_tier_linux.t1 import doctor as t1doctor
 from panday_tier_linux.t1 import landlock
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Landlock is Linux's")
@@ -76,10 +76,10 @@ def test_the_table_follows_the_abi() -> None:
 def test_doctor_explains_t2_on_an_apparmor_restricted_host(monkeypatch: pytest.MonkeyPatch) -> None:
     """Both ways forward: T1 now, or T2 with a profile naming the bwrap panday uses."""
 
-    monkeypatch.setattr(host, "userns_restriction", lambda: t1caps.APPARMOR)
+    monkeypatch.setattr(host, "userns_restriction", lambda: t1doctor.APPARMOR)
     monkeypatch.setattr(host, "find_bwrap", lambda: host.Bwrap("/opt/wheel/bwrap", "wheel"))
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    text = t1caps.t2_way_forward()
+    text = t1doctor.t2_way_forward()
     assert text is not None
     assert "profile panday-bwrap /opt/wheel/bwrap" in text
     assert "userns" in text

@@ -3,8 +3,9 @@
 A tier declares, for every policy field, whether it enforces it (`STRICT`), enforces it
 with a stated gap (`PARTIAL`), cannot enforce it (`NOT_ENFORCED`: asking for it is refused),
 or that it has no meaning there (`NOT_APPLICABLE`, with a reason). `check_policy` compares a
-policy with those declarations; every tier's `create` calls `require_enforceable` before it
-spawns anything. A field a tier says nothing about is refused: silence is not permission;
+policy with those declarations; every tier's `create` refuses by it (`check_policy`, or
+`require_enforceable` where the tier has nothing of its own to add) before it spawns
+anything. A field a tier says nothing about is refused: silence is not permission;
 so is a not-applicable field given a value other than its default, which would be a
 setting that does nothing.
 """
@@ -19,6 +20,23 @@ import msgspec
 
 from panday_core.errors import PolicyViolation
 from panday_core.policy import UNBOUNDED, FsPolicy, Limits, NetPolicy, SandboxPolicy
+from panday_core.refusal import Refusal
+
+__all__ = [
+    "NO_EGRESS_PROXY",
+    "FieldSupport",
+    "Guarantee",
+    "Refusal",
+    "Support",
+    "TierCapabilities",
+    "check_policy",
+    "egress_fields",
+    "field_value",
+    "is_requested",
+    "no_egress_proxy",
+    "policy_fields",
+    "require_enforceable",
+]
 
 
 class Support(StrEnum):
@@ -61,13 +79,6 @@ class TierCapabilities(msgspec.Struct, frozen=True, kw_only=True):
             if entry.field == name:
                 return entry
         return None
-
-
-class Refusal(msgspec.Struct, frozen=True, kw_only=True):
-    """A policy field the tier cannot enforce, with the reason shown to the user."""
-
-    field: str
-    reason: str
 
 
 # Shared wording, so every tier refuses an allowlist the same way when it cannot enforce it.

@@ -12,7 +12,7 @@ TYPE_CHECKING = False  # typing's flag without importing typing (panday run's st
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from panday_core.capabilities import Refusal
+    from panday_core.refusal import Refusal
 
 
 class SandboxError(Exception):

@@ -1,6 +1,6 @@
 """Making `panday run`'s jail plan on a miss of its cache (`panday.cli_fast`): the full
-path's own parser, policy and tier choice, then the tier's planner (its registry entry's
-`planner`) opens a session with every refusal and the plan is stored under the run's key.
+path's own parser, policy and tier choice, then the tier's plan maker (its registry entry's
+`maker`) opens a session with every refusal and the plan is stored under the run's key.
 Never on the start-up path of a run whose plan is cached.
 """
 
@@ -38,18 +38,18 @@ def make(
     policy = cli_run.build_policy(opts)
     if tiers.choose(policy, opts.one("--tier") or tiers.AUTO) != tier:
         return None
-    planner = tiers.planner(tier)
+    maker = tiers.maker(tier)
     # The session's own plan (what it launches its commands from), with the names whose
     # values the cache must not hold (left out when it is stored).
-    made: Plan | None = planner.make(policy, tuple(caller_env(options)))
+    made: Plan | None = maker.make(policy, tuple(caller_env(options)))
     if made is None:
         return None
     # Keyed by the inputs and facts as they are *after* the open (the session made the /etc
     # view if it was missing), and only when the inputs did not change while it was made (a
     # policy file edited meanwhile): a plan is never stored under inputs it was not made of.
-    facts: list[str] | None = planner.host_facts()
+    facts: list[str] | None = tiers.planner(tier).host_facts()
     if facts is not None and again(options) == inputs:
-        planner.store("\n".join([*inputs, *facts]), made)
+        maker.store("\n".join([*inputs, *facts]), made)
     return made
 
 

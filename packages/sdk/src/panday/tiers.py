@@ -70,6 +70,7 @@ class Tier:
         "distribution",
         "doctor",
         "host",
+        "maker",
         "name",
         "opener",
         "package",
@@ -104,6 +105,7 @@ class Tier:
         sandbox: str,
         opener: str | None = None,
         planner: str | None = None,
+        maker: str | None = None,
         doctor: str | None = None,
         path: str | None = None,
         consent: tuple[str, str],
@@ -141,8 +143,12 @@ class Tier:
         synchronous face runs the async `Sandbox` on a private event loop, and proxy
         settings (`egress`) are refused."""
         self.planner = planner
-        """The module `panday run` plans and launches cached jails through (host_facts,
-        load, launch, run, make, store); None: every run takes the full path."""
+        """The module `panday run` launches cached jails through (host_facts, load, launch,
+        run); None: every run takes the full path."""
+        self.maker = maker or planner
+        """The module that makes and stores a plan on a miss of the cache (make, store),
+        imported only then; None: `planner` itself. A module of its own when making a plan
+        opens a session whose code imports the planner (no import circle)."""
         self.doctor = doctor
         """``module:function`` returning doctor's details of this host (name -> text)."""
         self.path = path
@@ -212,10 +218,11 @@ register(
         strength=2,
         declared="panday_core.declared.t2_linux:declared_capabilities",
         host="panday_tier_linux.capabilities:host_capabilities",
-        unavailable="panday_tier_linux.capabilities:unavailable_reason",
+        unavailable="panday_tier_linux.probe:unavailable_reason",
         sandbox="panday_tier_linux.sandbox:T2LinuxSandbox",
         opener="panday_tier_linux.session:open_session",
         planner="panday_tier_linux.plan",
+        maker="panday_tier_linux.planning",
         doctor="panday_tier_linux.doctor:details",
         path="panday_tier_linux.argv:DEFAULT_PATH",
         consent=(
@@ -249,11 +256,11 @@ register(
         strength=1,
         declared="panday_core.declared.t1_linux:declared_capabilities",
         host="panday_tier_linux.t1.capabilities:host_capabilities",
-        unavailable="panday_tier_linux.t1.capabilities:unavailable_reason",
+        unavailable="panday_tier_linux.t1.probe:unavailable_reason",
         sandbox="panday_tier_linux.t1.sandbox:T1LinuxSandbox",
         opener="panday_tier_linux.t1.session:open_session",
         planner="panday_tier_linux.t1.plan",
-        doctor="panday_tier_linux.t1.capabilities:details",
+        doctor="panday_tier_linux.t1.doctor:details",
         path="panday_tier_linux.t1.session:DEFAULT_PATH",
         consent=(
             "panday's Landlock sandbox (T1: no namespaces)",
@@ -584,3 +591,10 @@ def planner(tier: str) -> ModuleType:
     row = entry(tier)
     assert row.planner is not None  # noqa: S101 - callers pick from planners()
     return import_module(row.planner)
+
+
+def maker(tier: str) -> ModuleType:
+    """`tier`'s plan-making module, for a miss of the cache (only called for `planners()`)."""
+    row = entry(tier)
+    assert row.maker is not None  # noqa: S101 - callers pick from planners()
+    return import_module(row.maker)

@@ -11,13 +11,9 @@ TYPE_CHECKING = False  # typing's flag without importing typing (panday run's st
 
 if TYPE_CHECKING:
     from panday_tier_linux.argv import JailSpec, build_argv
-    from panday_tier_linux.capabilities import (
-        declared_capabilities,
-        host_capabilities,
-        unavailable_reason,
-    )
+    from panday_tier_linux.capabilities import declared_capabilities, host_capabilities
     from panday_tier_linux.enforcement import Enforcement
-    from panday_tier_linux.probe import host_report
+    from panday_tier_linux.probe import host_report, unavailable_reason
     from panday_tier_linux.sandbox import T2LinuxSandbox
     from panday_tier_linux.session import LinuxSession, open_session
 
@@ -31,7 +27,7 @@ _LAZY = {
     "host_capabilities": "panday_tier_linux.capabilities",
     "host_report": "panday_tier_linux.probe",
     "open_session": "panday_tier_linux.session",
-    "unavailable_reason": "panday_tier_linux.capabilities",
+    "unavailable_reason": "panday_tier_linux.probe",
 }
 
 __all__ = [

@@ -35,7 +35,6 @@ __all__ = [
     "host_capabilities",
     "probe_bridge",
     "probe_cgroups",
-    "unavailable_reason",
 ]
 
 PROBE: Final = "probe"
@@ -91,10 +90,3 @@ def probe_cgroups() -> dict[str, str]:
         if reason is not None:
             reasons[name] = reason
     return reasons
-
-
-def unavailable_reason() -> str | None:
-    """None when T2 Linux can run here; else why not (see `panday_tier_linux.probe`)."""
-    from panday_tier_linux.probe import unavailable_reason as probe_reason
-
-    return probe_reason()

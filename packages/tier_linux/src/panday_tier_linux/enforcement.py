@@ -19,7 +19,8 @@ from panday_core.types import ExecExit, ExecSpec, OutputChunk
 from panday_tier_linux import host
 
 if TYPE_CHECKING:
-    from panday_tier_linux.session import LinuxSession
+    from panday_core.execution import ChildProcess
+    from panday_tier_linux.supervisor import JailSupervisor
 
 NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "user", "uts")
 _SEP = "@@panday@@"
@@ -116,9 +117,20 @@ def _int(text: str | None) -> int | None:
     return int(text) if text is not None and text.isdigit() else None
 
 
-def read_enforcement(session: LinuxSession) -> Enforcement:
-    spec = ExecSpec(argv=("/bin/sh", "-c", _SCRIPT), timeout_ms=30_000)
-    proc, sup = session.launch(spec)
+PROBE = ExecSpec(argv=("/bin/sh", "-c", _SCRIPT), timeout_ms=30_000)
+"""The command a session launches for `read_enforcement` (`LinuxSession.enforcement`)."""
+
+
+def read_enforcement(
+    launched: tuple[ChildProcess, JailSupervisor],
+    *,
+    bwrap: host.Bwrap,
+    cgroup: str | None,
+    rw: set[str],
+) -> Enforcement:
+    """Read `PROBE`'s answers from the jail it was `launched` in (`bwrap` built it, in a
+    cgroup of that mechanism or none; `rw` the workspace when it is writable)."""
+    proc, sup = launched
     out: list[bytes] = []
     try:
         for event in stream(proc, sup, timeout_ms=30_000):
@@ -138,18 +150,17 @@ def read_enforcement(session: LinuxSession) -> Enforcement:
     )
     caps = {k: status.get(k, "") for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}
     uid = status.get("Uid", "").split()
-    rw: set[str] = {session.workspace} if session.spec.workspace_rw else set()
     return Enforcement(
-        bwrap=session.bwrap.path,
-        bwrap_source=session.bwrap.source,
-        bwrap_version=host.bwrap_version(session.bwrap.path),
+        bwrap=bwrap.path,
+        bwrap_source=bwrap.source,
+        bwrap_version=host.bwrap_version(bwrap.path),
         uid_inside=_int(uid[0]) if uid else None,
         namespaces=namespaces,
         capabilities=caps,
         no_new_privs=status.get("NoNewPrivs") == "1",
         seccomp_mode=_int(status.get("Seccomp")),
         seccomp_filters=_int(status.get("Seccomp_filters")),
-        cgroup=session.cgroup.mechanism if session.cgroup is not None else None,
+        cgroup=cgroup,
         cgroup_limits=sup.read_back,
         rlimits=_limits(limits_text),
         mounts=_mounts(mounts_text, rw),

@@ -52,7 +52,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from panday_core.execution import ChildProcess, Ended
-    from panday_core.policy import SandboxPolicy
     from panday_core.process import Stream
     from panday_tier_linux.jail import JailSupervisor
 
@@ -605,23 +604,3 @@ def run(launched: Launched, plan: Plan, *, write: Callable[[Stream, bytes], None
     finally:
         with suppress(OSError):
             launched.close()
-
-
-# ------------------------------------------------------------------ the registry's planner hook
-# The SDK reaches this module as T2 Linux's ``planner`` (`panday.tiers`): a hit uses
-# `host_facts`, `load`, `launch` and `run` above; a miss `make` and `store` below, whose
-# code lives in `planning` and is imported only then.
-
-
-def make(policy: SandboxPolicy, caller_env: Sequence[str]) -> Plan | None:
-    """On a miss: the plan a session for `policy` launches from (`planning.make`)."""
-    from panday_tier_linux import planning
-
-    return planning.make(policy, caller_env)
-
-
-def store(key: str, plan: Plan) -> bool:
-    """On a miss: write `plan` under `key` (`planning.store`)."""
-    from panday_tier_linux import planning
-
-    return planning.store(key, plan)

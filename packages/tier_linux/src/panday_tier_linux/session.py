@@ -1,3 +1,4 @@
+# Over 500 lines: a session and its opening (every refusal before a spawn) are one lifecycle.
 """A T2 Linux session: the synchronous core the async `T2LinuxSandbox` is a thin layer on.
 
 `open_session` checks the policy against what this host can enforce and refuses (raising
@@ -390,9 +391,14 @@ class LinuxSession:
 
     def enforcement(self) -> Enforcement:
         """What is actually applied, read back inside a jail of this session."""
-        from panday_tier_linux.enforcement import read_enforcement
+        from panday_tier_linux.enforcement import PROBE, read_enforcement
 
-        return read_enforcement(self)
+        return read_enforcement(
+            self.launch(PROBE),
+            bwrap=self.bwrap,
+            cgroup=self.cgroup.mechanism if self.cgroup is not None else None,
+            rw={self.workspace} if self.spec.workspace_rw else set(),
+        )
 
     # ------------------------------------------------------------------ files
 

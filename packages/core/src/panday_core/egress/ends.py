@@ -3,21 +3,65 @@
 `End` is one side of the buffered relay (`asyncio.BufferedProtocol`): what it reads goes
 to its peer's transport, through the tunnel's `Framing` hook when a front installed one;
 `Upstream` is the side the proxy connected. The client side is `tunnel.Connection`, an
-`End` that first reads a request. Buffer handling and flow control are described in
-`tunnel`.
+`End` that first reads a request; an end knows its tunnel only as the `Tunnel` it needs.
+Buffer handling and flow control are described in `tunnel`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from panday_core.egress import splicing
 
 if TYPE_CHECKING:
     from panday_core.egress.buffers import BufferPool
-    from panday_core.egress.tunnel import Connection
+    from panday_core.egress.limits import DescriptorBudget, ProxyLimits
+
+
+class Framing(Protocol):
+    """A front's hook on the bytes of an open tunnel, for a protocol whose messages have
+    boundaries the proxy must keep (plain HTTP: one request per decision)."""
+
+    def client_bytes(self, view: memoryview) -> tuple[int, bytes, str | None]:
+        """For bytes from the client: (how many of `view` to forward as they are, checked
+        bytes to forward after them, why to cut the tunnel or None)."""
+        ...
+
+    def upstream_bytes(self, view: memoryview) -> tuple[int, str | None]:
+        """For bytes from the upstream: (how many to forward, why to cut or None)."""
+        ...
+
+    def finished(self) -> bool:
+        """The exchange is complete: close both sides (flushing what was forwarded)."""
+        ...
+
+    def client_done(self) -> bool:
+        """Nothing more from the client will be forwarded: stop reading it."""
+        ...
+
+    def note(self) -> str | None:
+        """What to add to the audit reason when the tunnel ends (None: nothing)."""
+        ...
+
+
+class Tunnel(Protocol):
+    """What an end needs of the tunnel it belongs to: `tunnel.Connection`, which is its
+    client end itself."""
+
+    framing: Framing | None
+    limits: ProxyLimits
+    descriptors: DescriptorBudget
+    pool: BufferPool
+
+    @property
+    def relaying(self) -> bool: ...
+    def try_splice(self, src: End) -> None: ...
+    def cut(self, why: str) -> None: ...
+    def framing_step(self) -> None: ...
+    def half_closed(self) -> None: ...
+    def side_lost(self, exc: Exception | None) -> None: ...
 
 
 class End(asyncio.BufferedProtocol):
@@ -25,6 +69,7 @@ class End(asyncio.BufferedProtocol):
 
     __slots__ = (
         "buf",
+        "client",
         "conn",
         "count",
         "eof",
@@ -39,8 +84,10 @@ class End(asyncio.BufferedProtocol):
         "transport",
     )
 
-    def __init__(self, conn: Connection, pool: BufferPool) -> None:
+    def __init__(self, conn: Tunnel, pool: BufferPool, *, client: bool = False) -> None:
         self.conn = conn
+        self.client = client
+        """This is the tunnel's client end (the `Tunnel` itself), not its upstream."""
         self.pool = pool
         self.transport: asyncio.Transport | None = None
         self.peer: End | None = None
@@ -107,7 +154,7 @@ class End(asyncio.BufferedProtocol):
             out.write(view)
             return
         extra = b""
-        if self is conn:
+        if self.client:
             keep, extra, cut = framing.client_bytes(view)
         else:
             keep, cut = framing.upstream_bytes(view)
@@ -182,7 +229,7 @@ class Upstream(End):
 
     __slots__ = ("holds_fd",)
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Tunnel) -> None:
         super().__init__(conn, conn.pool)
         self.holds_fd = True
 

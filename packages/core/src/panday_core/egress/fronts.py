@@ -1,7 +1,8 @@
 """The client protocols (fronts) and which one reads a client's request: its first byte tells.
 
-A front reads one request (`FrontEnd.feed`), hands the relay core the credentials and the
-host and port, and answers a `Refusal` in its own protocol's words; the core is the same
+A front reads one request (`tunnel.FrontEnd.feed`: the relay core says what it needs of a
+front), hands the core the credentials and the host and port, and answers a `Refusal` in
+its own protocol's words; the core is the same
 for every protocol. Adding a protocol is a module with its front and one row in `FRONTS`
 (and its name in `audit.ClientProtocol`).
 
@@ -13,7 +14,7 @@ at once, instead of holding its connection until the head timeout.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from panday_core.egress import socks5
 from panday_core.egress.front_http import HttpFront
@@ -25,28 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from panday_core.egress.audit import ClientProtocol
-    from panday_core.egress.tunnel import Connection
-
-
-class FrontEnd(Protocol):
-    """A client protocol: reads the request, answers in the protocol's words."""
-
-    kind: ClientProtocol
-
-    def feed(self, conn: Connection, data: bytes) -> None:
-        """`data` arrived before the request was complete: parse it, and call
-        `conn.authenticate` and `conn.request` when the time comes. Raises `Refusal`."""
-        ...
-
-    def answer(self, refusal: Refusal) -> bytes | None:
-        """What to send the client before closing, for `refusal` (None: nothing)."""
-        ...
-
-    def opened(self, conn: Connection, detail: object) -> tuple[bytes, bytes]:
-        """(to the client, to the upstream) once the upstream is connected; `detail` is
-        what the front passed to `conn.request`. A front whose protocol frames messages
-        inside the tunnel installs its hook here (`conn.frame`)."""
-        ...
+    from panday_core.egress.tunnel import Connection, FrontEnd
 
 
 SOCKS4_VERSION = 4

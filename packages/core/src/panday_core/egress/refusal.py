@@ -1,7 +1,7 @@
 """`Refusal`: a request the egress proxy does not serve, in neutral terms (a leaf module).
 
 Every layer raises it (admission, the relay core, name checks, the fronts) and each front
-answers it in its own protocol's words (`fronts.FrontEnd.answer`). It imports nothing of
+answers it in its own protocol's words (`tunnel.FrontEnd.answer`). It imports nothing of
 the proxy's, so nothing that raises it pulls in the relay.
 """
 

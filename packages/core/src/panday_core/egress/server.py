@@ -47,9 +47,8 @@ from panday_core.egress.tunnel import Connection
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
 
-    from panday_core.egress.fronts import FrontEnd
     from panday_core.egress.handoff import HandoffListener
-    from panday_core.egress.tunnel import Connector
+    from panday_core.egress.tunnel import Connector, FrontEnd
     from panday_core.policy import NetPolicy
 
 __all__ = ["SESSION_USER", "EgressProxy", "ProxyLimits", "Refusal", "open_connection"]

@@ -1,3 +1,4 @@
+# Over 500 lines: one connection's state machine (request, connect, relay, close) and its timers.
 """The relay core of the egress proxy: one client connection, its upstream, the bytes between.
 
 A protocol front-end (`fronts`) reads the client's request and says what it wants:
@@ -41,14 +42,12 @@ from typing import TYPE_CHECKING, Literal, Protocol, cast
 from panday_core.egress import splicing
 from panday_core.egress.audit import AuditEvent, ClientProtocol, Verdict
 from panday_core.egress.buffers import BufferPool
-from panday_core.egress.ends import End, Upstream
+from panday_core.egress.ends import End, Framing, Upstream
 from panday_core.egress.refusal import Refusal, RefusalKind
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine
 
-    from panday_core.egress.admission import Source
-    from panday_core.egress.fronts import FrontEnd
     from panday_core.egress.limits import DescriptorBudget, ProxyLimits
     from panday_core.egress.names import CheckedNames
     from panday_core.egress.rules import EgressRules
@@ -59,6 +58,15 @@ if TYPE_CHECKING:
 _log = logging.getLogger("panday_core.egress")
 
 __all__ = ["BufferPool", "Connection", "Framing", "Refusal", "RefusalKind", "Upstream"]
+
+
+class Origin(Protocol):
+    """Where a connection came from, as the proxy's admission counts it
+    (`admission.Source`): its name, and its connections that have not presented
+    credentials yet."""
+
+    key: str
+    pending: dict[Connection, None]
 
 
 class ProxyCore(Protocol):
@@ -83,29 +91,24 @@ class ProxyCore(Protocol):
     def opened(self, event: AuditEvent) -> None: ...
 
 
-class Framing(Protocol):
-    """A front's hook on the bytes of an open tunnel, for a protocol whose messages have
-    boundaries the proxy must keep (plain HTTP: one request per decision)."""
+class FrontEnd(Protocol):
+    """A client protocol: reads the request, answers in the protocol's words."""
 
-    def client_bytes(self, view: memoryview) -> tuple[int, bytes, str | None]:
-        """For bytes from the client: (how many of `view` to forward as they are, checked
-        bytes to forward after them, why to cut the tunnel or None)."""
+    kind: ClientProtocol
+
+    def feed(self, conn: Connection, data: bytes) -> None:
+        """`data` arrived before the request was complete: parse it, and call
+        `conn.authenticate` and `conn.request` when the time comes. Raises `Refusal`."""
         ...
 
-    def upstream_bytes(self, view: memoryview) -> tuple[int, str | None]:
-        """For bytes from the upstream: (how many to forward, why to cut or None)."""
+    def answer(self, refusal: Refusal) -> bytes | None:
+        """What to send the client before closing, for `refusal` (None: nothing)."""
         ...
 
-    def finished(self) -> bool:
-        """The exchange is complete: close both sides (flushing what was forwarded)."""
-        ...
-
-    def client_done(self) -> bool:
-        """Nothing more from the client will be forwarded: stop reading it."""
-        ...
-
-    def note(self) -> str | None:
-        """What to add to the audit reason when the tunnel ends (None: nothing)."""
+    def opened(self, conn: Connection, detail: object) -> tuple[bytes, bytes]:
+        """(to the client, to the upstream) once the upstream is connected; `detail` is
+        what the front passed to `conn.request`. A front whose protocol frames messages
+        inside the tunnel installs its hook here (`conn.frame`)."""
         ...
 
 
@@ -149,8 +152,8 @@ class Connection(End):
         "verdict",
     )
 
-    def __init__(self, proxy: ProxyCore, source: Source) -> None:
-        super().__init__(self, proxy.pool)
+    def __init__(self, proxy: ProxyCore, source: Origin) -> None:
+        super().__init__(self, proxy.pool, client=True)
         self.proxy = proxy
         self.limits = proxy.limits
         self.descriptors = proxy.descriptors

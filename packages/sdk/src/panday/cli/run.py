@@ -1,3 +1,4 @@
+# Over 500 lines: the CLI's main command: its parser, policy, three output modes and denials.
 """`panday run`: one command in a fresh session, output streamed live, its exit code passed on.
 
 The hot path of the CLI. Its argument parser is hand-written (argparse and its imports

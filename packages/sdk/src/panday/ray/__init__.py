@@ -27,7 +27,8 @@ Why it is shaped like this:
   `WorkerLost`: the pool never reports it as done, and runs it again elsewhere only when
   the caller marked it idempotent.
 * **Sync, futures and async.** `Pool.run`/`map` block; `Pool.submit` returns a future
-  (cancel kills the jailed command); `AsyncPool` (or `pool.aio`) awaits them.
+  (cancel kills the jailed command); `AsyncPool` (`AsyncPool.of(pool)` for a running one)
+  awaits them.
 * **Nothing is left behind.** `close` closes every session and kills the actors.
 
 Ray is imported only when a pool is made, so ``import panday`` and the CLI never pay for it

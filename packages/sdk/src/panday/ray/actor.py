@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from panday.ray.errors import failure_of
 from panday.ray.wire import (
     CANCELLED,
     CLOSED,
@@ -29,7 +30,6 @@ from panday.ray.wire import (
     Started,
     call_dec,
     encoder,
-    failure_of,
 )
 from panday_core.errors import PolicyViolation, SandboxError, TierUnavailable
 

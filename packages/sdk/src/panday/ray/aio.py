@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 class AsyncPool:
     """A `Pool` used from asyncio. ``async with AsyncPool(policy, **options) as pool`` starts
     one (in a thread: judging the nodes takes a while) and closes it; `AsyncPool.of(pool)`
-    (or `pool.aio`) wraps a pool that is already running.
+    wraps a pool that is already running (the pool itself knows nothing of asyncio).
 
     A task awaiting `run` that is cancelled cancels its command: never sent if it is still
     queued, its jail killed on its node if it runs. Leaving an ``async for`` over `map`

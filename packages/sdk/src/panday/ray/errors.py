@@ -1,14 +1,23 @@
-"""The pool's own errors: a lost worker, a closed pool, a refusing cluster, a failed batch
-(a command's own errors are the local session's: `panday_core.errors`)."""
+"""The pool's own errors (a lost worker, a closed pool, a refusing cluster, a failed batch),
+and how every error crosses the wire between a node's actor and the pool (a command's own
+errors are the local session's: `panday_core.errors`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from panday_core.errors import SandboxError
+from panday.ray.wire import Failure
+from panday_core.errors import (
+    CommandNotFound,
+    Internal,
+    LimitExceeded,
+    PathRefused,
+    SandboxError,
+    TierUnavailable,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from panday.ray.wire import NodeReport
     from panday_core.types import ExecResult
@@ -62,3 +71,35 @@ class BatchFailed(SandboxError):  # noqa: N818 - a verdict on the batch, not an 
             f"{len(self.errors)} of {len(self.outcomes)} commands failed; "
             f"the first (#{first}): {self.errors[first]}"
         )
+
+
+def failure_of(exc: SandboxError) -> Failure:
+    """An SDK error as data, so the driver raises the same type the local session would."""
+    if isinstance(exc, CommandNotFound):
+        return Failure("CommandNotFound", (exc.program, exc.reason), exc.exit_code)
+    if isinstance(exc, LimitExceeded):
+        return Failure("LimitExceeded", (exc.kind, exc.detail))
+    if isinstance(exc, PathRefused):
+        return Failure("PathRefused", (exc.path, exc.reason))
+    if isinstance(exc, TierUnavailable):
+        return Failure("TierUnavailable", (exc.tier, exc.reason))
+    return Failure(type(exc).__name__, (str(exc),))
+
+
+_TWO_ARGS: dict[str, Callable[[str, str], SandboxError]] = {
+    "LimitExceeded": LimitExceeded,
+    "PathRefused": PathRefused,
+    "TierUnavailable": TierUnavailable,
+}
+_ONE_ARG: dict[str, Callable[[str], SandboxError]] = {"Internal": Internal, "Closed": PoolClosed}
+
+
+def error_of(failure: Failure) -> SandboxError:
+    """The SDK error a `Failure` stands for (`SandboxError` for any other kind)."""
+    a = failure.args
+    if failure.kind == "CommandNotFound":
+        return CommandNotFound(a[0], a[1], exit_code=failure.exit_code)
+    two = _TWO_ARGS.get(failure.kind)
+    if two is not None:
+        return two(a[0], a[1])
+    return _ONE_ARG.get(failure.kind, SandboxError)(a[0])

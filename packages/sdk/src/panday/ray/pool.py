@@ -24,7 +24,7 @@ import msgspec
 
 from panday._shared import DEFAULT_GET_BYTES, exec_spec
 from panday.ray.actor import AUTO, NodeWorker
-from panday.ray.errors import BatchFailed, ClusterRefused, PoolClosed, WorkerLost
+from panday.ray.errors import BatchFailed, ClusterRefused, PoolClosed, WorkerLost, error_of
 from panday.ray.nodes import Members, Options, Slot
 from panday.ray.wire import (
     Call,
@@ -33,7 +33,6 @@ from panday.ray.wire import (
     EgressRecord,
     Job,
     encoder,
-    error_of,
     events_dec,
     reply_dec,
 )
@@ -45,7 +44,6 @@ if TYPE_CHECKING:
 
     from ray.types import ObjectRef
 
-    from panday.ray.aio import AsyncPool
     from panday.ray.nodes import Retired
     from panday.ray.wire import NodeReport, PoolEvent
     from panday_core.policy import SandboxPolicy
@@ -347,13 +345,6 @@ class Pool:
             futures.append(future)
         self._submit(tasks)
         return futures
-
-    @property
-    def aio(self) -> AsyncPool:
-        """This pool's async face: ``await pool.aio.run(...)``, ``async for`` over its map."""
-        from panday.ray.aio import AsyncPool  # noqa: PLC0415
-
-        return AsyncPool.of(self)
 
     def _task(
         self, job: Job, future: PoolFuture[Done] | PoolFuture[ExecResult], *, unwrap: bool

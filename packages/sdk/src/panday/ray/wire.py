@@ -8,20 +8,11 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
-from panday.ray.errors import PoolClosed
 from panday_core.egress.audit import AuditEvent
-from panday_core.errors import (
-    CommandNotFound,
-    Internal,
-    LimitExceeded,
-    PathRefused,
-    SandboxError,
-    TierUnavailable,
-)
 from panday_core.types import ExecResult
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
 # ------------------------------------------------------------------------- value types
 
@@ -169,35 +160,3 @@ CLOSED = Failure("Closed", ("the pool was closed before the command finished",))
 NOT_STARTED = Failure("NotStarted", ("the session was closed before the command started",))
 """The command never began (its actor was closing): safe to send elsewhere."""
 CANCELLED = Failure("Cancelled", ("the command was cancelled",))
-
-
-def failure_of(exc: SandboxError) -> Failure:
-    """An SDK error as data, so the driver raises the same type the local session would."""
-    if isinstance(exc, CommandNotFound):
-        return Failure("CommandNotFound", (exc.program, exc.reason), exc.exit_code)
-    if isinstance(exc, LimitExceeded):
-        return Failure("LimitExceeded", (exc.kind, exc.detail))
-    if isinstance(exc, PathRefused):
-        return Failure("PathRefused", (exc.path, exc.reason))
-    if isinstance(exc, TierUnavailable):
-        return Failure("TierUnavailable", (exc.tier, exc.reason))
-    return Failure(type(exc).__name__, (str(exc),))
-
-
-_TWO_ARGS: dict[str, Callable[[str, str], SandboxError]] = {
-    "LimitExceeded": LimitExceeded,
-    "PathRefused": PathRefused,
-    "TierUnavailable": TierUnavailable,
-}
-_ONE_ARG: dict[str, Callable[[str], SandboxError]] = {"Internal": Internal, "Closed": PoolClosed}
-
-
-def error_of(failure: Failure) -> SandboxError:
-    """The SDK error a `Failure` stands for (`SandboxError` for any other kind)."""
-    a = failure.args
-    if failure.kind == "CommandNotFound":
-        return CommandNotFound(a[0], a[1], exit_code=failure.exit_code)
-    two = _TWO_ARGS.get(failure.kind)
-    if two is not None:
-        return two(a[0], a[1])
-    return _ONE_ARG.get(failure.kind, SandboxError)(a[0])

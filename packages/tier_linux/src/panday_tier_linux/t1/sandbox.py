@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 from panday_core.errors import Internal
 from panday_core.types import SandboxHandle
-from panday_tier_linux.t1.capabilities import TIER, host_capabilities, unavailable_reason
+from panday_tier_linux.t1.capabilities import TIER, host_capabilities
+from panday_tier_linux.t1.probe import unavailable_reason
 from panday_tier_linux.t1.session import T1Session, open_session
 
 if TYPE_CHECKING:
