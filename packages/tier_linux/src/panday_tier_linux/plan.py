@@ -428,6 +428,15 @@ def load(key: str) -> Plan | None:
     """The cached plan for `key`, or None: no usable cache key (`userstate.key`), missing,
     not ours, writable by others, written for another key, a MAC that does not verify, not
     a plan, or a plan for another bwrap than the one a session would use now."""
+    body = read_sealed(key)
+    found = None if body is None else Plan.decode(body)
+    return found if found is not None and current_bwrap(found) else None
+
+
+def read_sealed(key: str) -> bytes | None:
+    """The body of the plan file for `key` (any tier's), or None: no usable cache key
+    (`userstate.key`), missing, not ours, writable by others, written for another key, or
+    a MAC that does not verify (`planning.write_sealed` writes it)."""
     secret = userstate.key(create=False)
     if secret is None:
         return None
@@ -438,9 +447,7 @@ def load(key: str) -> Plan | None:
         blob = _read_plan_file(directory, file_name(key))
     finally:
         os.close(directory)
-    body = None if blob is None else unseal(secret, key, blob)
-    found = None if body is None else Plan.decode(body)
-    return found if found is not None and current_bwrap(found) else None
+    return None if blob is None else unseal(secret, key, blob)
 
 
 def bwrap_identity(path: str) -> tuple[int, int, int, int] | None:

@@ -99,18 +99,25 @@ def encode(plan: Plan) -> bytes:
 
 
 def store(key: str, plan: Plan) -> bool:
-    """Write `plan` for `key` (atomically, 0600, in a 0700 directory of ours); False when
-    it cannot be written safely, which only means the next run plans again; sealed with
-    this user's cache key (`userstate`), without which nothing is cached."""
+    """Write `plan` for `key` (`write_sealed`); False when it cannot be written safely,
+    which only means the next run plans again."""
     if plan.bwrap_id is None:
         return False
+    return write_sealed(key, encode(plan))
+
+
+def write_sealed(key: str, body: bytes) -> bool:
+    """Write a plan's `body` (any tier's) for `key`: atomically, 0600, in a 0700 directory
+    of ours, sealed with this user's cache key (`userstate`), without which nothing is
+    cached; the oldest plans beyond `MAX_PLANS` go. False when it cannot be written
+    safely (`plan.read_sealed` reads it back)."""
     secret = userstate.key(create=True)
     if secret is None:
         return False
     directory = open_plan_dir(create=True)
     if directory is None:
         return False
-    data = seal(secret, key, encode(plan))
+    data = seal(secret, key, body)
     tmp = f".tmp-{os.getpid()}-{os.urandom(4).hex()}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import TYPE_CHECKING, Self, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import msgspec
 
@@ -36,39 +36,31 @@ from panday_core.errors import (
     Unsupported,
     WorkspaceUnusable,
 )
-from panday_core.execution import ChildProcess, astream, collect, stream
+from panday_core.execution import ChildProcess, astream, stream
 from panday_core.protect import is_env_hook
 from panday_core.types import ExecExit, ExecSpec, HeldChange, SandboxTier, WriteReport
-from panday_tier_linux import host
+from panday_tier_linux import common, host
 from panday_tier_linux.argv import JailSpec
 from panday_tier_linux.capabilities import DISK_NEEDS_RO, host_capabilities
+from panday_tier_linux.common import JailSession
 from panday_tier_linux.jail import SETSID, CgroupError, Guard, ceilings_of, release, start
 from panday_tier_linux.plan import Plan
 from panday_tier_linux.supervisor import JailSupervisor, StartCheck, bwrap_error
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Generator, Sequence
+    from collections.abc import AsyncIterator, Generator
 
     from panday_core.changes.store import Pending
     from panday_core.egress.thread import ProxySettings
     from panday_core.policy import SandboxPolicy
     from panday_core.t0.session import T0Session
-    from panday_core.types import ExecEvent, ExecResult, Snapshot
+    from panday_core.types import ExecEvent
     from panday_tier_linux.binds import Held, Roots
     from panday_tier_linux.bridge import Bridge
     from panday_tier_linux.cgroups import SessionCgroup
     from panday_tier_linux.enforcement import Enforcement
 
 TIER = SandboxTier.T2_LINUX
-
-
-def _sanitize_id(session_id: str | None) -> str:
-    if session_id is None:
-        return os.urandom(6).hex()
-    ok = session_id and len(session_id) <= 64 and all(c.isalnum() or c in "-_." for c in session_id)  # noqa: PLR2004 - id length cap
-    if not ok or session_id.startswith("."):
-        raise ValueError(f"session_id: {session_id!r} must be 1-64 characters of [A-Za-z0-9._-]")
-    return session_id
 
 
 def _cgroup_limits(policy: SandboxPolicy) -> dict[str, int]:
@@ -129,7 +121,7 @@ class _Command:
             self.session.bridge.command_ended(self.command_id)  # its proxy credentials die
 
 
-class LinuxSession:
+class LinuxSession(JailSession):
     """One session: a fixed jail that commands run in, one bwrap per command."""
 
     def __init__(
@@ -180,22 +172,6 @@ class LinuxSession:
         self._running.pop(proc.pid, None)
 
     # ------------------------------------------------------------------ exec
-
-    def _cwd(self, cwd: str | None) -> str:
-        if cwd is None:
-            return self.workspace
-        if "\x00" in cwd:
-            raise ValueError("cwd: contains a NUL byte")
-        if os.path.isabs(cwd):
-            return os.path.normpath(cwd)
-        joined = os.path.normpath(os.path.join(self.workspace, cwd))
-        if joined != self.workspace and not joined.startswith(self.workspace + "/"):
-            raise ValueError(f"cwd: {cwd!r} leaves the workspace")
-        return joined
-
-    def _timeout(self, spec: ExecSpec) -> int | None:
-        values = [v for v in (spec.timeout_ms, self.policy.limits.wall_clock_cap) if v is not None]
-        return min(values) if values else None
 
     def _proxy_env(self, spec: ExecSpec) -> dict[str, str] | None:
         """The proxy variables for one command, with credentials issued for its id (the
@@ -375,18 +351,6 @@ class LinuxSession:
         finally:
             command.close()
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | None = None,
-        cwd: str | None = None,
-        timeout_ms: int | None = None,
-    ) -> ExecResult:
-        """Run a command to completion and collect its (bounded) output."""
-        spec = ExecSpec(argv=tuple(argv), stdin=stdin, cwd=cwd, timeout_ms=timeout_ms)
-        return collect(self.exec(spec))
-
     # ------------------------------------------------------------------ report
 
     def enforcement(self) -> Enforcement:
@@ -400,44 +364,6 @@ class LinuxSession:
             rw={self.workspace} if self.spec.workspace_rw else set(),
         )
 
-    # ------------------------------------------------------------------ files
-
-    def _files(self) -> T0Session:
-        """put / get / snapshot go through a T0 session over the same workspace and staged
-        directories: the core's confined path resolution (openat2 RESOLVE_BENEATH, or a
-        no-follow walk), shared by every tier, rather than a second implementation here."""
-        if self._t0 is None:
-            import msgspec
-
-            from panday_core.policy import SandboxPolicy
-            from panday_core.t0.session import T0Session
-
-            fs = msgspec.structs.replace(
-                self.policy.fs,
-                workspace=self.workspace,
-                staged_ro=tuple(h.path for h in self.roots.staged if h.is_dir),
-            )
-            # get() holds each file to the policy's output ceiling, as T0 does: the files
-            # session carries it (its other limits are the tier's to enforce, not T0's).
-            limits = msgspec.structs.replace(
-                SandboxPolicy().limits, output_bytes=self.policy.limits.output_bytes
-            )
-            self._t0 = T0Session(SandboxPolicy(fs=fs, limits=limits), session_id=self.id)
-        return self._t0
-
-    def put(self, path: str, data: bytes) -> None:
-        """Write a workspace file (atomically; never through a link; refused when ro)."""
-        self._files().write(path, data, make_parents=True)
-
-    def get(self, path: str, *, max_bytes: int) -> bytes:
-        """A whole file of the workspace or a staged directory (`LimitExceeded` if larger)."""
-        return self._files().read_all(path, max_bytes=max_bytes)
-
-    def snapshot(self) -> Snapshot:
-        from panday_core.t0.sandbox import snapshot_of
-
-        return snapshot_of(self._files(), self.id)
-
     # ------------------------------------------------------------------ end
 
     def close(self) -> None:
@@ -449,16 +375,8 @@ class LinuxSession:
         if self.bridge is not None:
             self.bridge.close()
         self.guard.remove()
-        if self._t0 is not None:
-            self._t0.close()
-            self._t0 = None
+        self._close_files()
         self.roots.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 # ---------------------------------------------------------------------- opening
@@ -524,7 +442,7 @@ def open_session(
     """
     if not host.is_linux():
         raise TierUnavailable(str(TIER), f"T2 Linux needs Linux; this host is {os.uname().sysname}")
-    sid = _sanitize_id(session_id)
+    sid = common.session_id(session_id)
     refusals, roots = _policy_refusals(policy)
     explicit = _cgroup_limits(policy)
     guard: Guard | None = None

@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import marshal
 import os
-import stat
 
-from panday_core import userstate
 from panday_core.execution import run_plain
 from panday_core.startup import suppress
-from panday_tier_linux.plan import file_name, open_plan_dir, plan_dir, seal, unseal
+from panday_tier_linux.plan import plan_dir, read_sealed
 from panday_tier_linux.t1.jail import Jail, hold_system, make_tmp, state_refusal
 
 TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
@@ -236,41 +234,10 @@ def host_facts() -> list[str] | None:
 # ---------------------------------------------------------------------- the cache
 
 
-def _read(directory: int, name: str) -> bytes | None:
-    """The file's bytes if it is a regular file of ours nobody else may write, not larger
-    than `MAX_PLAN_BYTES` (T2's rule for its plans)."""
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-            return None
-        if st.st_size > MAX_PLAN_BYTES:
-            return None
-        blob = os.read(fd, MAX_PLAN_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return blob if len(blob) <= MAX_PLAN_BYTES else None
-
-
 def load(key: str) -> Plan | None:
     """The cached plan for `key`, or None: no cache key, missing, not ours, writable by
     others, another key's, a MAC that does not verify, or not a T1 plan."""
-    secret = userstate.key(create=False)
-    if secret is None:
-        return None
-    directory = open_plan_dir(create=False)
-    if directory is None:
-        return None
-    try:
-        blob = _read(directory, file_name(key))
-    finally:
-        os.close(directory)
-    body = None if blob is None else unseal(secret, key, blob)
+    body = read_sealed(key)
     return None if body is None else Plan.decode(body)
 
 
@@ -304,33 +271,11 @@ def make(policy: SandboxPolicy, caller_env: Sequence[str]) -> Plan | None:
 
 
 def store(key: str, plan: Plan) -> bool:
-    """Write `plan` for `key` (atomically, 0600, in T2's 0700 plan directory), sealed
-    with this user's cache key; False when it cannot be written safely."""
-    secret = userstate.key(create=True)
-    if secret is None:
-        return False
-    directory = open_plan_dir(create=True)
-    if directory is None:
-        return False
-    data = seal(secret, key, plan.encode())
-    tmp = f".tmp-{os.getpid()}-{os.urandom(4).hex()}"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(tmp, flags, 0o600, dir_fd=directory)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.replace(tmp, file_name(key), src_dir_fd=directory, dst_dir_fd=directory)
-    except OSError:
-        with suppress(OSError):
-            os.unlink(tmp, dir_fd=directory)
-        return False
-    finally:
-        os.close(directory)
-    return True
+    """Write `plan` for `key` in T2's plan directory, as T2's plans are written
+    (`planning.write_sealed`); False when it cannot be written safely."""
+    from panday_tier_linux.planning import write_sealed
+
+    return write_sealed(key, plan.encode())
 
 
 # ---------------------------------------------------------------------- running one

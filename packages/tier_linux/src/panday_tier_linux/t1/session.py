@@ -11,33 +11,33 @@ launch path (``panday run``'s cached plan takes it too), and streamed by the cor
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
 
 from panday_core.capabilities import Refusal, check_policy
 from panday_core.errors import Internal, PolicyViolation, TierUnavailable
-from panday_core.execution import astream, collect, stream
+from panday_core.execution import astream, stream
 from panday_core.protect import is_env_hook
-from panday_core.types import ExecSpec
+from panday_tier_linux import common
+from panday_tier_linux.common import JailSession
 from panday_tier_linux.t1 import landlock
 from panday_tier_linux.t1.capabilities import TIER, host_capabilities, kernel_abi
 from panday_tier_linux.t1.jail import DEFAULT_PATH, Jail, hold_system, make_tmp, state_refusal
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Generator, Sequence
+    from collections.abc import AsyncIterator, Generator
 
     from panday_core.egress.thread import ProxySettings
     from panday_core.execution import Supervisor
     from panday_core.policy import SandboxPolicy
     from panday_core.process import ChildProcess
     from panday_core.t0.session import T0Session
-    from panday_core.types import ExecEvent, ExecResult, Snapshot
+    from panday_core.types import ExecEvent, ExecSpec
     from panday_tier_linux.binds import Roots
 
 __all__ = ["DEFAULT_PATH", "T1Session", "open_session", "policy_refusals"]
 
 
-class T1Session:
+class T1Session(JailSession):
     """One session: rules fixed at open, one restricted spawn per command."""
 
     def __init__(self, *, session_id: str, policy: SandboxPolicy, jail: Jail) -> None:
@@ -45,6 +45,8 @@ class T1Session:
         self.policy = policy
         self.jail = jail
         """The one launch path (`t1.jail`), as ``panday run``'s cached plan uses it."""
+        self.roots = jail.roots
+        """The workspace and staged paths, held open (the jail's, fixed at open)."""
         self.closed = False
         self._running: dict[int, tuple[ChildProcess, Supervisor]] = {}
         self._t0: T0Session | None = None
@@ -66,24 +68,8 @@ class T1Session:
         self.jail.program = value
 
     @property
-    def roots(self) -> Roots:
-        return self.jail.roots
-
-    @property
     def tmp(self) -> str:
         return self.jail.tmp
-
-    def _cwd(self, cwd: str | None) -> str:
-        if cwd is None:
-            return self.workspace
-        if "\x00" in cwd:
-            raise ValueError("cwd: contains a NUL byte")
-        if os.path.isabs(cwd):
-            return os.path.normpath(cwd)
-        joined = os.path.normpath(os.path.join(self.workspace, cwd))
-        if joined != self.workspace and not joined.startswith(self.workspace + "/"):
-            raise ValueError(f"cwd: {cwd!r} leaves the workspace")
-        return joined
 
     def launch(
         self, spec: ExecSpec, *, stdin_pipe: bool = False
@@ -93,10 +79,6 @@ class T1Session:
             raise Internal(f"session {self.id} is closed")
         stdin = spec.stdin is not None or stdin_pipe
         return self.jail.start(spec.argv, cwd=self._cwd(spec.cwd), stdin=stdin)
-
-    def _timeout(self, spec: ExecSpec) -> int | None:
-        values = [v for v in (spec.timeout_ms, self.policy.limits.wall_clock_cap) if v is not None]
-        return min(values) if values else None
 
     def exec(
         self, spec: ExecSpec, *, stdin_source: int | None = None
@@ -132,18 +114,6 @@ class T1Session:
         finally:
             self._running.pop(proc.pid, None)
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | None = None,
-        cwd: str | None = None,
-        timeout_ms: int | None = None,
-    ) -> ExecResult:
-        """Run a command to completion and collect its (bounded) output."""
-        spec = ExecSpec(argv=tuple(argv), stdin=stdin, cwd=cwd, timeout_ms=timeout_ms)
-        return collect(self.exec(spec))
-
     def enforcement(self) -> dict[str, object]:
         """What this session applies to each command."""
         return {
@@ -156,38 +126,6 @@ class T1Session:
             "tmp": self.tmp,
         }
 
-    # ------------------------------------------------------------------ files
-
-    def _files(self) -> T0Session:
-        """put / get / snapshot through a T0 session over the same roots (as T2 does)."""
-        if self._t0 is None:
-            import msgspec
-
-            from panday_core.policy import SandboxPolicy
-            from panday_core.t0.session import T0Session
-
-            fs = msgspec.structs.replace(
-                self.policy.fs,
-                workspace=self.workspace,
-                staged_ro=tuple(h.path for h in self.roots.staged if h.is_dir),
-            )
-            limits = msgspec.structs.replace(
-                SandboxPolicy().limits, output_bytes=self.policy.limits.output_bytes
-            )
-            self._t0 = T0Session(SandboxPolicy(fs=fs, limits=limits), session_id=self.id)
-        return self._t0
-
-    def put(self, path: str, data: bytes) -> None:
-        self._files().write(path, data, make_parents=True)
-
-    def get(self, path: str, *, max_bytes: int) -> bytes:
-        return self._files().read_all(path, max_bytes=max_bytes)
-
-    def snapshot(self) -> Snapshot:
-        from panday_core.t0.sandbox import snapshot_of
-
-        return snapshot_of(self._files(), self.id)
-
     # ------------------------------------------------------------------ end
 
     def close(self) -> None:
@@ -197,25 +135,8 @@ class T1Session:
         self.closed = True
         for proc, sup in list(self._running.values()):
             sup.kill(proc)
-        if self._t0 is not None:
-            self._t0.close()
-            self._t0 = None
+        self._close_files()
         self.jail.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _sanitize_id(session_id: str | None) -> str:
-    if session_id is None:
-        return os.urandom(6).hex()
-    ok = session_id and len(session_id) <= 64 and all(c.isalnum() or c in "-_." for c in session_id)  # noqa: PLR2004 - id length cap
-    if not ok or session_id.startswith("."):
-        raise ValueError(f"session_id: {session_id!r} must be 1-64 characters of [A-Za-z0-9._-]")
-    return session_id
 
 
 def policy_refusals(policy: SandboxPolicy) -> tuple[list[Refusal], Roots | None]:
@@ -252,7 +173,7 @@ def open_session(
     abi = kernel_abi()
     if isinstance(abi, str):
         raise TierUnavailable(TIER, abi)
-    sid = _sanitize_id(session_id)
+    sid = common.session_id(session_id)
     refusals, roots = policy_refusals(policy)
     if refusals or roots is None:
         raise PolicyViolation(TIER, refusals)
