@@ -463,7 +463,14 @@ curl = ["/usr/bin/curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-
 out = {}
 with open_session(policy, egress=settings) as session:
     if mode in ("flood", "floor"):
-        out["control"] = session.run(curl).stdout.decode()
+        controls = []
+        for _ in range(3):  # the same request before the flood, timed on this machine now
+            start = time.monotonic()
+            out["control"] = session.run(curl).stdout.decode()
+            controls.append(time.monotonic() - start)
+            if out["control"] != "200":
+                break
+        out["control_took"] = max(controls)
     out["rss_before"] = rss_kib()
     done = {}
     def jailed():
@@ -583,12 +590,16 @@ def _hostile_caller(esc: Escape, mode: str, probe: str) -> dict[str, object]:
 def test_idle_connections_from_a_jail_never_exhaust_the_callers_descriptors(esc: Escape) -> None:
     """3,000 credential-less idle connections from a jailed command, through its relay, while
     the caller's soft descriptor limit is 1,024: the caller's own work sees no EMFILE, and
-    another command's request is answered within a second."""
+    another command's request is answered within a second, or within three times the
+    slowest of the same request made three times before the flood. The second bound keeps
+    the verdict off the machine's load (a busy machine is as slow before the flood as
+    during it); a flood that starves others shows as seconds more, or a timeout."""
     out = _hostile_caller(esc, "flood", FLOOD_PROBE)
     if out["control"] != "200" or out["ready"] != "3000":
         pytest.fail(f"inconclusive: control failed: {out}")
     assert out["status"] == "200", out
-    assert cast("float", out["took"]) < 1.0, out
+    bound = max(1.0, 3 * cast("float", out["control_took"]))
+    assert cast("float", out["took"]) < bound, out
     assert out["caller"] == "ok", out
     assert out["errors"] == [], out
     assert cast("int", out["events"]) < 200, out  # the flood is summed up, not logged per line
@@ -884,10 +895,13 @@ while True:
         break
     data += chunk
 took = time.monotonic() - start
-if took >= 1.0 or not data:
+if took >= HEAD_TIMEOUT / 2 or not data:  # answered at once, not at the head timeout
     ok(f"held {{took:.1f}} s: {{data[:40]!r}}")
 blocked(f"answered in {{took:.3f}} s: {{data[:40]!r}}")
 """
+    from panday_core.egress import ProxyLimits  # noqa: PLC0415
+
+    code = code.replace("HEAD_TIMEOUT", repr(ProxyLimits().head_timeout))
     options = _granted(esc, host, port)
     with esc.open(**options) as session:
         through = session.run(esc.py(_through_proxy(_target(ALLOWED, port))), timeout_ms=60_000)
