@@ -284,9 +284,13 @@ def one_bomb_on_the_host(kind: str) -> Generator[None]:
 
 
 def _sleeper() -> str:
-    """A sleep length no other process on the host uses (30 s and a random fraction), so
-    the count of the bomb's processes is not moved by another test's or user's `sleep`."""
-    return f"30.{secrets.randbelow(10**6):06d}"
+    """A sleep length no other process on the host uses (600 s and a random fraction), so
+    the count of the bomb's processes is not moved by another test's or user's `sleep`.
+    Long, so that the bomb's population only grows while it runs: with 30 s sleeps a shell
+    forking slowly on a loaded host (about 50 a second at load 10) levels off where forks
+    and exits balance (1,542 of 4,096), and the test's control failed under load. They
+    die with the jail (asserted at the end)."""
+    return f"600.{secrets.randbelow(10**6):06d}"
 
 
 def test_a_fork_bomb_under_the_default_policy_leaves_the_host_usable(esc: Escape) -> None:
@@ -314,14 +318,15 @@ def _fork_bomb(esc: Escape, bound: int) -> None:
     sleeper = f"sleep\0{length}\0".encode()
     # The bomb forks until the bound refuses it or, once the host has watched it held at
     # the bound for HOLD_S, the test creates `stopped` (exit 7): without a ceiling it would
-    # pass the bound within that hold. The wall clock is only a backstop for a slow host.
+    # pass the bound within that hold. The wall clock is only a backstop, long enough for a
+    # loaded host (at 30 forks a second the bound is near after two minutes).
     stopped = esc.ws / "stopped"
     bomb = [
         "/bin/sh",
         "-c",
         f"while [ ! -e {stopped} ]; do sleep {length} & done 2>/dev/null; exit 7",
     ]
-    watch = _Watch(esc, bomb, seconds=45)
+    watch = _Watch(esc, bomb, seconds=240)
     watch.run(sleeper, stop=stopped.touch)
     assert watch.samples, "the bomb ended before the host could be sampled"
     assert all(forked and allocated for forked, allocated, _ in watch.samples), watch.samples
