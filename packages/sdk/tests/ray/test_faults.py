@@ -4,12 +4,16 @@ it held, correct results for the rest, and a retry only for commands marked idem
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import panday
+import pytest
+
 from panday.ray import Done, Job, Pool, WorkerLost
 
 if TYPE_CHECKING:
@@ -18,13 +22,22 @@ if TYPE_CHECKING:
     from panday_core.errors import SandboxError
 
 LIMITED = {"limits": {"mem_bytes": 128 << 20, "pids": 64}}
-SLEEP = "2"
+GO = "go"
+# Each command waits, in its session's workspace (its cwd), for a `go` file the test writes
+# only once the victim node is gone: no command can finish on the victim however late the
+# kill comes on a busy machine (a fixed sleep could, and did at load 10). The wait is bounded
+# (60 s) so that a command never outlives a failed test.
+# A node added, a pool started, the node killed and a second pool started: about 20 s on an
+# idle host, past pytest's default 120 s at load 10 (seen), so these tests get five minutes.
+SLOW = pytest.mark.timeout(300)
+WAIT_FOR_GO = (
+    f'i=0; while [ ! -e {GO} ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; echo "$0"'
+)
 
 
 def _jobs(count: int, *, idempotent: bool) -> list[Job]:
     return [
-        Job(argv=["sh", "-c", f'sleep {SLEEP}; echo "$0"', str(i)], idempotent=idempotent)
-        for i in range(count)
+        Job(argv=["sh", "-c", WAIT_FOR_GO, str(i)], idempotent=idempotent) for i in range(count)
     ]
 
 
@@ -59,7 +72,16 @@ def _kill_mid_command(
     assert len(workspaces) == len(actors)  # positive control: each actor's workspace
     cgroups = host.cgroup_dirs(actors)
     assert cgroups  # positive control: the jail's ceilings are in place on the host
+    others = {
+        str(p)
+        for a in pool.nodes[survivor].pids
+        for p in Path(tempfile.gettempdir()).glob(f"panday-ray-{a}-*")
+    }
+    assert others  # positive control: where the survivor's commands wait for `go`
     cluster.remove_node(victim, graceful=False)
+    assert not host.wait_gone(actors | running, 60), "the victim's actors and jails outlived it"
+    for workspace in others:
+        (Path(workspace) / GO).touch()
     runner.join(timeout=60)
     assert not runner.is_alive()
     return pool, victim_id, outcomes, running, cgroups, workspaces
@@ -71,6 +93,7 @@ def _live() -> set[str]:
     return {str(n["NodeID"]) for n in ray.nodes() if n.get("Alive")}
 
 
+@SLOW
 def test_killed_node_loses_exactly_its_commands(
     cluster: LocalCluster, host: Host, tmp_path: Path
 ) -> None:
@@ -101,9 +124,19 @@ def test_killed_node_loses_exactly_its_commands(
         pool.close()
     # The victim's jails died with it (bwrap --die-with-parent)...
     assert not host.wait_gone(jails)
-    # ...and a session opened beside its stale cgroups reaps them (the tier's own rule).
-    with panday.open({**LIMITED, "fs": {"workspace": str(tmp_path)}}) as session:
-        assert session.run(["true"]).exit_code == 0
+    # ...and a session opened beside its stale cgroups reaps them (the tier's own rule). It
+    # opens in a process of its own: a process sweeps each place once (`cgroups._SWEPT`), and
+    # this one may have swept before the victim died.
+    opener = (
+        "import json, sys, panday\n"
+        "with panday.open(json.loads(sys.argv[1])) as session:\n"
+        "    assert session.run(['true']).exit_code == 0\n"
+    )
+    policy = json.dumps({**LIMITED, "fs": {"workspace": str(tmp_path)}})
+    opened = subprocess.run(
+        [sys.executable, "-c", opener, policy], capture_output=True, timeout=120, check=False
+    )
+    assert opened.returncode == 0, opened.stderr.decode(errors="replace")
     assert not {d for d in cgroups if Path(d).exists()}, "the killed actor's cgroups stayed"
     # Its workspace outlived it (no one could remove it); the next actor on the host does.
     assert {d for d in workspaces if Path(d).exists()} == workspaces
@@ -111,6 +144,7 @@ def test_killed_node_loses_exactly_its_commands(
         assert not {d for d in workspaces if Path(d).exists()}, "a dead actor's workspace"
 
 
+@SLOW
 def test_idempotent_commands_are_retried_elsewhere(cluster: LocalCluster, host: Host) -> None:
     pool, victim, outcomes, _, _, _ = _kill_mid_command(cluster, host, idempotent=True)
     try:
