@@ -21,6 +21,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -597,6 +598,29 @@ def test_a_name_means_its_pid_and_start_time(tmp_path: Path) -> None:
     open_session(LIMITS, "s", mounts)
     assert [why for why, path in reaped.items() if path.exists()] == []
     assert [why for why, path in kept.items() if not path.is_dir()] == []
+
+
+def test_a_zombie_callers_cgroups_are_stale(tmp_path: Path) -> None:
+    # A caller killed with its parent is a zombie until some init reaps it: it runs nothing,
+    # so what it left is stale, although its pid still answers kill(pid, 0).
+    mounts = v2_tree(tmp_path)
+    parent = tmp_path / "app"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child only exits
+        os._exit(0)
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the child never became a zombie"
+            time.sleep(0.01)
+        os.kill(pid, 0)  # control: a zombie's pid still answers
+        start = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        zombie = parent / f"panday-{pid}.{start}-x"
+        zombie.mkdir(parents=True)
+        open_session(LIMITS, "s", mounts)
+        assert not zombie.exists(), "a zombie caller's cgroup was kept"
+    finally:
+        os.waitpid(pid, 0)
 
 
 def test_start_time_reads_past_a_command_name_with_parentheses() -> None:

@@ -148,13 +148,20 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _start_time(pid: int) -> str | None:
-    """Field 22 of /proc/PID/stat (clock ticks since boot): with the pid, who a name means."""
+def _stat(pid: int) -> tuple[str, str] | None:
+    """Fields 3 and 22 of /proc/PID/stat: the state, and the start time (clock ticks since
+    boot), which with the pid says who a name means."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[19].decode()
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode(), fields[19].decode()
     except (OSError, IndexError):
         return None
+
+
+def _start_time(pid: int) -> str | None:
+    stat = _stat(pid)
+    return None if stat is None else stat[1]
 
 
 def _owner_gone(name: str) -> bool:
@@ -165,8 +172,14 @@ def _owner_gone(name: str) -> bool:
         return False
     if not _alive(int(pid)):
         return True
+    stat = _stat(int(pid))
+    if stat is not None and stat[0] in {"Z", "X"}:
+        # Dead, not yet reaped: a killed caller whose parent died too waits for an init that
+        # may reap late (seen: a Ray worker whose raylet was killed). It runs nothing, and
+        # its pid cannot be reused while it is a zombie.
+        return True
     # Alive: the same process only if it started when the name says (pids are reused).
-    return bool(start) and _start_time(int(pid)) not in {start, None}
+    return bool(start) and (stat[1] if stat else None) not in {start, None}
 
 
 def _remove_tree(path: str, deadline: float) -> bool:
