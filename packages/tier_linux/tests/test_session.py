@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from panday_core.capabilities import Support, policy_fields
-from panday_core.errors import LimitExceeded, PathRefused, PolicyViolation, TierUnavailable
+from panday_core.errors import (
+    Internal,
+    LimitExceeded,
+    PathRefused,
+    PolicyViolation,
+    TierUnavailable,
+)
 from panday_core.policy import FsPolicy, Limits, NetPolicy, SandboxPolicy
 from panday_core.types import ExecExit, ExecSpec, OutputChunk, SessionSpec
 from panday_tier_linux import cgroups, declared_capabilities, host_capabilities, host_report
@@ -303,3 +310,46 @@ def test_the_wheels_bwrap_builds_the_same_jail(tmp_path: Path) -> None:
     assert result.stdout == b"from-the-wheel\n"
     assert report.bwrap_source == "wheel"
     assert report.problems() == []
+
+
+@linux
+@pytest.mark.parametrize("bound", ["cgroup", "interrupt"])
+def test_a_jail_that_cannot_be_bounded_never_runs_however_slow_its_caller(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bound: str
+) -> None:
+    # bwrap takes its block pipe's end of file as "go": a jail whose bounds failed (or
+    # whose caller was interrupted while it waited) must be dead before that pipe closes.
+    # The caller's own kill comes 2 s late here, as it may on a loaded host.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    mark = ws / "ran"
+    argv = ["sh", "-c", "echo > ran"]
+    with open_session(policy(ws, mem_bytes=256 << 20)) as session:
+        assert session.run(argv).exit_code == 0  # control: the command writes its mark
+        assert mark.exists()
+        mark.unlink()
+        from panday_tier_linux.cgroups import ExecCgroup  # noqa: PLC0415 - patched below
+        from panday_tier_linux.jail import JailSupervisor  # noqa: PLC0415 - patched below
+
+        def fail(self: object, pid: int) -> None:
+            del self, pid
+            if bound == "interrupt":
+                raise KeyboardInterrupt
+            raise OSError(28, "No space left on device")
+
+        late = JailSupervisor.kill
+        kills: list[float] = []
+
+        def slow_kill(self: JailSupervisor, proc: object) -> None:
+            kills.append(time.monotonic())
+            time.sleep(2)
+            late(self, proc)  # pyright: ignore[reportArgumentType] - the real kill, late
+
+        monkeypatch.setattr(ExecCgroup, "attach", fail)
+        monkeypatch.setattr(JailSupervisor, "kill", slow_kill)
+        expected = KeyboardInterrupt if bound == "interrupt" else Internal
+        with pytest.raises(expected):
+            session.run(argv)
+        assert kills  # control: the caller's own (late) kill was reached
+        time.sleep(1)  # a command let go would have written its mark by now
+        assert not mark.exists(), "the jail ran although its bounds were never set"

@@ -160,8 +160,7 @@ def _stat(pid: int) -> tuple[str, str] | None:
 
 
 def _start_time(pid: int) -> str | None:
-    stat = _stat(pid)
-    return None if stat is None else stat[1]
+    return (_stat(pid) or ("", None))[1]
 
 
 def _owner_gone(name: str) -> bool:
@@ -173,12 +172,11 @@ def _owner_gone(name: str) -> bool:
     if not _alive(int(pid)):
         return True
     stat = _stat(int(pid))
+    # A zombie runs nothing (a killed caller whose parent died too waits for an init that may
+    # reap late: a Ray worker whose raylet was killed). Alive: the same process only if it
+    # started when the name says (pids are reused).
     if stat is not None and stat[0] in {"Z", "X"}:
-        # Dead, not yet reaped: a killed caller whose parent died too waits for an init that
-        # may reap late (seen: a Ray worker whose raylet was killed). It runs nothing, and
-        # its pid cannot be reused while it is a zombie.
         return True
-    # Alive: the same process only if it started when the name says (pids are reused).
     return bool(start) and (stat[1] if stat else None) not in {start, None}
 
 

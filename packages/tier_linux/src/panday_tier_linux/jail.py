@@ -481,12 +481,15 @@ def release(proc: ChildProcess, sup: JailSupervisor, block_w: int, guard: Guard)
     """Attach the blocked jail to its ceilings (its cgroup, its rlimits, its /tmp watched),
     then let it run. None when it runs; else why it never ran anything: ``bwrap`` (bwrap
     ended before the jail started) or ``bounds: <error>`` (a bound could not be set: the
-    jail does not run unbounded). `block_w` is closed either way."""
+    jail does not run unbounded). `block_w` is closed either way; when the jail is not to
+    run (or this raises, a Ctrl-C included), only after the jail is dead: bwrap reads the
+    block pipe's end of file as "go" and would run the command."""
+    pid: int | None = None
+    ran = False
     try:
         sup.status.read_available(wait_s=CHILD_PID_TIMEOUT_S)
         pid = sup.status.value("child-pid")
         if pid is None:
-            proc.reap(block=True)
             return "bwrap"
         sup.child_pid = pid
         try:
@@ -501,11 +504,47 @@ def release(proc: ChildProcess, sup: JailSupervisor, block_w: int, guard: Guard)
         try:
             os.write(block_w, b"x")
         except OSError:  # bwrap is gone: it never ran the command
-            proc.reap(block=True)
             return "bwrap"
+        ran = True
         return None
     finally:
+        if not ran:
+            kill_blocked(proc, pid)
         os.close(block_w)
+
+
+KILL_WAIT_S = 10.0
+"""How long a jail killed before its command may take to die (it is blocked in a read:
+at once, unless the host is stalled)."""
+
+
+def kill_blocked(proc: ChildProcess, pid: int | None) -> None:
+    """Kill a jail that is still waiting on its block pipe, and wait until it is gone.
+
+    `pid` is the jail's first process (bwrap's child, init of its pid namespace) when bwrap
+    reported it. SIGKILL is queued to it before anything else, so none of its code runs
+    again; its end takes every other process of its namespace with it, and it is waited
+    for by pidfd, because bwrap's outer process (ours, killed and reaped here) is not what
+    holds the block pipe's read end."""
+    pidfd = -1
+    if pid is not None:
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            pidfd = -1  # gone already
+    try:
+        if pidfd >= 0:
+            with suppress(ProcessLookupError, PermissionError):
+                _signal.pidfd_send_signal(pidfd, _signal.SIGKILL)
+        proc.signal_group(_signal.SIGKILL)
+        if pidfd >= 0:
+            poller = select.poll()
+            poller.register(pidfd, select.POLLIN)
+            poller.poll(int(KILL_WAIT_S * 1000))
+        proc.reap(block=True)
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
 
 
 def await_tmpfs(pid: int, size: int) -> int:
