@@ -191,14 +191,40 @@ class JailSupervisor(Supervisor):
         self.tick_s = CPU_POLL_MS / 1000 if cpu_ms is not None and cgroup is not None else None
 
     def kill(self, proc: ChildProcess) -> None:
-        # bwrap is our child and not yet reaped, so its pid is still ours to signal. Its
-        # death takes the jail's pid 1 (--die-with-parent), and with it the whole pid
-        # namespace; the cgroup kill is a second net for anything in flight.
+        # bwrap is our child and not yet reaped, so its pid (and group) are still ours to
+        # signal. Its death takes the jail's pid 1 only once pid 1 has reached its init
+        # loop (bwrap 0.11 sets --die-with-parent there, after the mounts and its setsid):
+        # killed earlier, bwrap would leave pid 1 waiting for bwrap's "go" for ever. So
+        # the jail's pid 1 is killed by pidfd when bwrap has reported it, and bwrap's
+        # process group, which pid 1 stays in until its setsid, with bwrap. Its end takes
+        # the whole pid namespace; the cgroup kill is a second net for anything in flight.
         if proc.status is None:
-            with suppress(ProcessLookupError):
-                os.kill(proc.pid, _signal.SIGKILL)
+            first = self._first_process(proc)
+            proc.signal_group(_signal.SIGKILL)
+            if first >= 0:
+                with suppress(ProcessLookupError, PermissionError):
+                    _signal.pidfd_send_signal(first, _signal.SIGKILL)
+                os.close(first)
         if self.cgroup is not None:
             self.cgroup.kill()
+
+    def _first_process(self, proc: ChildProcess) -> int:
+        """A pidfd of the jail's pid 1 (-1 when bwrap has not reported it or it is gone).
+
+        Opened while bwrap is alive and checked to be bwrap's child: a pid is judged by
+        the process the descriptor holds, not by a number that may have been reused."""
+        self.status.read_available(wait_s=0)
+        pid = self.child_pid or self.status.value("child-pid")
+        if pid is None:
+            return -1
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return -1
+        if parent_of(pid) != proc.pid:
+            os.close(pidfd)
+            return -1
+        return pidfd
 
     def _cpu_breach(self) -> Breach | None:
         if self.cgroup is None or self.cpu_ms is None:
@@ -511,6 +537,18 @@ def release(proc: ChildProcess, sup: JailSupervisor, block_w: int, guard: Guard)
         if not ran:
             kill_blocked(proc, pid)
         os.close(block_w)
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent pid /proc shows for `pid` (None when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: fields start after the last ')'.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return int(fields[1]) if len(fields) > 1 else None
 
 
 KILL_WAIT_S = 10.0

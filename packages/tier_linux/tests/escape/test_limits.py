@@ -312,19 +312,27 @@ def test_a_fork_bomb_under_the_default_policy_leaves_the_host_usable(esc: Escape
         _fork_bomb(esc, bound)
 
 
+BOMB_LOOPS = 8
+"""Forking loops in the fork bomb (see `_fork_bomb`)."""
+
+
 def _fork_bomb(esc: Escape, bound: int) -> None:
     before = hostguard.running_tasks()
     length = _sleeper()
     sleeper = f"sleep\0{length}\0".encode()
     # The bomb forks until the bound refuses it or, once the host has watched it held at
     # the bound for HOLD_S, the test creates `stopped` (exit 7): without a ceiling it would
-    # pass the bound within that hold. The wall clock is only a backstop, long enough for a
-    # loaded host (at 30 forks a second the bound is near after two minutes).
+    # pass the bound within that hold. The wall clock is only a backstop. The bomb is
+    # BOMB_LOOPS loops forking side by side, because the scheduler shares the CPU by task:
+    # one loop got so small a share on a loaded host (load 15-25, right after the other
+    # pass's bomb) that it reached only 995 of 4,096 in 240 s; more loops take a share that
+    # grows with them, as a real bomb's does.
     stopped = esc.ws / "stopped"
+    loop = f"while [ ! -e {stopped} ]; do sleep {length} & done"
     bomb = [
         "/bin/sh",
         "-c",
-        f"while [ ! -e {stopped} ]; do sleep {length} & done 2>/dev/null; exit 7",
+        f"for i in $(seq {BOMB_LOOPS}); do ({loop}) & done 2>/dev/null; wait; exit 7",
     ]
     watch = _Watch(esc, bomb, seconds=240)
     watch.run(sleeper, stop=stopped.touch)
