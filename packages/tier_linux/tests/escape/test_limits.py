@@ -326,13 +326,16 @@ def _fork_bomb(esc: Escape, bound: int) -> None:
     # BOMB_LOOPS loops forking side by side, because the scheduler shares the CPU by task:
     # one loop got so small a share on a loaded host (load 15-25, right after the other
     # pass's bomb) that it reached only 995 of 4,096 in 240 s; more loops take a share that
-    # grows with them, as a real bomb's does.
+    # grows with them, as a real bomb's does. A loop whose fork is refused ends (the shell
+    # gives up); its sleepers stay, and the first shell then waits for `stopped` with
+    # builtins only (it could not fork a sleep), so the host sees the bomb held at its bound.
     stopped = esc.ws / "stopped"
     loop = f"while [ ! -e {stopped} ]; do sleep {length} & done"
+    hold = f"while [ ! -e {stopped} ]; do :; done"
     bomb = [
         "/bin/sh",
         "-c",
-        f"for i in $(seq {BOMB_LOOPS}); do ({loop}) & done 2>/dev/null; wait; exit 7",
+        f"for i in $(seq {BOMB_LOOPS}); do ({loop}) & done 2>/dev/null; wait; {hold}; exit 7",
     ]
     watch = _Watch(esc, bomb, seconds=240)
     watch.run(sleeper, stop=stopped.touch)
