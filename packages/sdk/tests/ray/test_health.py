@@ -158,7 +158,9 @@ def test_no_command_runs_outside_a_jail_on_any_node(cluster: LocalCluster) -> No
             assert not set(lines[1:]) & host_ns, (node_id, text)  # a namespace of its own
 
 
-@pytest.mark.timeout(900)  # 10,000 jails: about 100 s on 2 shared cores, more under load
+# 10,000 jails: about 100 s on 2 idle shared cores, past 900 s at load 14 (a full run under
+# issue 28's burners timed out here). The timeout is a hang guard, never a speed verdict.
+@pytest.mark.timeout(3600)
 def test_the_record_stays_bounded_over_10000_commands(cluster: LocalCluster) -> None:
     count = 10_000
     with Pool({"limits": {"wall_clock_ms": 10_000}}, nodes=cluster.base, record_limit=500) as pool:
