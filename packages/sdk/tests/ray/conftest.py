@@ -220,6 +220,28 @@ class LocalCluster:
             self.cluster.shutdown()
 
 
+POOL_START_TIMEOUT_S = 300.0
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _patient_pools() -> Iterator[None]:
+    """Every pool these tests open waits up to five minutes for its actors to start.
+
+    No test here is about how long a start takes (a named node the cluster lacks is refused
+    at once, whatever the timeout), but the product's 60 s refused both nodes of a freshly
+    started cluster at load 9 (each actor is a Python worker that imports Ray and panday and
+    runs a jail): a verdict that depended on load. The default is changed, not each call,
+    so a test cannot forget it."""
+    from panday.ray import Pool  # noqa: PLC0415 - after the environment Ray reads at import
+
+    defaults = Pool.__init__.__kwdefaults__
+    assert defaults is not None
+    assert "start_timeout" in defaults  # the name this patches is still the product's
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(defaults, "start_timeout", POOL_START_TIMEOUT_S)
+        yield
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[LocalCluster]:
     local = LocalCluster()
