@@ -18,6 +18,7 @@ then asserted to be refused by name (a refusal, counted and shown in the summary
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
@@ -429,6 +430,38 @@ def remove_option(options: list[str], name: str, nargs: int) -> list[str]:
 def esc(tmp_path: Path) -> Escape:
     # tmp_path is private (0700); the unprivileged run needs nothing else of the host.
     return Escape(tmp_path)
+
+
+CHECKOUT_WAIT_S = 600.0
+
+
+@pytest.fixture
+def checkout_alone() -> Iterator[Path]:
+    """The checkout these tests run from, for a test that opens a session on it as the
+    workspace, held against every other such test (an exclusive `flock` on the checkout's
+    own directory, so pytest-xdist workers and falsify's baseline chunks wait for each
+    other; a scratch copy is another directory and another lock).
+
+    While a jail runs, each missing protected name of its workspace (`uv.toml`,
+    `.python-version`, ...) is an empty placeholder on the host, the mount point of its
+    read-only bind. A test that checks that a name is still missing after its own jail
+    saw, at load 10, the placeholder of another test's jail running there at that moment.
+    """
+    checkout = HERE.parents[3]
+    fd = os.open(checkout, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        deadline = time.monotonic() + CHECKOUT_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"inconclusive: {checkout} stayed in use for {CHECKOUT_WAIT_S} s")
+                time.sleep(0.05)
+        yield checkout
+    finally:
+        os.close(fd)  # and with it the lock
 
 
 # ---------------------------------------------------------------------- host services

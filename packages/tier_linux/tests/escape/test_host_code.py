@@ -61,6 +61,7 @@ ok("wrote " + path)
     ],
     ids=["member-pyproject", "root-pyproject", "uv.toml", "python-version"],
 )
+@pytest.mark.usefixtures("checkout_alone")  # no other jail's placeholders in the checkout
 def test_pandays_own_project_cannot_be_changed_from_a_jail(
     esc: Escape, monkeypatch: pytest.MonkeyPatch, rel: str, text: str, create: bool
 ) -> None:

@@ -213,6 +213,7 @@ def _plant_site(esc: Escape, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str
     pytest.fail(f"ESCAPE: none of {inside} is a protected entry of {REPO}")
 
 
+@pytest.mark.usefixtures("checkout_alone")  # the checkout is the workspace
 def test_a_pth_file_cannot_be_planted_in_pandays_environment(
     esc: Escape, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -241,6 +242,7 @@ ok("planted " + {pth.name!r})
         ordinary.unlink(missing_ok=True)
 
 
+@pytest.mark.usefixtures("checkout_alone")  # the checkout is the workspace
 def test_the_cli_run_from_the_repository_cannot_plant_code_for_the_next_run(
     esc: Escape, monkeypatch: pytest.MonkeyPatch
 ) -> None:
