@@ -89,6 +89,29 @@ def comm(pid: int) -> str:
         return ""
 
 
+def describe(pids: Iterable[int]) -> str:
+    """What /proc says of each pid: its name, state, parent, where it sleeps in the kernel,
+    its command line and its children; for a failure message (which process outlived what,
+    and what it was waiting for)."""
+    lines: list[str] = []
+    for pid in sorted(pids):
+        base = Path(f"/proc/{pid}")
+        try:
+            stat = (base / "stat").read_text(encoding="ascii", errors="replace")
+            wchan = (base / "wchan").read_text(encoding="ascii", errors="replace")
+            argv = (base / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            lines.append(f"{pid}: gone")
+            continue
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        kids = sorted(descendants([pid]))
+        lines.append(
+            f"{pid} {comm(pid)!r} state {state} ppid {ppid} wchan {wchan!r} "
+            f"argv {argv[:200]!r} descendants {kids}"
+        )
+    return "; ".join(lines)
+
+
 def wait_gone(pids: Iterable[int], timeout: float = 20.0) -> set[int]:
     """The pids still alive after waiting up to `timeout` seconds for all to exit."""
     left = set(pids)
@@ -156,6 +179,7 @@ class Host:
     cgroup_dirs = staticmethod(cgroup_dirs)
     unix_socket_paths = staticmethod(unix_socket_paths)
     alive = staticmethod(alive)
+    describe = staticmethod(describe)
     comm = staticmethod(comm)
     descendants = staticmethod(descendants)
     wait_for = staticmethod(wait_for)

@@ -79,7 +79,8 @@ def _kill_mid_command(
     }
     assert others  # positive control: where the survivor's commands wait for `go`
     cluster.remove_node(victim, graceful=False)
-    assert not host.wait_gone(actors | running, 60), "the victim's actors and jails outlived it"
+    left = host.wait_gone(actors | running, 60)
+    assert not left, f"the victim's actors and jails outlived it: {host.describe(left)}"
     for workspace in others:
         (Path(workspace) / GO).touch()
     runner.join(timeout=60)
