@@ -244,12 +244,15 @@ class LocalCluster:
             self.cluster.shutdown()
 
 
-POOL_START_TIMEOUT_S = 300.0
+# Above the product's 60 s (which refused a cold cluster's nodes at load 9) and below the
+# tests' default 120 s bound, so that a pool whose actors cannot start (a node's CPU still
+# held by a pool a failed test left open) fails with the pool's own reasons, not a timeout.
+POOL_START_TIMEOUT_S = 100.0
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _patient_pools() -> Iterator[None]:
-    """Every pool these tests open waits up to five minutes for its actors to start.
+    """Every pool these tests open waits up to 100 s for its actors to start.
 
     No test here is about how long a start takes (a named node the cluster lacks is refused
     at once, whatever the timeout), but the product's 60 s refused both nodes of a freshly

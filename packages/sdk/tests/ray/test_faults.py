@@ -49,42 +49,61 @@ def _kill_mid_command(
     its actors' cgroup directories and workspaces (there while the jails ran)."""
     victim = cluster.add_node()
     victim_id = victim.node_id
-    host.wait_for(lambda: victim_id in _live(), 30, "the victim node")
     survivor = cluster.base[-1]
-    pool = Pool(LIMITED, nodes=[victim_id, survivor], depth=2)
-    assert sorted(pool.nodes) == sorted([victim_id, survivor])
-    actors = set(pool.nodes[victim_id].pids)
-    outcomes: list[Done | SandboxError] = []
-    jobs = _jobs(4, idempotent=idempotent)  # 2 per node: one running, one queued behind it
-    runner = threading.Thread(
-        target=lambda: outcomes.extend(pool.map_jobs(jobs, return_exceptions=True))
-    )
-    runner.start()
+    pool: Pool | None = None
+    removed = False
+    others: set[str] = set()
+    runner: threading.Thread | None = None
+    try:
+        host.wait_for(lambda: victim_id in _live(), 30, "the victim node")
+        pool = Pool(LIMITED, nodes=[victim_id, survivor], depth=2)
+        assert sorted(pool.nodes) == sorted([victim_id, survivor])
+        actors = set(pool.nodes[victim_id].pids)
+        outcomes: list[Done | SandboxError] = []
+        jobs = _jobs(4, idempotent=idempotent)  # 2 per node: one running, one queued behind it
+        runner = threading.Thread(
+            target=lambda: outcomes.extend(pool.map_jobs(jobs, return_exceptions=True))
+        )
+        runner.start()
 
-    def jails() -> set[int]:
-        return {p for p in host.descendants(actors) if host.comm(p) == "bwrap"}
+        def jails() -> set[int]:
+            return {p for p in host.descendants(actors) if host.comm(p) == "bwrap"}
 
-    host.wait_for(jails, 20, "a jail running on the victim node")
-    running = jails() | host.descendants(jails())
-    workspaces = {
-        str(p) for a in actors for p in Path(tempfile.gettempdir()).glob(f"panday-ray-{a}-*")
-    }
-    assert len(workspaces) == len(actors)  # positive control: each actor's workspace
-    cgroups = host.cgroup_dirs(actors)
-    assert cgroups  # positive control: the jail's ceilings are in place on the host
-    others = {
-        str(p)
-        for a in pool.nodes[survivor].pids
-        for p in Path(tempfile.gettempdir()).glob(f"panday-ray-{a}-*")
-    }
-    assert others  # positive control: where the survivor's commands wait for `go`
-    cluster.remove_node(victim, graceful=False)
-    left = host.wait_gone(actors | running, 60)
-    assert not left, f"the victim's actors and jails outlived it: {host.describe(left)}"
-    for workspace in others:
-        (Path(workspace) / GO).touch()
-    runner.join(timeout=60)
-    assert not runner.is_alive()
+        host.wait_for(jails, 20, "a jail running on the victim node")
+        running = jails() | host.descendants(jails())
+        workspaces = {
+            str(p) for a in actors for p in Path(tempfile.gettempdir()).glob(f"panday-ray-{a}-*")
+        }
+        assert len(workspaces) == len(actors)  # positive control: each actor's workspace
+        cgroups = host.cgroup_dirs(actors)
+        assert cgroups  # positive control: the jail's ceilings are in place on the host
+        others = {
+            str(p)
+            for a in pool.nodes[survivor].pids
+            for p in Path(tempfile.gettempdir()).glob(f"panday-ray-{a}-*")
+        }
+        assert others  # positive control: where the survivor's commands wait for `go`
+        cluster.remove_node(victim, graceful=False)
+        removed = True
+        left = host.wait_gone(actors | running, 60)
+        assert not left, f"the victim's actors and jails outlived it: {host.describe(left)}"
+        for workspace in others:
+            (Path(workspace) / GO).touch()
+        runner.join(timeout=60)
+        assert not runner.is_alive()
+    except BaseException:
+        # A failed check must not leave this pool's actors holding the survivor's CPU: every
+        # later test that needs that node would wait for a slot that never frees (seen: the
+        # rest of the module timed out in its pools' start after one failure here).
+        for workspace in others:
+            (Path(workspace) / GO).touch()
+        if runner is not None:
+            runner.join(timeout=90)
+        if pool is not None:
+            pool.close()
+        if not removed:  # nor leave the victim for the next test's pools
+            cluster.remove_node(victim, graceful=False)
+        raise
     return pool, victim_id, outcomes, running, cgroups, workspaces
 
 
