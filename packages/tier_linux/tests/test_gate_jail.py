@@ -250,3 +250,94 @@ def test_the_jail_dies_with_its_sigkilled_caller_whatever_the_load(tmp_path: Pat
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+# ---- kills t2-linux - a waiting jail is let go by its caller's death (--block-fd's end of file)
+
+HELD_CALLER = """
+import os, sys
+from panday_core.policy import FsPolicy, SandboxPolicy
+from panday_tier_linux import jail, session as sessions
+
+def held(proc, sup, filter_w, guard):
+    # As `jail.release` begins: the jail's pid 1 is reported, nothing bounds it yet.
+    sup.status.read_available(wait_s=jail.CHILD_PID_TIMEOUT_S)
+    print(proc.pid, sup.status.value("child-pid"), flush=True)
+    if os.read(0, 1) != b"x":  # the test SIGKILLs this process here, or lets it go on
+        os._exit(3)
+    return jail.release(proc, sup, filter_w, guard)
+
+sessions.release = held
+ws = sys.argv[1]
+with sessions.open_session(SandboxPolicy(fs=FsPolicy(workspace=ws))) as session:
+    print(session.run(["/bin/sh", "-c", "echo ran > " + ws + "/ran"]).exit_code, flush=True)
+"""
+
+
+def _held_caller(ws: Path) -> tuple[subprocess.Popen[bytes], int, int]:
+    """A session's caller stopped inside `jail.release` before it bounds or lets its jail
+    go; the caller, bwrap's pid and the jail's pid 1 (checked to be bwrap's child)."""
+    caller = subprocess.Popen(
+        _without_cgroups([sys.executable, "-c", HELD_CALLER, str(ws)]),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert caller.stdout is not None
+    poller = select.poll()
+    poller.register(caller.stdout, select.POLLIN)
+    if not poller.poll(120_000):
+        caller.kill()
+        caller.wait()
+        pytest.fail("inconclusive: the caller never reached its jail's release")
+    words = caller.stdout.readline().split()
+    bwrap, first = int(words[0]), int(words[1])
+    stat = Path(f"/proc/{first}/stat").read_bytes()
+    assert int(stat[stat.rfind(b")") + 2 :].split()[1]) == bwrap, "inconclusive: not bwrap's child"
+    return caller, bwrap, first
+
+
+def _exited(pidfd: int, wait_s: float) -> bool:
+    """Whether the process `pidfd` holds has exited (a pidfd is readable then)."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(int(wait_s * 1000)))
+
+
+def test_a_jail_whose_caller_dies_before_releasing_it_never_runs(tmp_path: Path) -> None:
+    """The caller is SIGKILLed after bwrap reported the jail and before the jail was bound
+    (its cgroup, its rlimits) and let go: what it held of the jail closes with it. That
+    must not be a "go", or the command would run with no bound at all; and the jail must
+    not wait for ever either, or it outlives its caller. Decided by events, not a clock:
+    bwrap's outer process exits (--die-with-parent), then the jail's pid 1 exits, and only
+    then is the command's mark looked for (a command that ran wrote it before its end).
+    No cgroup is writable for the caller, so no other session's sweep can end the jail."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    mark = ws / "ran"
+    # Control: the same held caller, let go, runs the command (the mark works).
+    caller, _, _ = _held_caller(ws)
+    out, _ = caller.communicate(b"x", timeout=120)
+    assert caller.returncode == 0, "inconclusive: control failed: the released caller"
+    assert out.split() == [b"0"], f"inconclusive: control failed: {out!r}"
+    assert mark.exists(), "inconclusive: control failed: the released jail wrote no mark"
+    mark.unlink()
+
+    caller, bwrap, first = _held_caller(ws)
+    fds: list[int] = []
+    try:
+        fds += [os.pidfd_open(bwrap), os.pidfd_open(first)]
+        os.kill(caller.pid, signal.SIGKILL)
+        caller.wait(timeout=60)
+        assert _exited(fds[0], 60), "inconclusive: bwrap outlived its SIGKILLed caller"
+        # The bound is generous (the jail ends in milliseconds) and under falsify's floor.
+        assert _exited(fds[1], 8), "the jail's pid 1 outlived its SIGKILLed caller, waiting"
+        assert not mark.exists(), "ESCAPE: the jail ran its command though never let go"
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # kill only what this test started
+            for fd in fds[1:]:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+        for fd in fds:
+            os.close(fd)
+        if caller.poll() is None:
+            caller.kill()
+        caller.communicate(timeout=60)  # reaped, its pipes closed

@@ -317,9 +317,9 @@ def test_the_wheels_bwrap_builds_the_same_jail(tmp_path: Path) -> None:
 def test_a_jail_that_cannot_be_bounded_never_runs_however_slow_its_caller(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bound: str
 ) -> None:
-    # bwrap takes its block pipe's end of file as "go": a jail whose bounds failed (or
-    # whose caller was interrupted while it waited) must be dead before that pipe closes.
-    # The caller's own kill comes 2 s late here, as it may on a loaded host.
+    # A jail whose bounds failed (or whose caller was interrupted while it waited) never
+    # runs its command, even when the caller's own kill comes 2 s late, as it may on a
+    # loaded host: closing our end of its block descriptor does not let it go.
     ws = tmp_path / "ws"
     ws.mkdir()
     mark = ws / "ran"

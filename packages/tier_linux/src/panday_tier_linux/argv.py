@@ -194,7 +194,6 @@ def build_options(
     *,
     cwd: str,
     seccomp_fd: int,
-    block_fd: int | None = None,
     status_fd: int | None = None,
     env: Mapping[str, str] | None = None,
     binds: Sequence[str] = (),
@@ -212,8 +211,6 @@ def build_options(
     for name, value in jail_env(spec, env).items():
         args += ["--setenv", name, value]
     args += ["--seccomp", str(seccomp_fd)]
-    if block_fd is not None:
-        args += ["--block-fd", str(block_fd)]
     if status_fd is not None:
         args += ["--json-status-fd", str(status_fd)]
     return args
@@ -226,7 +223,6 @@ def build_argv(
     bwrap: str,
     cwd: str,
     seccomp_fd: int,
-    block_fd: int | None = None,
     status_fd: int | None = None,
     env: Mapping[str, str] | None = None,
     binds: Sequence[str] = (),
@@ -236,7 +232,6 @@ def build_argv(
         spec,
         cwd=cwd,
         seccomp_fd=seccomp_fd,
-        block_fd=block_fd,
         status_fd=status_fd,
         env=env,
         binds=binds,

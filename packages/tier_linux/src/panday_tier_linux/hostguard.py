@@ -11,7 +11,7 @@ strongly (`panday doctor`, `session.guarantees()`): never a silent "none".
   `PIDS` tasks (a quarter of ``kernel.pid_max`` when that is smaller) and memory of half
   the host's RAM, swap included. Strict: totals over the whole command tree.
 * **No writable cgroup** (an unprivileged user on a cgroup v1 host): rlimits on the jail's
-  first process, set while bwrap waits on its block descriptor, so every process of the
+  first process, set while the jail waits for its seccomp program, so every process of the
   jail inherits them before the command runs. ``RLIMIT_NPROC`` of the tasks this host runs
   at that moment plus `PIDS`: the kernel counts every process of the uid machine-wide, so
   this bounds the user's processes in total while the command runs (its other processes

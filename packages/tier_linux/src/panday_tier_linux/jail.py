@@ -4,9 +4,9 @@
 A session (`session.LinuxSession`) and ``panday run``'s cached plan (`plan`, through
 `panday.cli_fast`) start a command the same way, with these functions: the binds of the
 command (`binds.Roots.command_binds`), bwrap's options built for it (`argv.build_options`),
-its descriptors (3 the options, 4 the seccomp program, [5 the block pipe,] the status pipe,
-[the relay's report pipe,] then the binds), the spawn, the wait on ``--block-fd`` while the
-jail is moved into its cgroup and given its rlimits (`release`), and the supervisor that
+its descriptors (3 the options, 4 the seccomp program, 5 the status pipe, [6 the relay's
+report pipe,] then the binds), the spawn, the jail's wait for its seccomp program while it
+is moved into its cgroup and given its rlimits (`release`), and the supervisor that
 kills its pid namespace and reads its counters (`JailSupervisor`). What a command's exit
 means (did it run at all?) is decided here too (`Start`), in plain values: the session
 turns a command that never ran into an exception, the cached path hands it to the full
@@ -73,6 +73,9 @@ class Status:
         """Read what bwrap has written; with `wait_s`, wait that long for the jail's pid."""
         deadline = time.monotonic() + wait_s
         while self.fd >= 0:
+            at = self.text.find(b"child-pid")
+            if wait_s > 0 and at >= 0 and b"}" in self.text[at:]:
+                return  # read already: the jail's pid is all a wait is for
             left = max(0.0, deadline - time.monotonic())
             # poll, not select(): a descriptor numbered 1,024 or above must not break it.
             poller = select.poll()
@@ -85,9 +88,6 @@ class Status:
                 self.fd = -1
                 return
             self.text += chunk
-            at = self.text.find(b"child-pid")
-            if wait_s > 0 and at >= 0 and b"}" in self.text[at:]:
-                return
 
     def value(self, key: str) -> int | None:
         marker = f'"{key}":'.encode()
@@ -140,7 +140,7 @@ class Guard:
 
     @property
     def blocks(self) -> bool:
-        """Whether a jail waits on its block descriptor (cgroup, rlimits) before it runs."""
+        """Whether a jail waits for its seccomp program (cgroup, rlimits) before it runs."""
         return self.session is not None or bool(self.rlimits)
 
     def new_exec(self) -> ExecCgroup | None:
@@ -187,6 +187,8 @@ class JailSupervisor(Supervisor):
         self.status = status
         self.tmp_fd: int | None = None
         self.child_pid: int | None = None
+        self.filter = b""
+        """The seccomp program a waiting jail is let go with (`release`)."""
         self.read_back: dict[str, str] = {}
         self.tick_s = CPU_POLL_MS / 1000 if cpu_ms is not None and cgroup is not None else None
 
@@ -424,10 +426,10 @@ def start(
     tty: tuple[int, int] | None = None,
 ) -> tuple[ChildProcess, JailSupervisor, int]:
     """Spawn bwrap for `argv` in the jail `spec` describes (nothing of it runs yet when it
-    blocks): the process, its supervisor (holding the binds, the command's cgroup and the
-    status and report pipes, released by its `close`), and our end of the block pipe (-1
-    when the jail does not wait; then `release` is not needed). On an exception nothing is
-    left open and nothing ran."""
+    waits): the process, its supervisor (holding the binds, the command's cgroup and the
+    status and report pipes, released by its `close`), and our end of the pipe the jail
+    reads its seccomp program from (-1 when the jail does not wait; then `release` is not
+    needed). On an exception nothing is left open and nothing ran."""
     block = spec.tmp_bytes is not None or guard.blocks
     relay = spec.relay is not None
     given: list[int] = []
@@ -438,26 +440,26 @@ def start(
             exec_cgroup = guard.new_exec()
         except OSError as exc:
             raise CgroupError(str(exc)) from exc
-        # Descriptors as the child sees them: 3 options, 4 seccomp, [5 block,] status,
-        # [the relay's report pipe,] then the binds' directories.
-        status_child = 6 if block else 5
+        # Descriptors as the child sees them: 3 options, 4 seccomp, 5 status, [6 the
+        # relay's report pipe,] then the binds' directories.
+        status_child = 5
         options = build_options(
             spec,
             cwd=cwd,
             seccomp_fd=4,
-            block_fd=5 if block else None,
             status_fd=status_child,
             env=env,
             binds=binds.options(status_child + (2 if relay else 1)),
         )
         words = b"".join(o.encode("utf-8", "surrogateescape") + b"\0" for o in options)
         given.append(data_fd(words))
-        given.append(data_fd(program))
-        block_w = status_r = report_r = -1
+        filter_w = status_r = report_r = -1
         if block:
-            block_r, block_w = os.pipe()
-            ours.append(block_w)
-            given.append(block_r)
+            filter_r, filter_w = program_pipe(program)
+            ours.append(filter_w)
+            given.append(filter_r)
+        else:
+            given.append(data_fd(program))
         status_r, status_w = os.pipe()
         ours.append(status_r)
         given.append(status_w)
@@ -500,16 +502,34 @@ def start(
         report_fd=report_r if relay else None,
         defaults=guard.defaults,
     )
-    return proc, sup, block_w
+    if block:
+        sup.filter = program
+    return proc, sup, filter_w
 
 
-def release(proc: ChildProcess, sup: JailSupervisor, block_w: int, guard: Guard) -> str | None:
-    """Attach the blocked jail to its ceilings (its cgroup, its rlimits, its /tmp watched),
-    then let it run. None when it runs; else why it never ran anything: ``bwrap`` (bwrap
-    ended before the jail started) or ``bounds: <error>`` (a bound could not be set: the
-    jail does not run unbounded). `block_w` is closed either way; when the jail is not to
-    run (or this raises, a Ctrl-C included), only after the jail is dead: bwrap reads the
-    block pipe's end of file as "go" and would run the command."""
+def program_pipe(program: bytes) -> tuple[int, int]:
+    """The pipe a waiting jail reads its seccomp program from (read end, write end).
+
+    The jail waits where bwrap reads that program (after the mounts, before anything of
+    the command), and `release` writes it only once the jail is bounded. Not --block-fd:
+    bwrap takes any end of that read as "go", end of file included, so a caller SIGKILLed
+    before it had bounded the jail (its end closed by its death) would let the command run
+    with no bound at all. Here that end of file is an empty program, which bwrap refuses:
+    the jail dies, and nothing of it ran. The program goes in one write, which the kernel
+    makes whole up to PIPE_BUF bytes: never a part of it, whatever kills the caller."""
+    if len(program) > select.PIPE_BUF:
+        raise ValueError(f"a seccomp program of {len(program)} bytes is over PIPE_BUF")
+    return os.pipe()
+
+
+def release(proc: ChildProcess, sup: JailSupervisor, filter_w: int, guard: Guard) -> str | None:
+    """Attach the waiting jail to its ceilings (its cgroup, its rlimits, its /tmp watched),
+    then let it run by writing its seccomp program to `filter_w` (`start`). None when it
+    runs; else why it never ran anything: ``bwrap`` (bwrap ended before the jail started)
+    or ``bounds: <error>`` (a bound could not be set: the jail does not run unbounded).
+    `filter_w` is closed either way; when the jail is not to run (or this raises, a Ctrl-C
+    included), only after the jail is dead (its end of file would kill it too, but it is
+    waited for here, so that nothing of it outlives this call)."""
     pid: int | None = None
     ran = False
     try:
@@ -528,15 +548,17 @@ def release(proc: ChildProcess, sup: JailSupervisor, block_w: int, guard: Guard)
         except OSError as exc:  # fail closed: the jail does not run unbounded
             return f"bounds: {exc}"
         try:
-            os.write(block_w, b"x")
+            written = os.write(filter_w, sup.filter)
         except OSError:  # bwrap is gone: it never ran the command
             return "bwrap"
+        if written != len(sup.filter):  # never (one write of at most PIPE_BUF bytes)
+            return "bounds: the seccomp program was not written whole"
         ran = True
         return None
     finally:
         if not ran:
             kill_blocked(proc, pid)
-        os.close(block_w)
+        os.close(filter_w)  # the program's end: with it written, the jail runs
 
 
 def parent_of(pid: int) -> int | None:
@@ -552,18 +574,18 @@ def parent_of(pid: int) -> int | None:
 
 
 KILL_WAIT_S = 10.0
-"""How long a jail killed before its command may take to die (it is blocked in a read:
+"""How long a jail killed before its command may take to die (it waits in a read:
 at once, unless the host is stalled)."""
 
 
 def kill_blocked(proc: ChildProcess, pid: int | None) -> None:
-    """Kill a jail that is still waiting on its block pipe, and wait until it is gone.
+    """Kill a jail that is still waiting for its seccomp program, and wait until it is gone.
 
     `pid` is the jail's first process (bwrap's child, init of its pid namespace) when bwrap
     reported it. SIGKILL is queued to it before anything else, so none of its code runs
     again; its end takes every other process of its namespace with it, and it is waited
     for by pidfd, because bwrap's outer process (ours, killed and reaped here) is not what
-    holds the block pipe's read end."""
+    holds the program pipe's read end."""
     pidfd = -1
     if pid is not None:
         try:
@@ -586,7 +608,7 @@ def kill_blocked(proc: ChildProcess, pid: int | None) -> None:
 
 
 def await_tmpfs(pid: int, size: int) -> int:
-    """Open the jail's /tmp once bwrap has mounted it (it then waits on its block fd).
+    """Open the jail's /tmp once bwrap has mounted it (it then waits for its program).
 
     Holding a descriptor keeps the tmpfs alive after the jail ends, so its fill level can
     be read after the exit: that is how a full disk becomes a breach. OSError (timeout)

@@ -560,7 +560,7 @@ def _start(
     plan: Plan, spec: JailSpec, argv: Sequence[str], roots: Roots, guard: Guard
 ) -> Launched | None:
     binds = roots.command_binds()
-    proc, sup, block_w = start(
+    proc, sup, filter_w = start(
         spec,
         argv,
         bwrap=plan.bwrap,
@@ -571,9 +571,9 @@ def _start(
         cpu_ms=plan.cpu_ms,
     )
     launched = Launched(proc, sup, roots, guard)
-    if block_w >= 0:
+    if filter_w >= 0:
         try:
-            why = release(proc, sup, block_w, guard)
+            why = release(proc, sup, filter_w, guard)
         except BaseException:  # Ctrl-C while bwrap waits: nothing of the command ran
             launched.close()
             raise

@@ -34,7 +34,7 @@ def plannable(policy: SandboxPolicy) -> bool:
 
 def cacheable(session: LinuxSession) -> bool:
     """Whether `session.plan` can be written to the cache: not with the egress bridge (a
-    proxy per session) or a disk ceiling (its /tmp is watched through the block pipe)."""
+    proxy per session) or a disk ceiling (its /tmp is found while the jail waits to run)."""
     plan = session.plan
     return (
         session.bridge is None

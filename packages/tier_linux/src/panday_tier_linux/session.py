@@ -10,9 +10,10 @@ the one launch path (``panday run``'s cached plan takes the same):
 1. write the bwrap options and the seccomp program into descriptors (``--args``,
    ``--seccomp``), so no secret is on a command line and nothing is compiled per command;
 2. spawn bwrap through the core's `spawn` (exactly those descriptors are inherited);
-3. when ceilings need it, bwrap waits on ``--block-fd`` while we read the jail's pid from
-   ``--json-status-fd``, move it into the command's cgroup and find its /tmp; then release
-   it, so not one instruction of the command runs outside its ceilings (`jail.release`);
+3. when ceilings need it, the jail waits for its seccomp program (written only then) while
+   we read its pid from ``--json-status-fd``, move it into the command's cgroup and find
+   its /tmp; so not one instruction of the command runs outside its ceilings, and a
+   caller that dies first leaves a jail that dies too (`jail.start`, `jail.release`);
 4. stream through the core's pump with a supervisor that kills the pid namespace and turns
    cgroup counters into breaches; the value types (events) are made one layer up, here.
 
@@ -201,7 +202,7 @@ class LinuxSession(JailSession):
         proxy_env = self._proxy_env(spec)
         binds = self.roots.command_binds(overlay=None if pending is None else pending.paths())
         try:
-            proc, sup, block_w = start(
+            proc, sup, filter_w = start(
                 self.spec,
                 spec.argv,
                 bwrap=self.bwrap.path,
@@ -216,9 +217,9 @@ class LinuxSession(JailSession):
             )
         except CgroupError as exc:
             raise Internal(f"cannot create the command's cgroup: {exc}") from exc
-        if block_w >= 0:
+        if filter_w >= 0:
             try:
-                self._release(proc, sup, block_w)
+                self._release(proc, sup, filter_w)
             except BaseException:
                 sup.kill(proc)
                 proc.reap(block=True)
@@ -227,10 +228,10 @@ class LinuxSession(JailSession):
                 raise
         return proc, sup
 
-    def _release(self, proc: ChildProcess, sup: JailSupervisor, block_w: int) -> None:
-        """Attach the blocked jail to its ceilings, then let it run (`jail.release`), or
+    def _release(self, proc: ChildProcess, sup: JailSupervisor, filter_w: int) -> None:
+        """Attach the waiting jail to its ceilings, then let it run (`jail.release`), or
         raise: nothing of it ran."""
-        why = release(proc, sup, block_w, self.guard)
+        why = release(proc, sup, filter_w, self.guard)
         if why == "bwrap":
             raise TierUnavailable(
                 str(TIER), bwrap_error(proc, "bwrap exited before the jail started")

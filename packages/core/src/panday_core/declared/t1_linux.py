@@ -32,7 +32,7 @@ NET_REFUSED: Final = (
 )
 NO_CGROUP: Final = (
     "T1 does not place commands in a cgroup (a command starts running before anything "
-    "outside it could move it there without bwrap's --block-fd), so this ceiling cannot be "
+    "outside it could move it there without bwrap holding it first), so this ceiling cannot be "
     "held; T2 Linux enforces it"
 )
 NO_TMPFS: Final = (
