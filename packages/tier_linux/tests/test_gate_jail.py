@@ -276,7 +276,13 @@ with sessions.open_session(SandboxPolicy(fs=FsPolicy(workspace=ws))) as session:
 
 def _held_caller(ws: Path) -> tuple[subprocess.Popen[bytes], int, int]:
     """A session's caller stopped inside `jail.release` before it bounds or lets its jail
-    go; the caller, bwrap's pid and the jail's pid 1 (checked to be bwrap's child)."""
+    go; the caller, bwrap's pid and the jail's pid 1 (checked to be bwrap's child), once
+    that pid 1 has its own root (bwrap has let it go on and it has built the jail).
+
+    Before that, pid 1 waits for bwrap's outer process, whose death (it dies with the
+    caller) would leave it waiting for ever: bwrap's own window, of a few instructions
+    between its pid report and its "go", which a loaded host stretches (half of the runs
+    at load 8 in falsify's copy). It is not what this test is about."""
     caller = subprocess.Popen(
         _without_cgroups([sys.executable, "-c", HELD_CALLER, str(ws)]),
         stdin=subprocess.PIPE,
@@ -293,6 +299,14 @@ def _held_caller(ws: Path) -> tuple[subprocess.Popen[bytes], int, int]:
     bwrap, first = int(words[0]), int(words[1])
     stat = Path(f"/proc/{first}/stat").read_bytes()
     assert int(stat[stat.rfind(b")") + 2 :].split()[1]) == bwrap, "inconclusive: not bwrap's child"
+    host_root = Path("/").stat().st_dev
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{first}/root").stat().st_dev == host_root:
+        if time.monotonic() > deadline:
+            caller.kill()
+            caller.communicate(timeout=60)
+            pytest.fail("inconclusive: the jail's pid 1 never left the host's root")
+        time.sleep(0.001)
     return caller, bwrap, first
 
 

@@ -230,8 +230,15 @@ GUARANTEES = (
     Guarantee(
         name="Nothing outlives its command, its session or its caller",
         mechanism="pid namespace: the command's exit, a wall-clock breach or a SIGKILLed caller "
-        "(--die-with-parent) takes every descendant, double-forked daemons included",
-        support=Support.STRICT,
+        "(--die-with-parent) takes every descendant, double-forked daemons included; a jail "
+        "whose caller dies before it bounded the jail dies without running anything (its "
+        "seccomp program never arrives)",
+        support=Support.PARTIAL,
+        note="a caller SIGKILLed while bwrap is between reporting the jail's first process and "
+        "letting it go on (a few instructions, stretched by a loaded host) leaves that process "
+        "waiting for bwrap for ever, before the jail is built: nothing of the command runs, "
+        "and the next session's cgroup sweep kills it only if the caller had moved it into "
+        "its cgroup",
     ),
     Guarantee(
         name="The policy's environment never appears on a host command line",
