@@ -25,6 +25,7 @@ from panday_core.errors import PolicyViolation
 from panday_core.policy import FsPolicy, SandboxPolicy
 from panday_tier_linux import seccomp
 from panday_tier_linux.capabilities import host_capabilities
+from panday_tier_linux.jail import parent_of
 from panday_tier_linux.session import open_session
 
 pytestmark = pytest.mark.skipif(
@@ -297,8 +298,7 @@ def _held_caller(ws: Path) -> tuple[subprocess.Popen[bytes], int, int]:
         pytest.fail("inconclusive: the caller never reached its jail's release")
     words = caller.stdout.readline().split()
     bwrap, first = int(words[0]), int(words[1])
-    stat = Path(f"/proc/{first}/stat").read_bytes()
-    assert int(stat[stat.rfind(b")") + 2 :].split()[1]) == bwrap, "inconclusive: not bwrap's child"
+    assert parent_of(first) == bwrap, "inconclusive: not bwrap's child"
     host_root = Path("/").stat().st_dev
     deadline = time.monotonic() + 60
     while Path(f"/proc/{first}/root").stat().st_dev == host_root:
