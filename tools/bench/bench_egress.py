@@ -35,13 +35,17 @@ measures its memory). Measured:
   start-up is not counted; that start-up (a jailed /bin/true with the relay in front,
   against one without) is measured on its own.
 
-Budgets (issues 5 and 14): throughput >= 0.7x direct on a quiet machine (judged only when
-the load average was below `QUIET_LOAD` at the start; otherwise recorded and printed with
-the load), added new-tunnel p50 <= 0.5 ms, the 1,000-tunnel burst without errors at
+Budgets (issues 5 and 14): added new-tunnel p50 <= 0.5 ms, the 1,000-tunnel burst without errors at
 <= 40 MiB RSS, 1,000 half-closed tunnels <= 64 MiB RSS (peak included), the burst to one
 name within 1.2x the burst to an IP literal, and no error or request slower than a second
 under the flood. Results are merged into the results file under the key ``egress``; the
 exit status is 1 when a budget is missed.
+
+Throughput is recorded here (ratio to direct, and to the threaded reference relay) but no
+longer judged: issue 26 replaced the old ">= 0.7x direct" with a budget against the
+minimal asyncio relay, judged by `bench_egress_round3`. With three busy processes on two
+cores no relay reaches 0.7x direct here (the references measured 0.45-0.6x), so that
+budget judged the machine rather than the proxy.
 """
 
 from __future__ import annotations
@@ -69,9 +73,6 @@ if TYPE_CHECKING:
 Measured = tuple[dict[str, object], bool]
 
 MIB = 1024 * 1024
-BUDGET_THROUGHPUT = 0.7
-QUIET_LOAD = 1.0
-"""The throughput budget is judged when the 1-minute load average was below this."""
 BUDGET_P50_MS = 0.5
 BUDGET_BURST_MIB = 40.0
 BUDGET_HALF_CLOSED_MIB = 64.0
@@ -363,7 +364,6 @@ def throughput(
     ref_paired = [b / a for a, b in zip(direct, ref, strict=True)]
     over_ref = [b / a for a, b in zip(ref, proxied, strict=True)]
     ratio = statistics.median(paired)
-    quiet = load_before < QUIET_LOAD
     return {
         "bytes": size,
         "rounds": rounds,
@@ -379,9 +379,7 @@ def throughput(
         "cpu_s_per_GiB": {name: _cpu_per_gib(rows, size) for name, rows in cpu.items()},
         "loadavg_1m_before": load_before,
         "loadavg_1m_after": _load(),
-        "budget_ratio": BUDGET_THROUGHPUT,
-        "budget_judged": quiet,
-    }, ratio >= BUDGET_THROUGHPUT or not quiet
+    }, True
 
 
 def latency(proxy: Proxy, port: int, count: int) -> tuple[dict[str, object], bool]:
@@ -788,7 +786,6 @@ def main() -> int:
             proc.terminate()
             proc.wait(10)
     checks = {
-        "throughput_ratio": tp_ok,
         "added_p50_latency": lat_ok,
         "burst_1000_tunnels": mem_ok,
         "half_closed_1000_tunnels": half_ok,
@@ -817,11 +814,11 @@ def main() -> int:
     doc["egress"] = result
     path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     print(json.dumps(result, indent=2, sort_keys=True))
-    judged = "judged" if tp["budget_judged"] else f"not judged: load >= {QUIET_LOAD}"
+    del tp_ok  # recorded, judged against the asyncio reference by bench_egress_round3
     print(
         f"egress bench: throughput {tp['ratio']}x direct at load {tp['loadavg_1m_before']} "
-        f"(budget {BUDGET_THROUGHPUT}x on a quiet machine, {judged}; the reference relay "
-        f"{tp['reference_ratio']}x, the proxy {tp['proxy_vs_reference']}x of it); new tunnel "
+        f"(recorded; the reference relay {tp['reference_ratio']}x, the proxy "
+        f"{tp['proxy_vs_reference']}x of it); new tunnel "
         f"+{cast('dict[str, object]', lat['new_connection_ms'])['added_p50']} ms p50; burst "
         f"{mem['rss_MiB']} MiB, {mem['errors']} errors; half-closed "
         f"{half['rss_half_closed_MiB']} MiB (peak {half['peak_rss_MiB']}); one name "

@@ -93,6 +93,29 @@ def test_a_missed_benchmark_budget_is_a_failure_in_the_verification_line() -> No
     assert "Failed: benchmarks." in text
 
 
+def test_a_benchmark_that_only_judges_itself_is_still_counted() -> None:
+    """An entry with a verdict but no row of its own (egress_round3, output_flood) was
+    left out of the count, so its missed budget never reached the verification line."""
+    rows: list[tuple[str, str, str, str]] = []
+    results = {
+        "output_flood": {"within_budget": False, "worst_flood_rss_mib": 80.0},
+        "egress": {"budgets_met": {"a": True}, "within_budget": True},
+        "t2_linux_startup": {"ratio": 1.2, "budget": 1.5, "within_budget": True},
+        "writes": {
+            "gib": {"ratio": 2.0, "budget": 1.3, "within_budget": False},
+            "within_budget": False,
+        },
+    }
+    report._ratios("", results, rows)  # noqa: SLF001  # pyright: ignore[reportPrivateUsage] - the rows are what is under test
+    verdicts = {name: met for name, _, _, met in rows}
+    assert verdicts == {
+        "output_flood": "no",
+        "egress: a": "yes",
+        "t2_linux_startup": "yes",
+        "writes.gib": "no",
+    }
+
+
 def test_ci_rows_say_not_yet_run_until_a_ci_run_is_given() -> None:
     text = report.render(stamped(fmt="fmt"), dt.date(2026, 1, 2))
     section = text.split("## Not verified on this host\n", 1)[1].split("\n## ", 1)[0]
