@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from panday_core.egress import AuditEvent, EgressProxy, ProxyLimits
+from panday_core.egress.listeners import first_look
 from panday_core.egress.testing import LoopbackOnly
 from panday_core.policy import NetPolicy
 
@@ -237,6 +238,62 @@ def test_a_crowd_without_credentials_never_takes_the_reserved_share(env: Env) ->
     finally:
         for s in crowd:
             s.close()
+
+
+def _accepted(
+    listener: socket.socket, client: Callable[[socket.socket], None] | None
+) -> socket.socket:
+    """The server end of a new loopback connection, once what `client` did to its end
+    (None: nothing) has reached it."""
+    import selectors  # noqa: PLC0415 - only this helper waits on one socket
+
+    peer = socket.create_connection(listener.getsockname(), timeout=10)
+    server, _ = listener.accept()
+    server.setblocking(False)  # noqa: FBT003 - the socket API's own flag
+    if client is None:
+        _kept.append(peer)
+        return server
+    client(peer)
+    with selectors.DefaultSelector() as sel:
+        sel.register(server, selectors.EVENT_READ)
+        arrived = bool(sel.select(timeout=10))
+    if not arrived:
+        server.close()
+        pytest.fail("inconclusive: the client's act never reached the server end")
+    return server
+
+
+_kept: list[socket.socket] = []
+
+
+def test_first_look_tells_a_closed_client_from_an_idle_one() -> None:
+    """A client that closed without sending (its end of file, as a churner's connections
+    arrive) is gone, not idle: served as idle it cost a connection, a duplicated
+    descriptor, a watch and a timer before the proxy noticed."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def speak(peer: socket.socket) -> None:
+        peer.sendall(b"C")
+        _kept.append(peer)
+
+    def reset(peer: socket.socket) -> None:
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        peer.close()
+
+    try:
+        idle, spoke = _accepted(listener, None), _accepted(listener, speak)
+        closed, was_reset = _accepted(listener, lambda p: p.close()), _accepted(listener, reset)
+        # Controls: a live client that sent nothing is idle; one that spoke is not.
+        assert first_look(idle) is True
+        assert first_look(spoke) is False
+        assert first_look(closed) is None, "closed without a byte: gone"
+        assert first_look(was_reset) is None
+        for sock in (idle, spoke, closed, was_reset):
+            sock.close()
+    finally:
+        while _kept:
+            _kept.pop().close()
+        listener.close()
 
 
 def test_a_connection_gone_before_it_is_accepted_costs_nothing(env: Env) -> None:

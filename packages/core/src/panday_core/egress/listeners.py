@@ -53,11 +53,13 @@ def first_look(sock: socket.socket) -> bool | None:
     """None when the client has already closed (or reset) the connection, else whether it
     has sent nothing yet (True: idle)."""
     try:
-        return not sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        first = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
     except (BlockingIOError, InterruptedError):
-        return True
+        return True  # nothing yet, and still connected
     except OSError:
-        return None
+        return None  # reset
+    # An empty read is the client's end of file: it closed without sending anything.
+    return None if not first else False
 
 
 class Listener:
