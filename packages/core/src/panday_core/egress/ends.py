@@ -93,8 +93,8 @@ class End(asyncio.BufferedProtocol):
         self.peer: End | None = None
         self.out: asyncio.Transport | None = None
         """The peer's transport while relaying (what this side's reads are written to)."""
-        self.buf: bytearray | None = None
-        self.lent: list[bytearray] | None = None
+        self.buf: memoryview | None = None
+        self.lent: list[memoryview] | None = None
         self.eof = False
         self.lost = False
         self.held = False
@@ -103,7 +103,7 @@ class End(asyncio.BufferedProtocol):
         self.last = 0.0
         self.splice: splicing.Direction | None = None
 
-    def get_buffer(self, sizehint: int) -> bytearray:  # noqa: ARG002 - fixed-size buffers
+    def get_buffer(self, sizehint: int) -> memoryview:  # noqa: ARG002 - fixed-size buffers
         buf = self.buf
         if buf is None:
             buf = self.buf = self.pool.get()
@@ -120,9 +120,9 @@ class End(asyncio.BufferedProtocol):
         if self.conn.framing is None:
             self.count += nbytes
             self.last = time.monotonic()
-            out.write(memoryview(buf)[:nbytes] if nbytes < len(buf) else buf)
+            out.write(buf[:nbytes] if nbytes < len(buf) else buf)
         else:
-            self.forward(memoryview(buf)[:nbytes])
+            self.forward(buf[:nbytes])
         if out.get_write_buffer_size():
             # The peer transport may hold a view of `buf` until it drains; see module doc.
             self.buf = None

@@ -379,7 +379,7 @@ class Connection(End):
         buf = self.buf
         if buf is None:
             return
-        data = bytes(memoryview(buf)[:nbytes])
+        data = bytes(buf[:nbytes])
         self.buf = None
         self.pool.put(buf)
         if self.state != _HEAD:
