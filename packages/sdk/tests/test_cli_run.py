@@ -479,3 +479,38 @@ def test_a_closed_pipe_stops_the_command(tmp_path: Path, exe: str, finished: Fin
         finished(proc)
     assert code == exitcodes.SIGNAL_BASE + signal.SIGPIPE
     assert b"Traceback" not in stderr
+
+
+# ------------------------------------------------------------ --json, slice by slice
+
+
+def _whole(data: bytes) -> bytes:
+    import msgspec  # noqa: PLC0415 - only these tests encode
+
+    return msgspec.json.encode(data.decode("utf-8", "replace"))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"plain",
+        "é€😀 split everywhere".encode(),
+        b"\xff\xfe invalid \xc3",  # invalid bytes, and a sequence cut off at the end
+        b'quote " backslash \\ newline \n nul \x00 tab \t',
+        "\u2028\u2029".encode() * 5,
+    ],
+)
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 7, 1 << 20])
+def test_json_output_encoded_in_slices_is_the_whole_encoding(
+    data: bytes, size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--json encodes kept output a slice at a time (its peak memory, issue 13): a
+    character cut between two slices, an invalid byte and an unfinished sequence at the
+    end must come out exactly as one decode and one encode of the whole give them."""
+    from panday.cli import run  # noqa: PLC0415 - the module under test, imported as the CLI does
+
+    monkeypatch.setattr(run, "JSON_SLICE", size)
+    pieces: list[bytes] = []
+    run._json_string(data, pieces.append)  # pyright: ignore[reportPrivateUsage] - the encoder is what is under test
+    assert b"".join(pieces) == _whole(data)

@@ -18,6 +18,9 @@ from panday.cli.errors import NoInputError, Terminated, UsageError
 from panday.stdio import OutputError, sanitizing, write_all, write_text
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import BinaryIO
+
     from panday.session import Session
     from panday.terminal import Filter
     from panday_core.egress.audit import AuditEvent
@@ -428,13 +431,17 @@ def _stream(session: Session, spec: ExecSpec, opts: RunOptions) -> int:
 
 
 def _document(
-    session: Session, spec: ExecSpec, result: ExecResult, denials: Denials | None = None
-) -> tuple[list[bytes], int]:
-    """The ``--json`` document, in pieces to write in order (no trailing newline), and the
-    exit code. The document is the report with empty output, formatted, with each stream's
-    encoded text put where its empty string was: so the kept output is never held twice
-    over (its bytes, its text, the compact document, the formatted one), only its bytes
-    and then its encoded text. The caller must hold no other reference to `result`."""
+    session: Session,
+    spec: ExecSpec,
+    result: ExecResult,
+    write: Callable[[bytes], object],
+    denials: Denials | None = None,
+) -> int:
+    """Write the ``--json`` document (no trailing newline) through `write`, in pieces, and
+    return the exit code. The document is the report with empty output, formatted, with
+    each stream's encoded text put where its empty string was: the kept output is held
+    once, as its bytes, and encoded a slice at a time (`_json_string`), never also as its
+    whole text or a whole document. The caller must hold no other reference to `result`."""
     import msgspec
 
     from panday.reports import RunReport
@@ -463,20 +470,41 @@ def _document(
     between, _, after = rest.partition(b'\n  "stderr": ""')
     out, err = result.stdout, result.stderr
     del result
-    text = out.decode("utf-8", "replace")
+    write(before + b'\n  "stdout": ')
+    _json_string(out, write)
     del out
-    out_json = msgspec.json.encode(text)
-    text = err.decode("utf-8", "replace")
+    write(between + b'\n  "stderr": ')
+    _json_string(err, write)
     del err
-    err_json = msgspec.json.encode(text)
-    del text
-    return [
-        before + b'\n  "stdout": ',
-        out_json,
-        between + b'\n  "stderr": ',
-        err_json,
-        after,
-    ], code
+    write(after)
+    return code
+
+
+JSON_SLICE = 1 << 20
+"""Bytes of kept output decoded and encoded at a time for ``--json``."""
+
+
+def _json_string(data: bytes, write: Callable[[bytes], object]) -> None:
+    """Write `data`, decoded as UTF-8 (invalid bytes replaced), as one JSON string through
+    `write`, a slice at a time: besides `data` only one slice's text and its encoding are
+    held at once."""
+    import codecs
+
+    import msgspec
+
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    encode = msgspec.json.encode
+    write(b'"')
+    with memoryview(data) as view:
+        for start in range(0, len(view), JSON_SLICE):
+            # A character split between slices waits in the decoder for the next one.
+            text = decoder.decode(view[start : start + JSON_SLICE])
+            if text:
+                write(encode(text)[1:-1])
+    text = decoder.decode(b"", final=True)
+    if text:
+        write(encode(text)[1:-1])
+    write(b'"')
 
 
 def _collect(session: Session, spec: ExecSpec, opts: RunOptions) -> list[ExecResult]:
@@ -488,18 +516,42 @@ def _collect(session: Session, spec: ExecSpec, opts: RunOptions) -> list[ExecRes
 
 
 def _json(session: Session, spec: ExecSpec, box: list[ExecResult], denials: Denials) -> int:
-    """One JSON document, written whole (`write_all`) once the command has finished and
-    its session closed (so every egress event is in); a document that cannot be built is
-    refused (exit 74), never cut short."""
+    """One JSON document, written whole once the command has finished and its session
+    closed (so every egress event is in); a document that cannot be built is refused
+    (exit 74), never cut short.
+
+    It is built in an unlinked temporary file, then copied out: held in memory, 16 MiB of
+    kept output (``yes``: 24 MiB of JSON) took the process to a peak of 67-75 MiB, over the
+    64 MiB budget of issue 13; in the file it costs one slice."""
+    import tempfile
+
     try:
-        pieces, code = _document(session, spec, box.pop(), denials)
+        with tempfile.TemporaryFile(prefix="panday-json-") as doc:
+            code = _document(session, spec, box.pop(), doc.write, denials)
+            doc.write(b"\n")
+            doc.flush()
+            sys.stdout.flush()
+            _copy_out(doc)
     except MemoryError:
         raise OutputError(1, 0, OSError(12, "the JSON document does not fit in memory")) from None
-    sys.stdout.flush()
-    while pieces:
-        write_all(1, pieces.pop(0))
-    write_all(1, b"\n")
+    except BrokenPipeError:
+        raise  # the reader left: handled as for any output
+    except OSError as exc:  # the temporary file (a full or read-only TMPDIR)
+        why = OSError(exc.errno, f"the JSON document's temporary file: {exc.strerror or exc}")
+        raise OutputError(1, 0, why) from exc
     return code
+
+
+def _copy_out(doc: BinaryIO) -> None:
+    """Copy the finished document in `doc` to standard output, a slice at a time."""
+    size = doc.tell()
+    doc.seek(0)
+    while size > 0:
+        chunk = doc.read(min(size, JSON_SLICE))
+        if not chunk:  # the file shrank under us: never a silently short document
+            raise OutputError(1, size, OSError(5, "the JSON document's temporary file ended"))
+        write_all(1, chunk)
+        size -= len(chunk)
 
 
 def _stdin(opts: RunOptions) -> int | None:
