@@ -29,6 +29,13 @@ SMALL_KEEP = 256
 """Free small read buffers kept for reuse."""
 
 
+def _mapped(size: int) -> memoryview:
+    """A page-aligned buffer of `size` bytes, private to this process: ``mmap``'s default
+    for an anonymous map is MAP_SHARED, which a forked child of the caller would share,
+    relay traffic included."""
+    return memoryview(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))
+
+
 class BufferPool:
     """Read buffers: large ones within a byte budget (reused), small ones beyond it."""
 
@@ -47,7 +54,7 @@ class BufferPool:
     def get(self) -> memoryview:
         if self.out + self.large <= self.budget:
             self.out += self.large
-            return self._free.pop() if self._free else memoryview(mmap.mmap(-1, self.large))
+            return self._free.pop() if self._free else _mapped(self.large)
         return self._small_free.pop() if self._small_free else memoryview(bytearray(self.small))
 
     def put(self, buf: memoryview) -> None:
