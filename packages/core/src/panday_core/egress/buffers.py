@@ -5,7 +5,7 @@ Large buffers are handed out only while their total stays within
 that stop reading cost a few MiB, not a GiB. Free buffers are kept for reuse (glibc's
 malloc churn on large buffers halves a relay's throughput).
 
-A large buffer is an anonymous mapping of its own, so it starts on a page boundary. A
+A large buffer is an anonymous, private mapping of its own, so it starts on a page boundary. A
 ``bytearray`` of that size lives 16 bytes into a malloc'd mapping, and the kernel's copy
 of a received segment into a destination at that offset was the relay's main cost here:
 measured side by side on loopback (12 downloads of 256 MiB each), the same relay spent
