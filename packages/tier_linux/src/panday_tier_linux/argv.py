@@ -96,6 +96,7 @@ class JailSpec:
         "layout",
         "relay",
         "tmp_bytes",
+        "wall",
         "workspace",
         "workspace_rw",
     )
@@ -110,6 +111,7 @@ class JailSpec:
         tmp_bytes: int | None = None,
         etc_view: str | None = None,
         relay: RelaySpec | None = None,
+        wall: bool = False,
     ) -> None:
         self.layout = layout
         self.workspace = workspace
@@ -122,6 +124,15 @@ class JailSpec:
         """A directory holding copies of the /etc allowlist (one mount instead of many)."""
         self.relay = relay
         """The egress bridge, for a session with ``net.allow``; None: no network at all."""
+        self.wall = wall
+        """Whether each command starts behind the Landlock wall (wall.py): True wherever
+        the host has it (`wall.unavailable_reason`)."""
+
+    @property
+    def reports(self) -> bool:
+        """Whether a program of ours runs in front of the command (the wall, the relay)
+        and says on a report pipe whether it exec'd it (`jail.Start`)."""
+        return self.wall or self.relay is not None
 
 
 def jail_env(spec: JailSpec, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -136,20 +147,40 @@ def jail_env(spec: JailSpec, extra: Mapping[str, str] | None = None) -> dict[str
 
 
 def jail_command(
-    spec: JailSpec, command: Sequence[str], *, report_fd: int | None = None
+    spec: JailSpec,
+    command: Sequence[str],
+    *,
+    report_fd: int | None = None,
+    wall_fd: int | None = None,
 ) -> list[str]:
-    """What bwrap runs: `command`, behind the relay when the session has the bridge.
+    """What bwrap runs: `command`, behind the relay when the session has the bridge, and
+    behind the Landlock wall (wall.py) first when `wall_fd` (the memfd holding it) is given.
 
-    `report_fd` (the number the jail sees) is the pipe on which the relay says whether it
-    exec'd the command (relay.py): how the session tells a command that never ran from one
-    that printed the same words and exited 125 itself."""
-    if spec.relay is None:
-        return list(command)
-    ports = (str(HTTP_PORT), str(SOCKS_PORT))
-    relay = [spec.relay.python, "-I", "-S", "-B", RELAY_IN_JAIL, *ports, SOCKET_IN_JAIL]
-    if report_fd is not None:
-        relay.append(str(report_fd))
-    return [*relay, "--", *command]
+    `report_fd` (the number the jail sees) is the pipe on which the wall and the relay say
+    whether they exec'd what follows them (relay.py, wall_x86_64.S): how the session tells
+    a command that never ran from one that printed the same words and exited 125 itself.
+    The wall comes first, so the relay (and everything it forks) is behind it too."""
+    words = list(command)
+    if spec.relay is not None:
+        ports = (str(HTTP_PORT), str(SOCKS_PORT))
+        relay = [spec.relay.python, "-I", "-S", "-B", RELAY_IN_JAIL, *ports, SOCKET_IN_JAIL]
+        if report_fd is not None:
+            relay.append(str(report_fd))
+        words = [*relay, "--", *words]
+    if wall_fd is not None and report_fd is not None:
+        from panday_tier_linux import wall
+
+        workspace = spec.workspace if spec.workspace_rw else None
+        words = [
+            *wall.command(
+                report_fd=report_fd,
+                keep_report=spec.relay is not None,
+                self_fd=wall_fd,
+                writable=wall.writable(workspace),
+            ),
+            *words,
+        ]
+    return words
 
 
 def filesystem_args(spec: JailSpec, binds: Sequence[str] = ()) -> list[str]:

@@ -47,8 +47,9 @@ CHILD_PID_TIMEOUT_S = 30.0
 SETUP_TIMEOUT_S = 10.0
 STDERR_TAIL = 4096
 """Longer than this, stderr is not one setup line of bwrap's."""
-SETUP_MARKS = (b"bwrap: ", b"panday-relay: ")
-"""How a setup line of bwrap or the relay starts (held back until the start is decided)."""
+SETUP_MARKS = (b"bwrap: ", b"panday-relay: ", b"panday: landlock wall: ")
+"""How a setup line of bwrap, the relay or the wall starts (held back until the start is
+decided)."""
 
 
 def ceilings_of(mem_bytes: int | None, pids: int | None, cpu_ms: int | None) -> dict[str, int]:
@@ -431,7 +432,7 @@ def start(
     reads its seccomp program from (-1 when the jail does not wait; then `release` is not
     needed). On an exception nothing is left open and nothing ran."""
     block = spec.tmp_bytes is not None or guard.blocks
-    relay = spec.relay is not None
+    reports = spec.reports
     given: list[int] = []
     ours: list[int] = []
     exec_cgroup: ExecCgroup | None = None
@@ -441,40 +442,36 @@ def start(
         except OSError as exc:
             raise CgroupError(str(exc)) from exc
         # Descriptors as the child sees them: 3 options, 4 seccomp, 5 status, [6 the
-        # relay's report pipe,] then the binds' directories.
+        # report pipe of the wall or relay,] [7 the wall's memfd,] then the binds'
+        # directories.
         status_child = 5
+        report_child = status_child + 1 if reports else None
+        wall_child = status_child + 2 if spec.wall else None
         options = build_options(
             spec,
             cwd=cwd,
             seccomp_fd=4,
             status_fd=status_child,
             env=env,
-            binds=binds.options(status_child + (2 if relay else 1)),
+            binds=binds.options(status_child + 1 + reports + spec.wall),
         )
         words = b"".join(o.encode("utf-8", "surrogateescape") + b"\0" for o in options)
         given.append(data_fd(words))
-        filter_w = status_r = report_r = -1
+        filter_w = -1
         if block:
             filter_r, filter_w = program_pipe(program)
             ours.append(filter_w)
             given.append(filter_r)
         else:
             given.append(data_fd(program))
-        status_r, status_w = os.pipe()
-        ours.append(status_r)
-        given.append(status_w)
-        if relay:
-            report_r, report_w = os.pipe()
-            ours.append(report_r)
-            os.set_blocking(report_r, False)
-            given.append(report_w)
+        status_r, report_r = _pipes(spec, given, ours)
         if tty is not None:
             # bwrap's --new-session leaves the command without a controlling terminal (so
             # TIOCSTI cannot reach the caller's); setsid -c makes the command the leader of
             # a session of its own whose controlling terminal is the pty it was given (job
             # control works, and TIOCSTI, refused by seccomp anyway, reaches only that pty).
             argv = [SETSID, "--ctty", "--wait", *argv]
-        command = jail_command(spec, argv, report_fd=status_child + 1 if relay else None)
+        command = jail_command(spec, argv, report_fd=report_child, wall_fd=wall_child)
         proc = spawn(
             [bwrap, "--args", "3", "--", *command],
             env={},
@@ -499,12 +496,32 @@ def start(
         disk_bytes=spec.tmp_bytes,
         status=Status(status_r),
         binds=binds,
-        report_fd=report_r if relay else None,
+        report_fd=report_r if reports else None,
         defaults=guard.defaults,
     )
     if block:
         sup.filter = program
     return proc, sup, filter_w
+
+
+def _pipes(spec: JailSpec, given: list[int], ours: list[int]) -> tuple[int, int]:
+    """Our ends of the status pipe and of the report pipe (-1 without the wall or the
+    relay); their other ends, and the wall's memfd, appended to `given` in the order the
+    child sees them (5, 6, 7)."""
+    status_r, status_w = os.pipe()
+    ours.append(status_r)
+    given.append(status_w)
+    report_r = -1
+    if spec.reports:
+        report_r, report_w = os.pipe()
+        ours.append(report_r)
+        os.set_blocking(report_r, False)
+        given.append(report_w)
+    if spec.wall:
+        from panday_tier_linux import wall
+
+        given.append(wall.memfd())
+    return status_r, report_r
 
 
 def program_pipe(program: bytes) -> tuple[int, int]:

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from panday_core.process import Stream
     from panday_tier_linux.jail import JailSupervisor
 
-FORMAT = 5
+FORMAT = 6
 """The plan file's layout; part of the key."""
 MAGIC = b"panday-jail-plan 3\n"
 MAX_PLAN_BYTES = 16 << 20
@@ -146,9 +146,9 @@ class Plan:
         if not isinstance(loaded, tuple):
             return None
         v: tuple[object, ...] = loaded  # pyright: ignore[reportUnknownVariableType] - checked below
-        if len(v) != 21 or v[0] != FORMAT:  # noqa: PLR2004 - the format's field count
+        if len(v) != 22 or v[0] != FORMAT:  # noqa: PLR2004 - the format's field count
             return None
-        spec = _spec(v[1:7])
+        spec = _spec(v[1:7], v[21])
         bwrap, bwrap_id, program = _path(v[7]), _identity(v[8]), v[9]
         access, allow_home = v[10], v[11]
         staged_ro, protect, unprotect = _strings(v[12]), _strings(v[13]), _strings(v[14])
@@ -194,8 +194,9 @@ class Plan:
         )
 
 
-def _spec(v: tuple[object, ...]) -> JailSpec | None:
-    """The jail spec of a decoded plan (`planning.encode` writes these six fields)."""
+def _spec(v: tuple[object, ...], wall: object) -> JailSpec | None:
+    """The jail spec of a decoded plan (`planning.encode` writes these six fields, and
+    `wall` last)."""
     workspace, workspace_rw, env, etc_view, layout, tmp_bytes = v
     path, view, pairs = _path(workspace), _path(etc_view), _items(env)
     if (
@@ -205,6 +206,7 @@ def _spec(v: tuple[object, ...]) -> JailSpec | None:
         or pairs is None
         or not all(isinstance(a, str) and isinstance(b, str) for a, b in pairs)
         or tmp_bytes is not None
+        or not isinstance(wall, bool)
     ):
         return None
     found = _layout(layout)
@@ -216,6 +218,7 @@ def _spec(v: tuple[object, ...]) -> JailSpec | None:
         workspace_rw=workspace_rw,
         env={str(a): str(b) for a, b in pairs},
         etc_view=view,
+        wall=wall,
     )
 
 
@@ -533,6 +536,7 @@ def launch(plan: Plan, argv: Sequence[str], environ: Mapping[str, str]) -> Launc
             workspace_rw=spec.workspace_rw,
             env=env,
             etc_view=spec.etc_view,
+            wall=spec.wall,
         )
     roots, _refusals = Roots.open(plan, check_entries=False)  # command_binds checks them
     if roots is None:
@@ -589,7 +593,7 @@ def run(launched: Launched, plan: Plan, *, write: Callable[[Stream, bytes], None
     session streams it). None when the command never ran (bwrap could not set the jail
     up: the caller takes the full path, which says why); whatever happens (a breach, an
     exception from `write`, a signal), the jail is killed and everything released."""
-    check = Start(launched.sup, relay=False)
+    check = Start(launched.sup, relay=plan.spec.reports)
 
     def passed(stream: Stream, data: bytes) -> None:
         for out_stream, out in check.feed(stream, data):

@@ -94,6 +94,7 @@ def encode(plan: Plan) -> bytes:
             plan.held,
             plan.cpu_poll_ms,
             plan.caller_env,
+            spec.wall,
         )
     )
 

@@ -96,7 +96,7 @@ class _Command:
         self.options = options
         self.pending = pending
         """The command's change set (``fs.writes`` checked or review) until it is read."""
-        self.start = StartCheck(program, sup, relay=session.bridge is not None)
+        self.start = StartCheck(program, sup, relay=session.plan.spec.reports)
         """Whether the command ever ran, from status only panday's side writes."""
         self.command_id = command_id
 
@@ -506,7 +506,7 @@ def _finish_open(
     egress: ProxySettings | None,
     guard: Guard,
 ) -> LinuxSession:
-    from panday_tier_linux import etcview, seccomp
+    from panday_tier_linux import etcview, seccomp, wall
 
     overlay = policy.fs.writes != "direct"
     binary = bwrap or (host.overlay_bwrap() if overlay else host.find_bwrap())
@@ -533,6 +533,7 @@ def _finish_open(
         workspace_rw=roots.writable,
         env=policy.env,
         tmp_bytes=policy.limits.disk_bytes,
+        wall=wall.unavailable_reason() is None,
     )
     bridge = _start_bridge(policy, sid, egress) if with_bridge else None
     if bridge is not None:

@@ -91,6 +91,9 @@ def setup_failure(program: str, failure: tuple[str, str], *, relay: bool) -> Exc
         number = int(text) if text.isdigit() else 0
         return _not_found(program, os.strerror(number) if number else "exec failed")
     if kind == "relay-setup":
+        wall = text.removeprefix("landlock wall: ")
+        if wall != text:  # the host's Landlock refused what `wall.unavailable_reason` saw
+            return TierUnavailable(str(TIER), f"the Landlock wall could not be set up: {wall}")
         return Internal(f"the egress relay inside the jail failed: {text}")
     message = text or "bwrap failed without a message"
     first = message.splitlines()[0]
