@@ -206,3 +206,18 @@ def test_session_run_with_a_terminal_of_its_own(tmp_path: Path) -> None:
         with_tty = s.run(probe, tty=True)
     assert with_tty.exit_code == 0
     assert with_tty.stdout.split(b"\r\n")[:2] == [b"is-a-tty", b"24 80"]
+
+
+def test_a_command_reopens_its_terminal_behind_the_landlock_wall(tmp_path: Path) -> None:
+    """The wall (T2 Linux's Landlock layer) allows writes to the terminal the command was
+    given, so ``> /dev/stdout`` (a reopen of the pty through /proc/self/fd/1) works; a
+    file outside the workspace stays refused in the same run (the control)."""
+    import panday  # noqa: PLC0415 - the library, beside the CLI tests of this file
+    from panday_core.policy import FsPolicy, SandboxPolicy  # noqa: PLC0415 - as above
+
+    probe = ["sh", "-c", "echo reopened > /dev/stdout; echo x > /etc/hostname || echo refused"]
+    with panday.open(SandboxPolicy(fs=FsPolicy(workspace=str(tmp_path))), tier="t2-linux") as s:
+        done = s.run(probe, tty=True)
+    assert done.exit_code == 0
+    assert done.stdout.split(b"\r\n")[0] == b"reopened", done.stdout
+    assert b"refused" in done.stdout

@@ -247,3 +247,24 @@ def test_proc_is_the_jails_own_and_read_only() -> None:
     args = argv()
     start = args.index("--proc")
     assert args[start : start + 4] == ["--proc", "/proc", "--remount-ro", "/proc"]
+
+
+def test_the_wall_comes_first_and_keeps_the_report_pipe_only_for_the_relay() -> None:
+    walled = JailSpec(layout=LAYOUT, workspace="/work/ws", workspace_rw=True, wall=True)
+    command = jail_command(walled, ["/bin/true"], report_fd=6, wall_fd=7)
+    assert command == [
+        "/proc/self/fd/7",
+        *("6", "0", "7"),  # report, close it at exec (no relay follows), its own memfd
+        *("/work/ws", "/tmp", "/dev/null", "/dev/zero", "/dev/urandom"),
+        "--",
+        "/bin/true",
+    ]
+    read_only = JailSpec(layout=LAYOUT, workspace="/work/ws", workspace_rw=False, wall=True)
+    assert "/work/ws" not in jail_command(read_only, ["/bin/true"], report_fd=6, wall_fd=7)
+    relayed = spec(relay=RELAY)
+    relayed.wall = True
+    chain = jail_command(relayed, ["/bin/true"], report_fd=6, wall_fd=7)
+    assert chain[:4] == ["/proc/self/fd/7", "6", "1", "7"]  # the relay reports on it next
+    assert chain[chain.index("--") + 1] == RELAY.python
+    # Control: without the wall's memfd, the command line is the relay's alone.
+    assert jail_command(relayed, ["/bin/true"], report_fd=6)[0] == RELAY.python

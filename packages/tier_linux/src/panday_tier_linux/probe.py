@@ -108,6 +108,15 @@ def host_report() -> dict[str, str]:
     report["net.allow"] = (
         f"refused: {bridge}" if bridge else "enforced (egress proxy; relay run by /usr/bin/python3)"
     )
+    from panday_tier_linux import wall
+
+    no_wall = wall.unavailable_reason()
+    report["landlock wall"] = (
+        f"absent (jails run on their mounts alone): {no_wall}"
+        if no_wall
+        else "in force: writes only beneath the workspace, /tmp and the device files, "
+        "whatever the mounts say"
+    )
     report["jail"] = unavailable_reason(binary) or "runs (probe jail succeeded)"
     return report
 

@@ -161,6 +161,19 @@ GUARANTEES = (
         support=Support.STRICT,
     ),
     Guarantee(
+        name="A second wall under the writes: a mistake in the mounts does not make "
+        "anything outside the workspace and /tmp writable",
+        mechanism="Landlock (ABI 3 or later), applied inside the jail after bwrap's mounts "
+        "by a 2 KB program bwrap runs from a sealed memfd in front of the command "
+        "(wall_x86_64.S): every write right handled, allowed only beneath the workspace "
+        "(when rw), /tmp, /dev/null, /dev/zero, /dev/urandom and the terminal of its stdio",
+        support=Support.PARTIAL,
+        note="x86-64 hosts only, with Landlock ABI 3 or later and executable memfds "
+        "(panday doctor says whether it is in force); Landlock allows beneath a directory "
+        "and cannot carve names out of it, so inside a writable workspace the protected "
+        "entries, and a staged path under /tmp or the workspace, rest on the mounts alone",
+    ),
+    Guarantee(
         name="Nothing a jail writes changes what a later jail mounts",
         mechanism="the workspace and staged paths are opened once without following a link, "
         "held for the session and bound from the descriptors (--bind-fd, --ro-bind-fd); a "
