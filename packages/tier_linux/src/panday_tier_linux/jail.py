@@ -4,8 +4,8 @@
 A session (`session.LinuxSession`) and ``panday run``'s cached plan (`plan`, through
 `panday.cli_fast`) start a command the same way, with these functions: the binds of the
 command (`binds.Roots.command_binds`), bwrap's options built for it (`argv.build_options`),
-its descriptors (3 the options, 4 the seccomp program, 5 the status pipe, [6 the relay's
-report pipe,] then the binds), the spawn, the jail's wait for its seccomp program while it
+its descriptors (3 the options, 4 the seccomp program, 5 the status pipe, [6 the report
+pipe of the Landlock wall and the relay, 7 the wall's memfd,] then the binds), the spawn, the jail's wait for its seccomp program while it
 is moved into its cgroup and given its rlimits (`release`), and the supervisor that
 kills its pid namespace and reads its counters (`JailSupervisor`). What a command's exit
 means (did it run at all?) is decided here too (`Start`), in plain values: the session
