@@ -3,14 +3,15 @@
 
 A session (`session.LinuxSession`) and ``panday run``'s cached plan (`plan`, through
 `panday.cli_fast`) start a command the same way, with these functions: the binds of the
-command (`binds.Roots.command_binds`), bwrap's options built for it (`argv.build_options`),
-its descriptors (3 the options, 4 the seccomp program, 5 the status pipe, [6 the report
-pipe of the Landlock wall and the relay, 7 the wall's memfd,] then the binds), the spawn, the jail's wait for its seccomp program while it
-is moved into its cgroup and given its rlimits (`release`), and the supervisor that
-kills its pid namespace and reads its counters (`JailSupervisor`). What a command's exit
-means (did it run at all?) is decided here too (`Start`), in plain values: the session
-turns a command that never ran into an exception, the cached path hands it to the full
-path. There is nothing to keep in step between two copies, because there is one.
+command (`binds.Roots.command_binds`), bwrap's options built for it
+(`argv.build_options`), its descriptors (3 the options, 4 the seccomp program, 5 the
+status pipe, [6 the report pipe of the Landlock wall and the relay, 7 the wall's memfd,]
+then the binds), the spawn, the jail's wait for its seccomp program while it is moved into
+its cgroup and given its rlimits (`release`), and the supervisor that kills its pid
+namespace and reads its counters (`JailSupervisor`). What a command's exit means (did it
+run at all?) is decided here too (`Start`), in plain values: the session turns a command
+that never ran into an exception, the cached path hands it to the full path. There is
+nothing to keep in step between two copies, because there is one.
 
 On ``panday run``'s start-up path: no typing, no msgspec, no enum or contextlib.
 """
@@ -322,19 +323,22 @@ class JailSupervisor(Supervisor):
 class Start:
     """Whether the command ever ran, decided by what only panday's side can write.
 
-    * Without the relay, bwrap's ``--json-status-fd`` carries ``exit-code`` exactly when its
-      exec of the command succeeded (bwrap's own setup pipe says so); the command cannot
-      write there. No exit code (and no kill of ours) means it never ran, so nothing but
-      bwrap wrote its stderr: only then is bwrap's line read.
-    * With the relay, bwrap did exec the relay, so the status says nothing about the
-      command. The relay writes on its report pipe (close-on-exec: the command never holds
-      it) ``E<errno>`` when its exec failed and ``S<message>`` when it could not set up;
-      an empty pipe means the command was exec'd, and its exit, 125 or not, is its own.
+    * Without either front program, bwrap's ``--json-status-fd`` carries ``exit-code``
+      exactly when its exec of the command succeeded (bwrap's own setup pipe says so); the
+      command cannot write there. No exit code (and no kill of ours) means it never ran, so
+      nothing but bwrap wrote its stderr: only then is bwrap's line read.
+    * With the Landlock wall or the relay (``relay`` is true for either: both report the
+      same way), bwrap exec'd that program, so the status says nothing about the
+      command. The wall and the relay write on their report pipe (close-on-exec: the
+      command never holds it) ``E<errno>`` when its exec failed and ``S<message>`` when
+      it could not set up; an empty pipe means the command was exec'd, and its exit, 125
+      or not, is its own.
 
     So a command's output never changes how its exit is classified. While the start is
     undecided, stderr that could still be one setup line (``bwrap: ...``, ``panday-relay:
-    ...``) is held back (`feed`); anything else releases it in order, and a command that
-    never ran has its setup line dropped rather than passed on as output.
+    ...``, ``panday: landlock wall: ...``) is held back (`feed`); anything else releases it
+    in order, and a command that never ran has its setup line dropped rather than passed on
+    as output.
     """
 
     __slots__ = ("deciding", "held", "relay", "sup", "tail")
