@@ -159,15 +159,19 @@ def test_no_command_runs_outside_a_jail_on_any_node(cluster: LocalCluster) -> No
 
 
 # 10,000 jails: about 100 s on 2 idle shared cores, past 900 s at load 14 (a full run under
-# issue 28's burners timed out here). The timeout is a hang guard, never a speed verdict.
+# issue 28's burners timed out here). The timeout is a hang guard, never a speed verdict;
+# so is each command's wall clock. At 10 s, a loaded run (load peaking at 127) had a
+# command of the 10,000 not exit 0, and the assertion did not say which or why: a
+# speed verdict, most likely, on a test about the record's bound. Failures now say.
 @pytest.mark.timeout(3600)
 def test_the_record_stays_bounded_over_10000_commands(cluster: LocalCluster) -> None:
     count = 10_000
-    with Pool({"limits": {"wall_clock_ms": 10_000}}, nodes=cluster.base, record_limit=500) as pool:
+    with Pool({"limits": {"wall_clock_ms": 300_000}}, nodes=cluster.base, record_limit=500) as pool:
         start = time.monotonic()
         results = pool.map([["/bin/true"]] * count)
         seconds = time.monotonic() - start
-        assert all(getattr(r, "exit_code", 1) == 0 for r in results)
+        failed = [r for r in results if getattr(r, "exit_code", 1) != 0]
+        assert not failed, f"{len(failed)} of {count} did not exit 0, the first: {failed[:3]!r}"
         assert len(pool.records) == 500
         assert pool.counts["completed"] == count
         assert len(pool.events) <= 1_000
