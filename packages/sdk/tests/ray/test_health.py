@@ -12,8 +12,11 @@ ENOSPC, exactly the host fact of issue 29). The host's limit is never touched.
 
 from __future__ import annotations
 
+import concurrent.futures
+import queue
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,9 +24,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from panday.ray import ClusterRefused, Done, Job, Pool
+from panday.ray.wire import reply_dec
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from conftest import ConstrainedNode, Host, LocalCluster, NodeMaker
+    from ray import ObjectRef
 
 LIMITED = {"limits": {"mem_bytes": 128 << 20, "pids": 64}}
 FAST_WATCH, FAST_REJUDGE, MAX_REJUDGE = 0.5, 0.5, 2.0
@@ -111,6 +118,108 @@ def test_a_node_broken_after_start_is_retired_within_one_command_and_readmitted(
         assert victim in pool.nodes
         later = pool.map_jobs([Job(argv=["true"]) for _ in range(6)])
         assert victim in {o.node_id for o in later if isinstance(o, Done)}
+
+
+_Answer = tuple["ObjectRef", concurrent.futures.Future[bytes]]
+HANG_GUARD_S = 300.0
+"""Never a verdict: answers are held until the pool's state says, or this passes."""
+
+
+class _FaultLast(queue.SimpleQueue[_Answer]):
+    """The pool's inbox, delivering the worst order Ray may give: every answer but a
+    ``NotStarted`` is held back (so the other node stays full), and the jail fault is held
+    until nothing else is in flight on its actor. A pool that retires the node only on the
+    fault keeps sending the refused command back to the broken actor until it fails."""
+
+    def __init__(self, in_flight_beside: Callable[[ObjectRef], int]) -> None:
+        super().__init__()
+        self._in_flight_beside = in_flight_beside
+        self._lock = threading.Lock()
+        self._fault: _Answer | None = None
+        self._held: list[_Answer] = []
+        self._since = time.monotonic()
+        self.order: list[str] = []
+        self.released = False
+
+    def put(self, item: _Answer, block: bool = True, timeout: float | None = None) -> None:  # noqa: FBT002 - SimpleQueue's own signature
+        ref, future = item
+        wake = ref is None  # pyright: ignore[reportUnnecessaryComparison] - the pool's close puts (None, None) to wake its dispatcher
+        if not wake and not self.released and future.exception() is None:
+            reply = reply_dec.decode(future.result())
+            refused = reply.failure is not None and reply.failure.kind == "NotStarted"
+            with self._lock:
+                if reply.fault is not None and self._fault is None:
+                    self._fault, self._since = item, time.monotonic()
+                    return
+                if not refused:
+                    self._held.append(item)
+                    return
+                self.order.append("refusal")
+        super().put(item, block, timeout)
+
+    def get(self, block: bool = True, timeout: float | None = None) -> _Answer:  # noqa: FBT002 - SimpleQueue's own signature
+        # Only the dispatcher's wait, after it has sent what it could (`get_nowait` drains
+        # within one pass, before the refused command is sent anywhere again).
+        self._release()
+        return super().get(block, timeout)
+
+    def _release(self) -> None:
+        with self._lock:
+            if self.released or (self._fault is None and not self._held):
+                return
+            fault = self._fault
+            if fault is not None and "refusal" in self.order:
+                ready = self._in_flight_beside(fault[0]) == 0
+            else:
+                ready = False
+            if not ready and time.monotonic() - self._since < HANG_GUARD_S:
+                return
+            self.released = True
+            held, self._held = self._held, []
+            if fault is not None:
+                self.order.append("fault")
+                super().put(fault)
+        for item in held:
+            super().put(item)
+
+
+def test_a_refusal_handled_before_its_fault_still_retires_the_node(
+    cluster: LocalCluster, userns_nodes: tuple[ConstrainedNode, ConstrainedNode]
+) -> None:
+    """The order issue 29's rerouting race needs, made certain: the broken actor's refusal
+    of the command queued behind the fault is handled first. It names the fault, so the
+    node is retired then, and the command runs on the survivor."""
+    _, node = userns_nodes
+    victim, survivor = node.node_id, cluster.base[-1]
+    # Two queued on each actor: on the broken one, the fault and one command behind it.
+    with Pool(LIMITED, nodes=[survivor, victim], depth=2, health_interval=3600) as pool:
+        # Positive control: with the node whole, both take work and every command runs.
+        first = pool.map_jobs([Job(argv=["true"]) for _ in range(4)])
+        assert {o.node_id for o in first if isinstance(o, Done)} == {survivor, victim}, first
+
+        def beside(ref: ObjectRef) -> int:
+            with pool._lock:  # pyright: ignore[reportPrivateUsage] - the dispatcher's own view
+                running = pool._running  # pyright: ignore[reportPrivateUsage]
+                task = running.get(ref)
+                if task is None:
+                    return 0
+                return sum(1 for t in running.values() if t.slot is task.slot and t is not task)
+
+        inbox = _FaultLast(beside)
+        pool._inbox = inbox  # pyright: ignore[reportPrivateUsage] - between batches: nothing is in flight
+        node.set_user_namespaces(0)
+        try:
+            outcomes = pool.map_jobs([Job(argv=["sh", "-c", "echo ran"]) for _ in range(4)])
+        finally:
+            node.set_user_namespaces(64)
+        assert inbox.order[:2] == ["refusal", "fault"], inbox.order  # the race's order
+        assert all(isinstance(o, Done) for o in outcomes), outcomes
+        assert {o.node_id for o in outcomes if isinstance(o, Done)} == {survivor}
+        refused = [r for r in pool.records if r.node_id == victim and r.outcome == "rerouted"]
+        assert len(refused) == 2, refused  # the fault and the one refusal: nothing more
+        retired = [e for e in pool.events if e.node_id == victim and e.kind == "retired"]
+        assert len(retired) == 1, retired
+        assert "ENOSPC" in retired[0].reason or "max_" in retired[0].reason
 
 
 def test_a_node_that_joins_later_is_judged_and_receives_work(

@@ -133,7 +133,7 @@ class NodeWorker:
         # (the actor has threads more than the pool queues on it), so they can kill a jail.
         self._one = threading.Lock()
         self._closing = False
-        self._broken = False  # a jail failed to start: nothing more is tried here
+        self._broken: str | None = None  # a jail failed to start (why): nothing more is tried
         self._current: int | None = None
         self._cancelled: deque[int] = deque(maxlen=_CANCELLED_KEPT)
         # The session proxy's audit events, appended on its thread (deque: atomic ends).
@@ -237,8 +237,8 @@ class NodeWorker:
 
     def _run(self, c: Call) -> Reply:  # noqa: C901, PLR0911 - one reply per way a step ends
         session = self._session
-        if session is None or self._closing or self._broken:
-            return Reply(None, {}, NOT_STARTED)
+        if session is None or self._closing or self._broken is not None:
+            return Reply(None, {}, NOT_STARTED, broken=None if self._closing else self._broken)
         try:
             for path, data in c.files.items():
                 session.put(path, data)
@@ -251,14 +251,14 @@ class NodeWorker:
         except TierUnavailable as exc:
             # The tier no longer starts jails here: the command did not run.
             fault = f"TierUnavailable: {exc.reason}"
-            self._broken = True
+            self._broken = fault
             return Reply(None, {}, CLOSED if self._closing else failure_of(exc), fault=fault)
         except SandboxError as exc:
             return Reply(None, {}, CLOSED if self._closing else failure_of(exc))
         except OSError as exc:
             # bubblewrap could not be spawned: the command did not run.
             fault = f"the jail could not be spawned: {type(exc).__name__}: {exc}"
-            self._broken = True
+            self._broken = fault
             return Reply(None, {}, CLOSED if self._closing else failure_of_os(exc), fault=fault)
         except (ValueError, TypeError) as exc:
             return self._internal(exc)

@@ -58,6 +58,8 @@ DEFAULT_GRACE_S = 30.0
 taken for hung (killed, and the command reported lost)."""
 _TICK_S = 0.25
 """The dispatcher's housekeeping period (verdicts, closing actors, hung commands)."""
+_MAX_BOUNCES = 16
+"""How often a command that never started is sent elsewhere before it fails NotStarted."""
 
 
 class PoolFuture(concurrent.futures.Future[T], Generic[T]):
@@ -74,6 +76,8 @@ class _Task:
     future: PoolFuture[Done] | PoolFuture[ExecResult]
     unwrap: bool
     attempts: int = 0
+    bounces: int = 0
+    """Sends that came back never started (a broken or retired actor): not a lost worker."""
     slot: Slot | None = None
     sent: float = 0.0
 
@@ -497,9 +501,15 @@ class Pool:
             # the commands queued behind it there come back NotStarted and go elsewhere too.
             why = reply.fault or "its node was retired before it started"
             self._record(task, slot.node_id, slot.session_id, "rerouted", error=why)
-            if reply.fault is not None and slot.alive:
-                self._retire_node(slot.node_id, reply.fault, rejudge=True)
-            if self._members.slots and task.attempts <= len(self.nodes) + self.retries + 1:
+            # The fault, or a later refusal that repeats it: whichever is handled first
+            # retires the node, so nothing more is sent to the broken actor.
+            cause = reply.fault or reply.broken
+            if cause is not None and slot.alive:
+                self._retire_node(slot.node_id, cause, rejudge=True)
+            # Every bounce comes from a slot now out of the pool, and a node comes back only
+            # after its back-off: the cap only stops a node that breaks at every judgement.
+            task.bounces += 1
+            if self._members.slots and task.bounces <= _MAX_BOUNCES:
                 self._queue.appendleft(task)
             elif reply.failure is not None:
                 self._fail(task, error_of(reply.failure))
@@ -601,7 +611,7 @@ class Pool:
             self._fail(task, PoolClosed("the pool was closed before the command finished"))
             return
         self._record(task, slot.node_id, slot.session_id, "lost", error=reason)
-        if task.job.idempotent and task.attempts <= self.retries:
+        if task.job.idempotent and task.attempts - task.bounces <= self.retries:
             self._queue.appendleft(task)  # sent again, to another live worker
             return
         self._fail(task, self._lost(task, slot.node_id, reason))

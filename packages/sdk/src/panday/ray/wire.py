@@ -137,6 +137,10 @@ class Reply(msgspec.Struct, frozen=True, array_like=True):
     fault: str | None = None
     """Set when the node could not start a jail at all (bubblewrap failed to spawn, or the
     tier became unavailable): the command did not run, and the node is to be retired."""
+    broken: str | None = None
+    """On a ``NotStarted`` from an actor whose jail failed earlier: that fault again. The
+    pool handles answers in the order they complete, not the order the actor gave them,
+    so whichever of the two arrives first retires the node."""
 
 
 class Started(msgspec.Struct, frozen=True, array_like=True):
