@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -156,6 +157,45 @@ def test_only_named_descriptors_are_inherited() -> None:
     fds = {int(x) for x in lines[:-1]}
     # 0-2, the handed-over 3, and the directory `ls` itself opened to list them.
     assert fds <= {0, 1, 2, 3, 4}
+
+
+_CLOSED_STDIO = """
+import os, sys
+from panday_core.execution import Supervisor, collect, spawn, stream
+out = sys.argv[1]
+if sys.argv[2] == "closed":
+    for fd in (0, 1, 2):
+        os.close(fd)
+first_r, first_w = os.pipe()
+second_r, second_w = os.pipe()
+numbers = f"{first_r} {second_r}"
+os.write(first_w, b"first ")
+os.write(second_w, b"second")
+os.close(first_w)
+os.close(second_w)
+env = {"PATH": "/usr/bin:/bin"}
+proc = spawn(["/bin/sh", "-c", "cat <&3; cat <&4"], env=env, pass_fds=[first_r, second_r])
+result = collect(stream(proc, Supervisor()))
+with open(out, "w") as fh:
+    fh.write(numbers + "|" + result.stdout.decode())
+"""
+
+
+@pytest.mark.parametrize("stdio", ["open", "closed"])
+def test_descriptors_handed_over_from_a_caller_with_stdio_closed_arrive(
+    stdio: str, tmp_path: Path
+) -> None:
+    # With 0-2 open (the control) the pipes are numbered above them; with 0-2 closed, as a
+    # daemon may run, pipe(2) returns 0-3 (read ends 0 and 2), which the child's own stdin
+    # and stderr replace: they must be moved away before that, or the child reads those.
+    out = tmp_path / "out"
+    subprocess.run([sys.executable, "-c", _CLOSED_STDIO, str(out), stdio], check=True, timeout=60)
+    numbers, _, seen = out.read_text().partition("|")
+    if stdio == "closed":
+        assert numbers == "0 2"  # the case under test did arise
+    else:
+        assert min(int(n) for n in numbers.split()) > 2
+    assert seen == "first second"
 
 
 class _Breaching(Supervisor):

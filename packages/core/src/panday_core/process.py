@@ -217,17 +217,20 @@ def _inherited_fds(keep: set[int]) -> list[int]:
 def _file_actions(
     stdin_fd: int | None, out_w: int, err_w: int, pass_fds: Sequence[int], ours: Sequence[int]
 ) -> list[tuple[int, ...] | tuple[int, int, str, int, int]]:
-    actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = []
+    # Hand-over in two hops (to slots above every source and target, then into place) so
+    # that no dup2 overwrites a descriptor still to be moved. The first hop comes before the
+    # standard descriptors are replaced: in a caller that runs with 0-2 closed (a daemon),
+    # pipe(2) hands out 0-2, so a descriptor to hand over may be one of them. dup2 clears
+    # close-on-exec on its target, which is what lets exactly these descriptors through.
+    base = max([*pass_fds, *ours, 2 + len(pass_fds)]) + 1
+    actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = [
+        (os.POSIX_SPAWN_DUP2, fd, base + i) for i, fd in enumerate(pass_fds)
+    ]
     if stdin_fd is None:
         actions.append((os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0))
     else:
         actions.append((os.POSIX_SPAWN_DUP2, stdin_fd, 0))
     actions += [(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
-    # Hand-over in two hops (to slots above every source and target, then into place) so
-    # that no dup2 overwrites a descriptor still to be moved. dup2 clears close-on-exec on
-    # its target, which is what lets exactly these descriptors through exec.
-    base = max([*pass_fds, *ours, 2 + len(pass_fds)]) + 1
-    actions += [(os.POSIX_SPAWN_DUP2, fd, base + i) for i, fd in enumerate(pass_fds)]
     for i in range(len(pass_fds)):
         actions += [(os.POSIX_SPAWN_DUP2, base + i, 3 + i), (os.POSIX_SPAWN_CLOSE, base + i)]
     keep = {*pass_fds, *ours, *range(3, 3 + len(pass_fds))}
