@@ -149,7 +149,7 @@ def test_a_wall_that_cannot_be_set_up_runs_nothing(
         if control.exit_code != 0 or not mark.exists():
             pytest.fail(f"inconclusive: the control command did not run: {control.stderr!r}")
         mark.unlink()
-        monkeypatch.setattr(wall, "DEVICE_FILES", ("/dev/no-such-device",))
+        monkeypatch.setattr(wall, "DEVICES", ("/dev/no-such-device",))
         with pytest.raises(TierUnavailable) as refused:
             session.run(["touch", str(mark)])
     assert "Landlock wall could not be set up" in str(refused.value)

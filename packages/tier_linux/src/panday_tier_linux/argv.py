@@ -48,10 +48,10 @@ HOSTNAME = "panday"
 # start-up time, and inside a new session with no controlling terminal /dev/tty and
 # pseudo-terminals have no use. /dev/shm points to /tmp, so POSIX shared memory works and
 # counts against the one disk ceiling.
-DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/urandom")
-"""The device nodes every jail has (T1 and the Landlock wall grant these same files)."""
 DEVICES = (
-    *(arg for device in DEVICE_FILES for arg in ("--dev-bind", device, device)),
+    *("--dev-bind", "/dev/null", "/dev/null"),
+    *("--dev-bind", "/dev/zero", "/dev/zero"),
+    *("--dev-bind", "/dev/urandom", "/dev/urandom"),
     *("--symlink", "urandom", "/dev/random"),
     *("--symlink", "/proc/self/fd", "/dev/fd"),
     *("--symlink", "/proc/self/fd/0", "/dev/stdin"),

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import os
 
-from panday_tier_linux.argv import DEVICE_FILES
-
 TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom")
+"""The jail's device files (argv.DEVICES), written by ordinary tools (``> /dev/null``)."""
 TMP = "/tmp"  # noqa: S108 - the jail's own private tmpfs
 
 _MFD_CLOEXEC = 0x0001
@@ -133,7 +133,7 @@ def command(
 def writable(workspace: str | None) -> list[str]:
     """Where a command may write: the workspace (None when it is read-only), /tmp and the
     device files."""
-    return [*([workspace] if workspace is not None else []), TMP, *DEVICE_FILES]
+    return [*([workspace] if workspace is not None else []), TMP, *DEVICES]
 
 
 def memfd() -> int:

@@ -27,7 +27,6 @@ from panday_core.errors import (
 from panday_core.execution import Supervisor
 from panday_core.process import spawn
 from panday_core.startup import suppress
-from panday_tier_linux.argv import DEVICE_FILES
 from panday_tier_linux.t1 import landlock
 from panday_tier_linux.t1.launch import RestrictError, Restrictions, run_restricted
 
@@ -40,9 +39,8 @@ if TYPE_CHECKING:
 
 TIER = "t1-linux"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
-DEVICES = (*DEVICE_FILES, "/dev/random")
-"""Device files a command may open (read and write, no ioctl): what T2's /dev holds (its
-/dev/random is a link to urandom; here, with no mount namespace, it is the host's node)."""
+DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
+"""Device files a command may open (read and write, no ioctl): what T2's /dev holds."""
 _O_PATH = os.O_PATH | os.O_CLOEXEC
 NOT_FOUND = 127
 NOT_EXECUTABLE = 126
