@@ -404,6 +404,7 @@ ok("a direct route appeared")
 # for the probe's "ready" file, then looks at itself (its descriptors, its memory) and
 # makes a request from another command. One JSON line reports what it saw.
 HOSTILE_CALLER = r"""
+CURL_MAX_S, HEAD_TIMEOUT_S = 20, 90
 import asyncio, json, os, resource, socket, subprocess, sys, threading, time
 mode, ws, probe = sys.argv[1], sys.argv[2], sys.argv[3]
 if mode == "floor":  # soft = hard (root here, Docker's default): nothing can be raised
@@ -422,7 +423,7 @@ if mode == "floor":  # soft = hard (root here, Docker's default): nothing can be
 else:
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
-from panday_core.egress import ProxySettings, StaticResolver
+from panday_core.egress import ProxyLimits, ProxySettings, StaticResolver
 from panday_core.egress.testing import HttpUpstream, LoopbackOnly
 from panday_core.policy import FsPolicy, NetPolicy, SandboxPolicy
 from panday_tier_linux.session import open_session
@@ -450,16 +451,21 @@ else:
         loop.create_server(Half, "127.0.0.1", 0), loop).result(10)
     port = server.sockets[0].getsockname()[1]
 events = []
+# In the flood, a credential-less connection is reaped only by the head timeout. Made
+# longer than curl's --max-time, a request that had to wait for the flood to be reaped can
+# only fail (status 000), however fast or slow this machine is at the moment.
+limits = ProxyLimits(head_timeout=HEAD_TIMEOUT_S) if mode == "flood" else None
 settings = ProxySettings(
     resolver=StaticResolver({"allowed.test": ["127.0.0.1"]}),
     connector=LoopbackOnly(),
     audit=events.append,
+    limits=limits,
 )
 net = NetPolicy(allow=("allowed.test", "127.0.0.1"), ports=(port,))
 policy = SandboxPolicy(fs=FsPolicy(workspace=ws), net=net)
 ready, go = os.path.join(ws, "ready"), os.path.join(ws, "go")
-curl = ["/usr/bin/curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "20",
-        f"http://allowed.test:{port}/"]
+curl = ["/usr/bin/curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time",
+        str(CURL_MAX_S), f"http://allowed.test:{port}/"]
 out = {}
 with open_session(policy, egress=settings) as session:
     if mode in ("flood", "floor"):
@@ -590,16 +596,17 @@ def _hostile_caller(esc: Escape, mode: str, probe: str) -> dict[str, object]:
 def test_idle_connections_from_a_jail_never_exhaust_the_callers_descriptors(esc: Escape) -> None:
     """3,000 credential-less idle connections from a jailed command, through its relay, while
     the caller's soft descriptor limit is 1,024: the caller's own work sees no EMFILE, and
-    another command's request is answered within a second, or within three times the
-    slowest of the same request made three times before the flood. The second bound keeps
-    the verdict off the machine's load (a busy machine is as slow before the flood as
-    during it); a flood that starves others shows as seconds more, or a timeout."""
+    another command's request is answered while the flood is held.
+
+    No time bound judges that (one failed at load 80 in run L7: 1.01 s against 1.0 s). The
+    flood's connections are reaped only by the head timeout, here 90 s, and the request
+    gives up after 20 s; so a request that had to wait for the flood to go fails as a
+    timeout (status 000) on any machine at any load, and one that was served in time
+    passes however long the machine made it take."""
     out = _hostile_caller(esc, "flood", FLOOD_PROBE)
     if out["control"] != "200" or out["ready"] != "3000":
         pytest.fail(f"inconclusive: control failed: {out}")
     assert out["status"] == "200", out
-    bound = max(1.0, 3 * cast("float", out["control_took"]))
-    assert cast("float", out["took"]) < bound, out
     assert out["caller"] == "ok", out
     assert out["errors"] == [], out
     assert cast("int", out["events"]) < 200, out  # the flood is summed up, not logged per line
