@@ -95,11 +95,14 @@ def _get(port: int, target: str, auth: bytes, *, timeout: float = 10.0) -> tuple
 # The proxy's caller, in a process of its own with a soft RLIMIT_NOFILE of 1,024 (and, in
 # one case, a hard one of 1,024 too): a session proxy on its loop thread, and the caller's
 # own work on another thread all along (open a file, make a socket pair), counting errors.
-FLOOD_CALLER = r"""
+FLOOD_REQUEST_S, HEAD_TIMEOUT_S = 20.0, 90.0
+FLOOD_CALLER = (
+    f"HEAD_TIMEOUT_S = {HEAD_TIMEOUT_S!r}\n"
+    r"""
 import json, os, resource, select, socket, subprocess, sys, threading, time
 hard = int(sys.argv[1]) or resource.getrlimit(resource.RLIMIT_NOFILE)[1]
 resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
-from panday_core.egress import ProxySettings, ProxyThread, StaticResolver
+from panday_core.egress import ProxyLimits, ProxySettings, ProxyThread, StaticResolver
 from panday_core.egress.testing import LoopbackOnly
 from panday_core.policy import NetPolicy
 events = []
@@ -107,6 +110,7 @@ settings = ProxySettings(
     resolver=StaticResolver({"allowed.test": ["127.0.0.1"]}),
     audit=events.append,
     connector=LoopbackOnly(),
+    limits=ProxyLimits(head_timeout=HEAD_TIMEOUT_S),
 )
 net = NetPolicy(allow=("allowed.test", "127.0.0.1"), ports=(int(sys.argv[2]),))
 thread = ProxyThread(net, session_id="flood", settings=settings)
@@ -149,6 +153,7 @@ for line in sys.stdin:
 stop.set()
 thread.close()
 """
+)
 
 
 class _Caller:
@@ -204,11 +209,8 @@ def test_a_flood_without_credentials_never_exhausts_the_callers_descriptors(
         port = cast("int", caller.info["port"])
         auth = _basic(cast("str", caller.info["user"]), cast("str", caller.info["token"]))
         target = f"http://{ALLOWED}:{up.port}/"
-        before: list[float] = []
-        for _ in range(3):  # the same request before the flood, timed on this machine now
-            status, took = _get(port, target, auth)
-            env.expect(status == 200, "the caller's proxy serves a request with credentials")
-            before.append(took)
+        status, _ = _get(port, target, auth)  # the same request before the flood
+        env.expect(status == 200, "the caller's proxy serves a request with credentials")
         env.expect(caller.probe()["probe"] == "ok", "the caller's own work runs")
         for _ in range(3000):  # credential-less, idle: they never send a byte
             sock = socket.socket()
@@ -216,12 +218,12 @@ def test_a_flood_without_credentials_never_exhausts_the_callers_descriptors(
             sock.connect_ex(("127.0.0.1", port))
             flood.append(sock)
         time.sleep(1.5)  # the proxy has accepted (or closed) them all by now
-        status, took = _get(port, target, auth)
+        # Served while the flood is held, judged without a clock: the proxy reaps an idle
+        # connection only at its head timeout (90 s here), and this request gives up after
+        # 20 s, so one that had to wait for the flood to go fails (a socket timeout) at any
+        # load. (A bound of a second did not: its twin in the escape suite failed at load 80.)
+        status, _ = _get(port, target, auth, timeout=FLOOD_REQUEST_S)
         assert status == 200
-        # Within a second, or three times the slowest request before the flood: a busy
-        # machine is as slow before it as during it, a starved client seconds slower.
-        bound = max(1.0, 3 * max(before))
-        assert took < bound, f"a request with credentials took {took:.2f} s under the flood"
         report = caller.probe()
         assert report["probe"] == "ok", report
         assert report["error_count"] == 0, report
