@@ -16,8 +16,10 @@ a test that is already red cannot "kill" a mutation. That run (split over the jo
 times every named test: a mutation's tests then get a timeout of a few times their
 unmutated duration (never under `TIMEOUT_FLOOR_S`), so a mutation that makes a test hang
 (a kill that never comes, a deadline that never fires) is killed by the timeout in seconds
-rather than after the test's own minute-long wait. Mutations run `--jobs` at a time, each
-in its own copy, and each prints its line as soon as it finishes.
+rather than after the test's own minute-long wait. A cut-off is a clock, so it is checked:
+the unmutated tests run again at once under the same cut-off, and only if they pass is it a
+kill (otherwise an error: a verdict a busier machine could have given). Mutations run
+`--jobs` at a time, each in its own copy, and each prints its line as soon as it finishes.
 
 A mutation killed before is remembered (`.nox/falsify-killed.json`) under a key that covers
 every byte of the tree it ran on (each tracked or unignored file, `uv.lock` included), the
@@ -384,11 +386,48 @@ def run_one(
             env = {TIMEOUT_ENV: f"{timeout:.0f}"}
             code, tail = run_tests(root, mutation.tests, "-p", "falsify", env=env, python=python)
     seconds = time.monotonic() - start
+    if code == 1 and timeout is not None and _hung(tail):
+        return _confirm_hang(Outcome(mutation, "killed", tail, seconds), base, timeout, python)
     if code == 1:
         return Outcome(mutation, "killed", tail, seconds)
     if code == 0:
         return Outcome(mutation, "survived", tail, seconds)
     return Outcome(mutation, "error", f"pytest exit {code}: {tail}", seconds)
+
+
+def _hung(detail: str) -> bool:
+    """pytest-timeout's banner: a named test ran into the cut-off."""
+    return "Timeout" in detail
+
+
+def _confirm_hang(outcome: Outcome, base: Path, timeout: float, python: str) -> Outcome:
+    """A kill by the cut-off is a clock's verdict: a machine busier during the mutant's run
+    than during the baseline's gives it to a mutation that survives. So the unmutated tests
+    run again at once under the same cut-off: only if they pass there is the hang the
+    mutation's. Otherwise the verdict is an error (the gate fails and says why), never a
+    kill."""
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="panday-falsify-") as tmp:
+        root = Path(tmp)
+        shutil.copytree(base, root, dirs_exist_ok=True, symlinks=True)
+        env = {TIMEOUT_ENV: f"{timeout:.0f}"}
+        code, tail = run_tests(
+            root, outcome.mutation.tests, "-p", "falsify", env=env, python=python
+        )
+    seconds = outcome.seconds + time.monotonic() - start
+    if code == 0:
+        detail = (
+            f"{outcome.detail}\nthe unmutated tests passed under the same {timeout:.0f} s cut-off"
+        )
+        return Outcome(outcome.mutation, "killed", detail, seconds)
+    return Outcome(
+        outcome.mutation,
+        "error",
+        f"inconclusive: a named test hung under the mutation, and the unmutated tests did not "
+        f"pass under the same {timeout:.0f} s cut-off either (pytest exit {code}: {tail}); "
+        "the machine's load could have given this verdict: run it again",
+        seconds,
+    )
 
 
 def _via_control(outcome: Outcome) -> bool:
@@ -400,8 +439,8 @@ def _line(outcome: Outcome, done: int, total: int) -> str:
     # A kill through a failed positive control still counts (the mutation broke the
     # permitted path too, e.g. an inverted allowlist), but it is named as such.
     how = " (through an inconclusive control)" if _via_control(outcome) else ""
-    if outcome.status == "killed" and "Timeout" in outcome.detail:
-        how += " (a named test hung until its timeout)"
+    if outcome.status == "killed" and _hung(outcome.detail):
+        how += " (a named test hung until its timeout; unmutated, they passed under it)"
     line = f"falsify: [{done}/{total}] {mark} {outcome.mutation.name}{how} ({outcome.seconds:.1f}s)"
     if outcome.status != "killed":
         line += "\n" + f"          {outcome.detail}".replace("\n", "\n          ")

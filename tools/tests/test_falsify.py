@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import pytest
 
 import falsify
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 GUARD = "def allowed(host):\n    return host == 'ok.example'\n"
 TEST = """from guard import allowed
@@ -62,6 +59,48 @@ def test_a_moved_snippet_is_stale_not_skipped(tmp_path: Path) -> None:
         mutation(("packages/g/tests/test_guard.py",), find="no such code"), base
     )
     assert outcome.status == "stale"
+
+
+SLOW_TEST = """import time
+from guard import allowed
+
+def test_refuses_other_hosts():
+    time.sleep(4)  # slower than the cut-off below, mutated or not: what a busy machine does
+    assert not allowed('evil.example')
+"""
+
+
+def with_plugin(root: Path) -> Path:
+    """The tree's tools/falsify.py: the mutation runs load it as their pytest plugin."""
+    (root / "tools").mkdir()
+    (root / "tools/falsify.py").write_text(Path(falsify.__file__).read_text())
+    return root
+
+
+def test_a_hang_the_unmutated_tests_do_not_share_is_a_kill(tmp_path: Path) -> None:
+    base = with_plugin(tiny_tree(tmp_path / "t", TEST))
+    hang = falsify.Mutation(
+        name="guard hangs",
+        file="packages/g/src/guard.py",
+        find="return host == 'ok.example'",
+        replace="return __import__('time').sleep(120)",
+        tests=("packages/g/tests/test_guard.py",),
+    )
+    outcome = falsify.run_one(hang, base, timeout=3.0)
+    assert outcome.status == "killed", outcome.detail
+    assert "Timeout" in outcome.detail  # positive control: the cut-off gave this kill
+    assert "the unmutated tests passed under the same 3 s cut-off" in outcome.detail
+
+
+def test_a_cut_off_the_unmutated_tests_also_run_into_is_never_a_kill(tmp_path: Path) -> None:
+    """The mutant and the unmutated tests both outlast the cut-off (as on a machine that
+    got busier after the baseline): a mutation is not killed by the clock."""
+    base = with_plugin(tiny_tree(tmp_path / "t", SLOW_TEST))
+    outcome = falsify.run_one(mutation(("packages/g/tests/test_guard.py",)), base, timeout=1.0)
+    assert outcome.status == "error", outcome.detail
+    assert outcome.detail.startswith("inconclusive: a named test hung"), outcome.detail
+    # Positive control: given the time, the same test kills the same mutation.
+    assert falsify.run_one(mutation(("packages/g/tests/test_guard.py",)), base).status == "killed"
 
 
 def test_the_registry_loads_and_every_entry_names_tests() -> None:
