@@ -189,6 +189,61 @@ def test_close_leaves_no_jail_cgroup_proxy_or_workspace(cluster: LocalCluster, h
     assert not {d for d in workspaces | proxies if Path(d).exists()}, "workspace or proxy dir"
 
 
+def test_close_beside_a_start_still_opening_removes_what_start_made(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pool closes an actor whose `start` may still be opening its session (a node being
+    judged when the pool closes). `close` must wait for `start`, then close and remove what
+    it made. The actor is the class itself, in this process, so the order is certain:
+    `start` is held just before it opens, `close` is called, then `start` is let go."""
+    import msgspec  # noqa: PLC0415
+    import ray  # noqa: PLC0415
+
+    from panday.ray.actor import WORKSPACE_PREFIX, NodeWorker  # noqa: PLC0415
+    from panday_core.policy import policy_from_dict, policy_to_dict  # noqa: PLC0415
+
+    del cluster  # Ray is initialised: the actor asks it for its node id
+    pattern = f"{WORKSPACE_PREFIX}{os.getpid()}-*"
+    assert not _dirs(pattern)
+    doc = msgspec.msgpack.encode(policy_to_dict(policy_from_dict(LIMITED)))
+    worker = NodeWorker(doc, "auto", ray.get_runtime_context().get_node_id())
+    opening, go = threading.Event(), threading.Event()
+    made: set[str] = set()
+    real_open = worker._open  # pyright: ignore[reportPrivateUsage] - held, then called
+
+    def held_open() -> panday.Session:
+        opening.set()
+        if not go.wait(120):  # a hang guard, never a verdict
+            raise TimeoutError("start was never let go")
+        session = real_open()
+        made.update(_dirs(pattern))  # positive control: start made its workspace
+        return session
+
+    monkeypatch.setattr(worker, "_open", held_open)
+    started: list[bytes] = []
+    closed: list[bytes] = []
+    starter = threading.Thread(target=lambda: started.append(worker.start()))
+    closer = threading.Thread(target=lambda: closed.append(worker.close()))
+    starter.start()
+    try:
+        assert opening.wait(120), "start never reached its session"
+        closer.start()
+        closer.join(1.0)
+        # Deterministic: close cannot end while start holds the actor's life, however
+        # slow the machine; without the wait it ends at once, with nothing to close yet.
+        assert closer.is_alive(), "close returned while start was still opening"
+    finally:
+        go.set()
+        starter.join(120)
+        if closer.ident is not None:
+            closer.join(120)
+    assert started, "start did not return"
+    assert closed, "close did not return"
+    assert len(made) == 1, made
+    assert not {d for d in made if Path(d).exists()}, "the workspace start made is left"
+    assert not _dirs(pattern)
+
+
 def test_each_nodes_egress_proxy_enforces_the_allowlist(cluster: LocalCluster) -> None:
     """Each node's sessions have their own egress proxy with the policy's allowlist; its
     audit events come back with the node id. The allowed host gets past the policy (and

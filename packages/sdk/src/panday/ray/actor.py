@@ -132,6 +132,9 @@ class NodeWorker:
         # Commands run one at a time (the lock); `close` and `cancel` run beside a command
         # (the actor has threads more than the pool queues on it), so they can kill a jail.
         self._one = threading.Lock()
+        # Held by `start` while it opens and judges: `close` waits for it, so a session (and
+        # workspace) that `start` makes is never left behind by a close that came first.
+        self._life = threading.Lock()
         self._closing = False
         self._broken: str | None = None  # a jail failed to start (why): nothing more is tried
         self._current: int | None = None
@@ -139,7 +142,7 @@ class NodeWorker:
         # The session proxy's audit events, appended on its thread (deque: atomic ends).
         self._events: deque[AuditEvent] = deque()
 
-    def start(self) -> bytes:
+    def start(self) -> bytes:  # noqa: PLR0911 - one refusal per way a start can end
         import ray  # noqa: PLC0415 - the actor runs under Ray, which is imported by then
 
         here = ray.get_runtime_context().get_node_id()
@@ -153,24 +156,27 @@ class NodeWorker:
         # command must only ever run on the node whose host was judged.
         if here != self._node_id:
             return refuse("Misplaced", [("node", f"scheduled on {here}, not {self._node_id}")])
-        try:
-            session = self._open()
-        except PolicyViolation as exc:
-            return refuse("PolicyViolation", [(v.field, v.reason) for v in exc.violations])
-        except TierUnavailable as exc:
-            return refuse("TierUnavailable", [("tier", f"{exc.tier}: {exc.reason}")])
-        except (SandboxError, OSError, ValueError) as exc:
-            return refuse("WorkerError", [("", f"{type(exc).__name__}: {exc}")])
-        # Judged by what it will do: a session that opens may still be unable to start a
-        # jail (user namespaces exhausted, a broken bwrap), so one must run here and now.
-        failed = self._judge(session, egress=True)
-        if failed is not None:
-            self._close_session()
-            field = "net.allow" if failed[0] == "egress" else "tier"
-            return refuse("JailFailed", [(field, failed[1])])
-        return encoder.encode(
-            Started(here, pid, hostname, session.tier, session.id, None, (), cpus)
-        )
+        with self._life:
+            if self._closing:
+                return refuse("NotStarted", [("node", "the pool closed before it was judged")])
+            try:
+                session = self._open()
+            except PolicyViolation as exc:
+                return refuse("PolicyViolation", [(v.field, v.reason) for v in exc.violations])
+            except TierUnavailable as exc:
+                return refuse("TierUnavailable", [("tier", f"{exc.tier}: {exc.reason}")])
+            except (SandboxError, OSError, ValueError) as exc:
+                return refuse("WorkerError", [("", f"{type(exc).__name__}: {exc}")])
+            # Judged by what it will do: a session that opens may still be unable to start
+            # a jail (user namespaces exhausted, a broken bwrap), so one must run here, now.
+            failed = self._judge(session, egress=True)
+            if failed is not None:
+                self._close_session()
+                field = "net.allow" if failed[0] == "egress" else "tier"
+                return refuse("JailFailed", [(field, failed[1])])
+            return encoder.encode(
+                Started(here, pid, hostname, session.tier, session.id, None, (), cpus)
+            )
 
     def _judge(self, session: Session, *, egress: bool) -> tuple[str, str] | None:
         failed = judge_jail(session)
@@ -296,9 +302,13 @@ class NodeWorker:
         return (failed[1] if failed else "").encode()
 
     def close(self) -> bytes:
-        """Close the session; the proxy's audit events not yet sent back."""
+        """Close the session; the proxy's audit events not yet sent back. Beside a `start`
+        still judging, its jail is killed (the session closed) and the rest waits for
+        `start` to end, so what it made is closed and removed here too."""
         self._closing = True
         self._close_session()
+        with self._life:
+            self._close_session()
         return encoder.encode(self._drain())
 
     def _close_session(self) -> None:

@@ -691,7 +691,9 @@ class Pool:
                 self._members.close_slot(slot, close=False)
             for judging in self._members.judging.values():
                 for slot in judging.pending.values():
-                    self._members.close_slot(slot, close=False)
+                    # Closed, not only killed: an actor killed while judging leaves its
+                    # session's workspace behind (until the next actor on its host).
+                    self._members.close_slot(slot, close=True)
             for task in self._running.values():
                 self._fail(task, PoolClosed("the pool was closed before the command finished"))
             self._running.clear()
