@@ -39,7 +39,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Iterator, Mapping
 
     from ray._private.node import Node
 
@@ -303,9 +303,15 @@ class ConstrainedNode:
         hide_files: Iterable[str],
         cover_dirs: Iterable[str],
         user_namespaces: int | None = None,
+        replace: Mapping[str, str] | None = None,
     ) -> None:
         mounts = [f"mount --bind /dev/null {shlex.quote(p)}" for p in hide_files]
         mounts += [f"mount -t tmpfs -o ro,size=4k none {shlex.quote(d)}" for d in cover_dirs]
+        # target -> what this node sees there instead (a bind of the test's own file).
+        mounts += [
+            f"mount --bind {shlex.quote(src)} {shlex.quote(dst)}"
+            for dst, src in (replace or {}).items()
+        ]
         unshare = ["unshare", "--mount", "--propagation", "private"]
         if user_namespaces is not None:
             # A user namespace of its own (root mapped to root): its limit is its own.
@@ -379,12 +385,14 @@ class NodeMaker:
         hide_files: Iterable[str] = (),
         cover_dirs: Iterable[str] = (),
         user_namespaces: int | None = None,
+        replace: Mapping[str, str] | None = None,
     ) -> ConstrainedNode:
         node = ConstrainedNode(
             self.gcs,
             hide_files=hide_files,
             cover_dirs=cover_dirs,
             user_namespaces=user_namespaces,
+            replace=replace,
         )
         self.started.append(node)
         return node

@@ -5,9 +5,12 @@ close that leaves nothing behind on the host."""
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,7 +29,7 @@ from panday_core.errors import (
 from panday_core.types import ExecResult
 
 if TYPE_CHECKING:
-    from conftest import Host, LocalCluster
+    from conftest import ConstrainedNode, Host, LocalCluster, NodeMaker
 
     from panday_core.egress.audit import AuditEvent
 
@@ -242,6 +245,75 @@ def test_close_beside_a_start_still_opening_removes_what_start_made(
     assert len(made) == 1, made
     assert not {d for d in made if Path(d).exists()}, "the workspace start made is left"
     assert not _dirs(pattern)
+
+
+_HELD_TRUE = """#!/bin/sh
+# /usr/bin/true on one test node: in a jail there (host name panday) it waits on a FIFO.
+f=/usr/local/games/held
+if [ "$(uname -n)" = panday ] && [ -p "$f" ]; then read -r _ < "$f"; fi
+exit 0
+"""
+
+
+def test_a_pool_closed_while_a_node_is_judged_leaves_no_workspace_there(
+    cluster: LocalCluster, make_node: NodeMaker, host: Host, tmp_path: Path
+) -> None:
+    """A node that joins late is being judged when the pool closes: its actor's `start` has
+    opened a session (made its workspace) and waits in the judge's jail. The pool must close
+    that actor, not only kill it, or the workspace is left behind. The hold is real and
+    certain: on that node only, /usr/bin/true in a jail reads a FIFO that the test holds
+    open without writing, and the test knows the judge is there once the FIFO has a reader
+    (a writer's non-blocking open fails with ENXIO before)."""
+    from panday.ray.actor import WORKSPACE_PREFIX  # noqa: PLC0415
+
+    del cluster  # the late node joins it
+    assert Path("/usr/local/games").is_dir(), "the FIFO's place on the node (FHS) is missing"
+    held = tmp_path / "held"
+    held.mkdir(mode=0o755)
+    fifo = held / "held"
+    os.mkfifo(fifo, 0o666)
+    script = tmp_path / "true"
+    script.write_text(_HELD_TRUE, encoding="utf-8")
+    script.chmod(0o755)
+    pattern = f"{WORKSPACE_PREFIX}*"
+    writer = -1
+    made: set[str] = set()
+    node: ConstrainedNode | None = None
+    pool = Pool(LIMITED, watch_interval=0.2, health_interval=3600)
+    try:
+        before = _dirs(pattern)  # the workspaces of the nodes judged at the start
+        node = make_node(replace={"/usr/bin/true": str(script), "/usr/local/games": str(held)})
+        deadline = time.monotonic() + 120  # a hang guard, never a verdict
+        while writer < 0:
+            try:
+                writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        # Only the late node's own (its actors descend from it): never another pool's.
+        pids = {str(p) for p in node.pids()}
+        made = {
+            d
+            for d in _dirs(pattern) - before
+            if Path(d).name.removeprefix(WORKSPACE_PREFIX).split("-")[0] in pids
+        }
+        # Positive control: the judged actor's start had made its workspace.
+        assert made, "the late node's actor made no workspace before its judge"
+        pool.close()
+        # Closed, its workspace goes with its session; killed only, nothing removes it (the
+        # next actor on the host would): the wait is bounded, and never met when killed.
+        host.wait_for(
+            lambda: not {d for d in made if Path(d).exists()}, 30, "the judged workspace to go"
+        )
+    finally:
+        pool.close()
+        if writer >= 0:
+            os.close(writer)
+        if node is not None:
+            node.stop()
+        for left in made:
+            shutil.rmtree(left, ignore_errors=True)  # what a failed run left, never judged
 
 
 def test_each_nodes_egress_proxy_enforces_the_allowlist(cluster: LocalCluster) -> None:

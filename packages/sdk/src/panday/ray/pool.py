@@ -25,7 +25,7 @@ import msgspec
 from panday._shared import DEFAULT_GET_BYTES, exec_spec
 from panday.ray.actor import AUTO, NodeWorker
 from panday.ray.errors import BatchFailed, ClusterRefused, PoolClosed, WorkerLost, error_of
-from panday.ray.nodes import Members, Options, Slot
+from panday.ray.nodes import CLOSE_WAIT_S, Members, Options, Slot
 from panday.ray.wire import (
     Call,
     CommandRecord,
@@ -697,7 +697,9 @@ class Pool:
             for task in self._running.values():
                 self._fail(task, PoolClosed("the pool was closed before the command finished"))
             self._running.clear()
-            self._members.finish_closing(5.0)
+            # As long as a retired actor gets: a judging actor's close waits for its `start`
+            # (which may be in its judge's jail) before it can remove the workspace.
+            self._members.finish_closing(CLOSE_WAIT_S)
             thread, self._thread = self._thread, None
         self._flush()
         if thread is not None and thread is not threading.current_thread():
