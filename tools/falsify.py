@@ -14,7 +14,10 @@ edit, and runs the named tests there with the scratch sources first on ``sys.pat
 Before mutating anything, the union of the named tests must pass on the unmutated copy, so
 a test that is already red cannot "kill" a mutation. That run (split over the jobs) also
 times every named test: a mutation's tests then get a timeout of a few times their
-unmutated duration (never under `TIMEOUT_FLOOR_S`), so a mutation that makes a test hang
+unmutated duration (never under `TIMEOUT_FLOOR_S`), plus the longest fixture set-up timed in
+their directory (a mutation's tests run alone, so the first of them pays the shared
+fixtures, a cluster for instance, that the baseline charged to whichever test came first
+there), so a mutation that makes a test hang
 (a kill that never comes, a deadline that never fires) is killed by the timeout in seconds
 rather than after the test's own minute-long wait. A cut-off is a clock, so it is checked:
 the unmutated tests run again at once under the same cut-off, and only if they pass is it a
@@ -51,7 +54,7 @@ import sys
 import tempfile
 import time
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -328,12 +331,26 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     out = os.environ.get(TIMES_ENV)
     if out:
         with Path(out).open("a", encoding="utf-8") as fh:
-            fh.write(f"{report.nodeid}\t{report.duration}\n")
+            fh.write(f"{report.nodeid}\t{report.when}\t{report.duration}\n")
+
+
+@dataclass
+class Durations:
+    """The baseline's timings: each test's phases summed, and each one's set-up alone."""
+
+    total: dict[str, float] = field(default_factory=dict[str, float])
+    setup: dict[str, float] = field(default_factory=dict[str, float])
+
+    def add(self, line: str) -> None:
+        nodeid, when, seconds = line.rsplit("\t", 2)
+        self.total[nodeid] = self.total.get(nodeid, 0.0) + float(seconds)
+        if when == "setup":
+            self.setup[nodeid] = float(seconds)
 
 
 def baseline(
     root: Path, tests: Sequence[str], jobs: int, python: str = sys.executable
-) -> tuple[int, str, dict[str, float]]:
+) -> tuple[int, str, Durations]:
     """Run `tests` unmutated, split over `jobs` processes; (exit code, tail, durations)."""
     chunks = [list(tests[i::jobs]) for i in range(jobs) if tests[i::jobs]]
     times = root / ".falsify-times"
@@ -347,27 +364,38 @@ def baseline(
         runs = list(pool.map(run, chunks))
     code = max(c for c, _ in runs)
     tail = "\n".join(t for c, t in runs if c != 0)
-    durations: dict[str, float] = {}
+    durations = Durations()
     if times.is_file():
         for line in times.read_text(encoding="utf-8").splitlines():
-            nodeid, _, seconds = line.rpartition("\t")
-            durations[nodeid] = durations.get(nodeid, 0.0) + float(seconds)
+            durations.add(line)
         times.unlink()
     return code, tail, durations
 
 
-def timeout_for(mutation: Mutation, durations: dict[str, float]) -> float:
-    """Each named test's timeout: TIMEOUT_FACTOR x the slowest of them unmutated."""
+def timeout_for(mutation: Mutation, durations: Durations) -> float:
+    """Each named test's timeout: TIMEOUT_FACTOR x the slowest of them unmutated, plus the
+    longest set-up timed in their directories. The baseline runs every named test in one
+    process, so a session or module fixture (a Ray cluster) is set up once, in the set-up
+    of whichever test came first; a mutation's tests run alone and pay it again, inside
+    their own cut-off."""
     slowest = max(
         (
             seconds
-            for nodeid, seconds in durations.items()
+            for nodeid, seconds in durations.total.items()
             for test in mutation.tests
             if nodeid == test or nodeid.startswith((f"{test}[", f"{test}::"))
         ),
         default=0.0,
     )
-    return max(TIMEOUT_FLOOR_S, TIMEOUT_FACTOR * slowest)
+    dirs = {_directory(test) for test in mutation.tests}
+    shared = max(
+        (s for nodeid, s in durations.setup.items() if _directory(nodeid) in dirs), default=0.0
+    )
+    return max(TIMEOUT_FLOOR_S, TIMEOUT_FACTOR * slowest) + shared
+
+
+def _directory(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0].rpartition("/")[0]
 
 
 def run_one(
@@ -519,7 +547,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"falsify: baseline: {len(union)} named tests pass on the unmutated tree "
             f"({time.monotonic() - start:.0f}s); {len(mutations)} mutations follow, {jobs} at "
             f"a time, each test timed out at {TIMEOUT_FACTOR:.0f}x its unmutated duration "
-            f"(at least {TIMEOUT_FLOOR_S:.0f}s)",
+            f"(at least {TIMEOUT_FLOOR_S:.0f}s) plus the longest set-up in its directory",
             flush=True,
         )
         with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:

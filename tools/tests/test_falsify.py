@@ -103,6 +103,39 @@ def test_a_cut_off_the_unmutated_tests_also_run_into_is_never_a_kill(tmp_path: P
     assert falsify.run_one(mutation(("packages/g/tests/test_guard.py",)), base).status == "killed"
 
 
+SHARED_SETUP = """import time
+import pytest
+from guard import allowed
+
+@pytest.fixture(scope="session")
+def cluster():
+    time.sleep(1.5)  # a shared, slow set-up (as a Ray cluster's is)
+    return True
+
+def test_first(cluster):
+    assert cluster
+
+def test_refuses_other_hosts(cluster):
+    assert not allowed('evil.example')
+"""
+
+
+def test_a_lone_run_is_given_the_shared_set_up_the_baseline_charged_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """A mutation naming only the second test runs it alone, so it pays the session
+    fixture the baseline set up for the first: its cut-off must hold that set-up."""
+    base = with_plugin(tiny_tree(tmp_path / "t", SHARED_SETUP))
+    code, tail, durations = falsify.baseline(base, ["packages/g/tests/test_guard.py"], 1)
+    assert code == 0, tail
+    first = "packages/g/tests/test_guard.py::test_first"
+    second = "packages/g/tests/test_guard.py::test_refuses_other_hosts"
+    # Positive control: the baseline charged the set-up to the first test only.
+    assert durations.setup[first] >= 1.5 > durations.total[second]
+    lone = falsify.timeout_for(mutation((second,)), durations)
+    assert lone >= falsify.TIMEOUT_FLOOR_S + durations.setup[first]
+
+
 def test_the_registry_loads_and_every_entry_names_tests() -> None:
     mutations = falsify.load_registry()
     assert mutations

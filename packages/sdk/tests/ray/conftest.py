@@ -325,6 +325,9 @@ class ConstrainedNode:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,
+            # The node ends with this process (node_main's parent-death signal) if it is
+            # killed before it can stop the node: it checks it was not too late to ask.
+            env={**os.environ, "PANDAY_TEST_NODE_PARENT": str(os.getpid())},
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().decode().strip()

@@ -17,14 +17,37 @@ namespace fails with ENOSPC) while everything else about it still works.
 
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
 import sys
 from pathlib import Path
 
 from ray._private.node import Node
 from ray._private.parameter import RayParams
 
+PR_SET_PDEATHSIG = 1
+
+
+PARENT_ENV = "PANDAY_TEST_NODE_PARENT"
+"""The test process's pid (conftest sets it): this node's parent."""
+
+
+def _end_with_the_test() -> None:
+    """Killed by the kernel when the test's process ends. A test killed before it closed
+    our stdin's other end, while this node was still joining (falsify's cut-off), would
+    leave it connecting for ever to a cluster that is gone, never reading stdin (and in
+    Ray's C++ client, where no Python thread gets to run). Ray's own processes share the
+    fate of this one (Ray starts them with the same parent-death signal)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    if str(os.getppid()) != os.environ.get(PARENT_ENV):  # it ended before the signal was set
+        os._exit(1)
+
 
 def main(gcs_address: str, object_store_bytes: int) -> None:
+    _end_with_the_test()
     params = RayParams(
         gcs_address=gcs_address,
         node_ip_address="127.0.0.1",
