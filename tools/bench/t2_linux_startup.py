@@ -213,15 +213,20 @@ def _where(
         (
             f"The plan makes {mounts} mounts per command (the allowlisted root, /proc and "
             "its masked files, the devices, /tmp, the workspace and each of its protected "
-            "entries); bwrap remounts each read-only one after binding it. The same number "
+            "entries). For each, bwrap binds, reads the whole mount table "
+            "(/proc/self/mountinfo) again and remounts what it bound read-only: under "
+            "strace the reads of that table, not the mounts, are its costliest calls. The "
+            "same number "
             f"of read-only binds added to (a), (e), took {e:.2f} ms: {per_mount:.3f} ms per "
             f"mount, {e - raw:.2f} ms in all."
         ),
         (
             "Both (b) and (d) first open the workspace's roots and protected entries "
             f"(descriptors opened, placeholders made, and removed after): {binds:.2f} ms "
-            f"timed alone. What is left of (d)-(a), {rest:.2f} ms, is the seccomp program, "
-            "the Landlock wall's exec and the options. (b)-(d) is making and removing the "
+            f"timed alone. What is left of (d)-(a), {rest:.2f} ms (a difference of "
+            "separate medians: near zero, it is within their noise), is the seccomp "
+            "program, the Landlock wall's exec and the options. (b)-(d) is making and "
+            "removing the "
             f"command's cgroup ({steps['cgroup']:.2f} ms timed alone"
             + ("" if cgroup else "; none here: the session has no ceilings")
             + "), moving the jail into it (which waits for bwrap's child, and can wait for "
