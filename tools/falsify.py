@@ -21,7 +21,8 @@ there), so a mutation that makes a test hang
 (a kill that never comes, a deadline that never fires) is killed by the timeout in seconds
 rather than after the test's own minute-long wait. A cut-off is a clock, so it is checked:
 the unmutated tests run again at once under the same cut-off, and only if they pass is it a
-kill (otherwise an error: a verdict a busier machine could have given). Mutations run
+kill (otherwise the mutant runs again without the cut-off, and its tests' own assertions
+and hang guards give the verdict). Mutations run
 `--jobs` at a time, each in its own copy, and each prints its line as soon as it finishes.
 
 A mutation killed before is remembered (`.nox/falsify-killed.json`) under a key that covers
@@ -423,6 +424,10 @@ def run_one(
     return Outcome(mutation, "error", f"pytest exit {code}: {tail}", seconds)
 
 
+UNCUT = "judged without the cut-off"
+"""In a verdict's detail: the hang was not confirmed, so the mutant ran again uncut."""
+
+
 def _hung(detail: str) -> bool:
     """pytest-timeout's banner: a named test ran into the cut-off."""
     return "Timeout" in detail
@@ -432,8 +437,9 @@ def _confirm_hang(outcome: Outcome, base: Path, timeout: float, python: str) -> 
     """A kill by the cut-off is a clock's verdict: a machine busier during the mutant's run
     than during the baseline's gives it to a mutation that survives. So the unmutated tests
     run again at once under the same cut-off: only if they pass there is the hang the
-    mutation's. Otherwise the verdict is an error (the gate fails and says why), never a
-    kill."""
+    mutation's. Otherwise the mutant runs again without the cut-off, and that run's
+    verdict (its tests' own assertions and hang guards) is the one given: never the
+    clock's, and never an error that only a quieter machine would clear."""
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="panday-falsify-") as tmp:
         root = Path(tmp)
@@ -448,14 +454,14 @@ def _confirm_hang(outcome: Outcome, base: Path, timeout: float, python: str) -> 
             f"{outcome.detail}\nthe unmutated tests passed under the same {timeout:.0f} s cut-off"
         )
         return Outcome(outcome.mutation, "killed", detail, seconds)
-    return Outcome(
-        outcome.mutation,
-        "error",
-        f"inconclusive: a named test hung under the mutation, and the unmutated tests did not "
-        f"pass under the same {timeout:.0f} s cut-off either (pytest exit {code}: {tail}); "
-        "the machine's load could have given this verdict: run it again",
-        seconds,
+    # The cut-off cannot tell here: the mutant is judged again without it, by the tests'
+    # own assertions and hang guards, as the test suite itself judges them.
+    judged = run_one(outcome.mutation, base, None, python)
+    detail = (
+        f"{judged.detail}\n{UNCUT}: the unmutated tests did not pass under the "
+        f"{timeout:.0f} s cut-off either (pytest exit {code}: {tail})"
     )
+    return Outcome(outcome.mutation, judged.status, detail, seconds + judged.seconds)
 
 
 def _via_control(outcome: Outcome) -> bool:
@@ -467,7 +473,9 @@ def _line(outcome: Outcome, done: int, total: int) -> str:
     # A kill through a failed positive control still counts (the mutation broke the
     # permitted path too, e.g. an inverted allowlist), but it is named as such.
     how = " (through an inconclusive control)" if _via_control(outcome) else ""
-    if outcome.status == "killed" and _hung(outcome.detail):
+    if UNCUT in outcome.detail:
+        how += f" ({UNCUT}: unmutated, the tests outlast it here)"
+    elif outcome.status == "killed" and _hung(outcome.detail):
         how += " (a named test hung until its timeout; unmutated, they passed under it)"
     line = f"falsify: [{done}/{total}] {mark} {outcome.mutation.name}{how} ({outcome.seconds:.1f}s)"
     if outcome.status != "killed":
