@@ -103,7 +103,6 @@ def test_a_cut_off_the_unmutated_tests_also_run_into_is_never_a_kill(tmp_path: P
     assert falsify.UNCUT in outcome.detail, outcome.detail
     judged = outcome.detail.split(falsify.UNCUT)[0]
     assert "Timeout" not in judged, judged  # the assertion's kill, not the cut-off's
-    assert "AssertionEr" in judged, judged  # pytest cuts the summary line short
     # A mutation the slow test cannot see survives the same way: never a kill by the clock.
     blind = falsify.Mutation(
         name="guard reworded",
