@@ -5,8 +5,9 @@ Issue 25's budgets, side by side in one run (variants interleaved, rotating orde
 - (a) a bare ``posix_spawn`` of /bin/true and ``waitpid`` (no pipes, no pump);
 - (a') the same through core's `spawn` and `stream` (pipes and the pump every tier uses);
 - (b) ``session.run(["/bin/true"])`` in an open T1 session with the default policy (a
-  fresh Landlock ruleset per command, the writable workspace's entries listed, the
-  spawning thread, seccomp, the host's rlimits);
+  fresh Landlock ruleset per command, the writable workspace's entries listed, a thread
+  of its own started by the session's spawning thread, which holds the seccomp program,
+  the host's rlimits);
 - (c) the same in an open T2 session (bwrap, cgroups where they can be made);
 - (d) ``panday run --tier t1-linux -- /bin/true`` (T1's cached plan, after the warm-up);
 - (e) ``panday run --tier t2-linux -- /bin/true`` (T2's cached plan, after one warm-up).
@@ -22,21 +23,16 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import harness
 
 from panday_core.execution import Supervisor, collect, spawn, stream
 from panday_core.policy import FsPolicy, SandboxPolicy
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 NAME = "t1_linux_startup"
 BUDGET = 1.5
@@ -82,22 +78,23 @@ def bench(rounds: int, cli_rounds: int) -> dict[str, object]:
             jail = t1.jail
 
             def restrict_only() -> None:
-                """A thread restricting itself as a command's does, then spawning nothing."""
+                """A command's thread, started by the session's spawner, restricting itself as
+                a command's does, then spawning nothing."""
                 ruleset = jail.ruleset()
                 cwd_fd = os.open(jail.workspace, os.O_PATH | os.O_DIRECTORY)
                 try:
                     restrictions = Restrictions(
-                        ruleset=ruleset, program=jail.program, cwd_fd=cwd_fd, root=os.geteuid() == 0
+                        ruleset=ruleset, cwd_fd=cwd_fd, root=os.geteuid() == 0
                     )
-                    run_restricted(restrictions)(lambda: 0)
+                    run_restricted(jail.spawner, restrictions)(lambda: 0)
                 finally:
                     ruleset.close()
                     os.close(cwd_fd)
 
             steps = {
-                "ruleset": _median_ms(lambda: jail.ruleset().close()),
-                "entries": _median_ms(jail.roots.entries),
-                "restrict": _median_ms(restrict_only),
+                "ruleset": harness.median_ms(lambda: jail.ruleset().close()),
+                "entries": harness.median_ms(jail.roots.entries),
+                "restrict": harness.median_ms(restrict_only),
             }
         clis = [
             harness.Variant(
@@ -131,15 +128,6 @@ def bench(rounds: int, cli_rounds: int) -> dict[str, object]:
     }
 
 
-def _median_ms(step: Callable[[], object], runs: int = 200) -> float:
-    samples: list[float] = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        step()
-        samples.append(time.perf_counter() - start)
-    return round(statistics.median(samples) * 1000, 3)
-
-
 def _where(summaries: dict[str, dict[str, float]], steps: dict[str, float]) -> dict[str, object]:
     """The split of (b) from the variants' medians and two of T1's steps timed alone."""
     bare, pumped, t1 = (
@@ -159,12 +147,14 @@ def _where(summaries: dict[str, dict[str, float]], steps: dict[str, float]) -> d
             f"Of (b)-(a'), {t1 - pumped:.2f} ms, timed alone: building the command's "
             f"Landlock ruleset {ruleset:.2f} ms, of which listing the workspace's protected "
             f"entries (again for every command, so that one made meanwhile is kept "
-            f"read-only) {entries:.2f} ms; a thread of its own restricting itself (a "
-            "restriction cannot be undone, so each command gets a new one: unshare of its "
-            "file-system attributes, no_new_privs, capabilities dropped as root, the "
-            f"ruleset, the seccomp program) {thread:.2f} ms. The rest, {rest:.2f} ms, is "
-            "spawning from that thread rather than the caller's, the command's PATH lookup "
-            "and the host's rlimits set on the child."
+            f"read-only) {entries:.2f} ms; a thread of its own, handed over to and started "
+            "by the session's spawning thread (which set no_new_privs, emptied a root "
+            "caller's bounding set and loaded the seccomp program once, for every command), "
+            "restricting itself (a ruleset cannot be lifted, so each command gets a new "
+            "thread: unshare of its file-system attributes, capabilities cleared as root, "
+            f"the ruleset) {thread:.2f} ms. The rest, {rest:.2f} ms, is spawning from that "
+            "thread rather than the caller's, the command's PATH lookup and the host's "
+            "rlimits set on the child."
         ),
     ]
     return {
@@ -177,7 +167,7 @@ def _where(summaries: dict[str, dict[str, float]], steps: dict[str, float]) -> d
                     ["core's spawn and pump, (a')", pumped],
                     ["the protected entries, timed alone", entries],
                     ["the rest of the Landlock ruleset, timed alone", round(ruleset - entries, 3)],
-                    ["a new thread restricting itself, timed alone", round(thread, 3)],
+                    ["a command's thread restricting itself, timed alone", round(thread, 3)],
                     ["the rest: spawning there, the PATH lookup, the rlimits", round(rest, 3)],
                 ],
             }

@@ -36,7 +36,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -124,16 +123,6 @@ def _no_bytecode_venv(where: Path) -> Path:
     return venv
 
 
-def _median_ms(fn: Callable[[], object], runs: int = PHASE_RUNS) -> float:
-    fn()
-    samples: list[float] = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1000)
-    return round(statistics.median(samples), 3)
-
-
 def _phases(workspace: Path, full: Path, cache: Path) -> dict[str, float]:
     """The cached path's steps in this process (warm, bytecode compiled), medians in ms.
 
@@ -180,10 +169,10 @@ def _phases(workspace: Path, full: Path, cache: Path) -> dict[str, float]:
             jail.run(launched, made, write=lambda _s, _d: None)
 
         return {
-            "key": _median_ms(lookup),
-            "binds_placeholders": _median_ms(binds_in(workspace)),
-            "binds_no_placeholders": _median_ms(binds_in(full)),
-            "launch_and_run": _median_ms(jail_run),
+            "key": harness.median_ms(lookup, PHASE_RUNS, warmup=1),
+            "binds_placeholders": harness.median_ms(binds_in(workspace), PHASE_RUNS, warmup=1),
+            "binds_no_placeholders": harness.median_ms(binds_in(full), PHASE_RUNS, warmup=1),
+            "launch_and_run": harness.median_ms(jail_run, PHASE_RUNS, warmup=1),
             "launch_and_run_cold": _cold_launch_ms(),
         }
     finally:

@@ -86,6 +86,19 @@ def interleave(variants: Sequence[Variant], *, rounds: int, warmup: int) -> None
                 variant.samples.append(elapsed)
 
 
+def median_ms(step: Callable[[], object], runs: int = 200, *, warmup: int = 0) -> float:
+    """The median of `runs` timings of `step` alone, in ms (a part of a variant, timed on
+    its own to split the variant's time)."""
+    for _ in range(warmup):
+        step()
+    samples: list[float] = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        step()
+        samples.append(time.perf_counter() - start)
+    return round(statistics.median(samples) * 1000, 3)
+
+
 def raw_bwrap(benchmark: str) -> tuple[str, list[str]]:
     """The bwrap a session uses ("path (source)") and the raw jail every startup benchmark
     compares with: `bwrap --unshare-all --die-with-parent --ro-bind / / /bin/true`."""

@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import statistics
 import tempfile
-import time
 from typing import TYPE_CHECKING
 
 import harness
@@ -111,15 +109,6 @@ def _run_argv(argv: list[str], what: str) -> Callable[[], None]:
     return run
 
 
-def _median_ms(step: Callable[[], None], runs: int = 200) -> float:
-    samples: list[float] = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        step()
-        samples.append(time.perf_counter() - start)
-    return round(statistics.median(samples) * 1000, 3)
-
-
 def main(rounds: int, warmup: int) -> dict[str, object]:
     shown, raw_argv = harness.raw_bwrap(NAME)
     bwrap = find_bwrap()
@@ -170,7 +159,10 @@ def main(rounds: int, warmup: int) -> dict[str, object]:
             ]
             info = harness.host_info()
             harness.interleave(variants, rounds=rounds, warmup=warmup)
-            steps = {"binds": _median_ms(binds_only), "cgroup": _median_ms(cgroup_only)}
+            steps = {
+                "binds": harness.median_ms(binds_only),
+                "cgroup": harness.median_ms(cgroup_only),
+            }
             cgroup = session.guard.session is not None
     finally:
         loop.run_until_complete(sandbox.destroy(handle))

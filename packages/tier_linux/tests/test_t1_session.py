@@ -96,6 +96,33 @@ def test_the_callers_threads_stay_unrestricted(tmp_path: Path) -> None:
     assert outside.read_text() == "caller's"
 
 
+def test_each_command_is_ruled_by_its_own_ruleset_however_many_run(tmp_path: Path) -> None:
+    """A command's Landlock ruleset belongs to its own thread, never to the session's
+    spawning thread: rulesets would pile up there (a directory made after the first
+    command would stay unwritable, and the 17th ruleset would not fit)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    later = ws / "later"
+    with open_session(_policy(ws)) as session:
+        # Ruled before "later" exists: its ruleset grants nothing there.
+        assert session.run(["true"]).exit_code == 0
+        later.mkdir()
+        for i in range(20):  # more commands than Landlock stacks rulesets (16)
+            result = session.run(["sh", "-c", f"echo {i} > later/file{i}"])
+            assert result.exit_code == 0, (i, result.stderr)
+    assert sorted(p.name for p in later.iterdir()) == sorted(f"file{i}" for i in range(20))
+
+
+def test_a_failed_spawn_leaves_the_session_able_to_spawn(tmp_path: Path) -> None:
+    """A command that cannot start (not executable) is answered, and the next one runs."""
+    script = tmp_path / "plain.txt"
+    script.write_text("not a program\n")
+    with open_session(_policy(tmp_path)) as session:
+        with pytest.raises(CommandNotFound):
+            session.run(["./plain.txt"])
+        assert session.run(["sh", "-c", "echo again"]).stdout == b"again\n"
+
+
 def test_removing_the_private_tmp_never_follows_a_link(tmp_path: Path) -> None:
     """A command can leave links in its tmp pointing anywhere; the session's cleanup
     removes the links, never what they point to."""

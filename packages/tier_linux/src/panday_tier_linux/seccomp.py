@@ -446,6 +446,13 @@ def compile_program(spec: FilterSpec) -> bytes:
     ops = {"NE": sc.NE, "LT": sc.LT, "GT": sc.GT, "EQ": sc.EQ, "MASKED_EQ": sc.MASKED_EQ}
     filt = sc.SyscallFilter(sc.ALLOW)
     filt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+    # A binary tree of syscall numbers rather than a linear list: the same verdicts, fewer
+    # instructions on each call's path. That is most of what loading the program costs
+    # (the kernel runs it once per syscall number to cache the always-allowed ones: about
+    # 0.1 ms less per command here) and what every syscall in the jail pays. libseccomp
+    # before 2.5 has no such option: the linear program is as strict.
+    with contextlib.suppress(OSError):
+        filt.set_attr(sc.Attr.CTL_OPTIMIZE, 2)
 
     def number(name: str) -> int | str:
         # A name this libseccomp does not know resolves to a negative number; the calls

@@ -363,6 +363,32 @@ ok("no_new_privs is not set")
     _check(esc, t1, code)
 
 
+CAPABILITIES = """
+PR_CAPBSET_READ = 23
+bounding = [c for c in range(64) if libc.prctl(PR_CAPBSET_READ, c, 0, 0, 0) == 1]
+header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+sets = (ctypes.c_uint32 * 6)()
+if libc.capget(header, sets) != 0:
+    blocked("capget: " + errno.errorcode.get(ctypes.get_errno(), "?"))
+if not bounding and not any(sets):
+    blocked("no capability held, none in the bounding set")
+ok(f"{len(bounding)} in the bounding set, sets {list(sets)}")
+"""
+
+
+def test_a_root_callers_command_holds_no_capability_and_can_regain_none(
+    esc: Escape, t1: _T1
+) -> None:
+    """A root caller's command runs as uid 0 with empty capability sets and an empty
+    bounding set, so no program it runs gets one back (a layer beside no_new_privs)."""
+    if os.geteuid() != 0:
+        pytest.skip(
+            "an unprivileged caller holds no capability and cannot empty its bounding set; "
+            "the root pass runs this probe (no_new_privs: test_no_new_privs_holds)"
+        )
+    _check(esc, t1, CAPABILITIES)
+
+
 def test_host_processes_cannot_be_signalled(
     esc: Escape, t1: _T1, host_sleeper: tuple[int, str]
 ) -> None:

@@ -65,15 +65,17 @@ GUARANTEES: Final = (
     ),
     Guarantee(
         name="No capabilities, also when the caller is root",
-        mechanism="the spawning thread empties its bounding, inheritable, permitted and "
-        "effective sets before the command's exec (no_new_privs keeps them empty)",
+        mechanism="the session's spawning thread empties its bounding set, the command's "
+        "own thread (started from it) its inheritable, permitted and effective sets before "
+        "the command's exec (no_new_privs keeps them empty)",
         support=Support.STRICT,
         note="a root caller's command still runs as uid 0: files it can reach through the "
         "Landlock rules are judged by owner bits as uid 0",
     ),
     Guarantee(
         name="No privilege gain through setuid binaries",
-        mechanism="PR_SET_NO_NEW_PRIVS on the spawning thread, inherited by the command",
+        mechanism="PR_SET_NO_NEW_PRIVS on the session's spawning thread, inherited by each "
+        "command's thread and the command",
         support=Support.STRICT,
     ),
     Guarantee(

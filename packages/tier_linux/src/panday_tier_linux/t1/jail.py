@@ -5,8 +5,9 @@ paths as `binds.Roots`, opened once without following a link; the system paths T
 read-only; the devices; a private tmp directory) and the seccomp program. `Jail.start`
 makes a command's ruleset (a writable workspace's entries listed then, the protected ones
 and staged ones left out), resolves its program, and spawns it through
-`launch.run_restricted`, then sets the host's rlimits. A `T1Session` launches through it,
-and so does ``panday run`` from a cached plan (`t1.plan`): the same code.
+`launch.run_restricted` from the jail's `launch.Spawner` (which holds the seccomp program),
+then sets the host's rlimits. A `T1Session` launches through it, and so does ``panday run``
+from a cached plan (`t1.plan`): the same code.
 
 On `panday run`'s start-up path: it imports neither typing nor msgspec.
 """
@@ -28,7 +29,7 @@ from panday_core.execution import Supervisor
 from panday_core.process import spawn
 from panday_core.startup import suppress
 from panday_tier_linux.t1 import landlock
-from panday_tier_linux.t1.launch import RestrictError, Restrictions, run_restricted
+from panday_tier_linux.t1.launch import RestrictError, Restrictions, Spawner, run_restricted
 
 TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ def _grant_below(
 class Jail:
     """What each command of one session (or one cached run) is restricted by."""
 
-    __slots__ = ("abi", "env", "program", "roots", "system", "tmp", "tmp_fd")
+    __slots__ = ("abi", "env", "roots", "spawner", "system", "tmp", "tmp_fd")
 
     def __init__(
         self,
@@ -138,10 +139,21 @@ class Jail:
         self.system = system
         self.tmp = tmp
         self.tmp_fd = os.open(tmp, _O_PATH | os.O_DIRECTORY)
-        self.program = program
-        """The seccomp program (`seccomp.FilterSpec(namespaces=False)`, compiled)."""
+        self.spawner = Spawner(program)
+        """The thread every command's own thread is started from (`launch`)."""
         self.env = dict(env)
         """The policy's variables."""
+
+    @property
+    def program(self) -> bytes:
+        """The seccomp program (`seccomp.FilterSpec(namespaces=False)`, compiled)."""
+        return self.spawner.program
+
+    @program.setter
+    def program(self, value: bytes) -> None:
+        # A loaded program cannot be lifted: the next command starts a new spawner.
+        self.spawner.close()
+        self.spawner = Spawner(value)
 
     @property
     def workspace(self) -> str:
@@ -213,11 +225,11 @@ class Jail:
         except OSError as exc:
             raise WorkspaceUnusable("cwd", cwd, f"cannot be entered ({exc.strerror})") from None
         ruleset = self.ruleset()
-        restrictions = Restrictions(
-            ruleset=ruleset, program=self.program, cwd_fd=cwd_fd, root=os.geteuid() == 0
-        )
+        restrictions = Restrictions(ruleset=ruleset, cwd_fd=cwd_fd, root=os.geteuid() == 0)
         try:
-            proc = spawn(resolved, env=env, stdin=stdin, run_in=run_restricted(restrictions))
+            proc = spawn(
+                resolved, env=env, stdin=stdin, run_in=run_restricted(self.spawner, restrictions)
+            )
         except RestrictError as exc:
             raise TierUnavailable(
                 TIER, f"the spawning thread could not restrict itself: {exc}"
@@ -248,7 +260,9 @@ class Jail:
         return proc, sup
 
     def close(self) -> None:
-        """Release the held paths, remove the private tmp, close the roots. Idempotent."""
+        """End the spawner, release the held paths, remove the private tmp, close the
+        roots. Idempotent."""
+        self.spawner.close()
         for held in self.system:
             os.close(held.fd)
         self.system = []

@@ -1,19 +1,30 @@
-"""T1's launcher: a sacrificial thread restricts itself, then spawns the command.
+"""T1's launcher: a session's spawning thread, restricted once, starts each command's
+thread, which restricts itself further and spawns the command.
 
 Landlock domains, seccomp filters (without TSYNC), ``no_new_privs``, capabilities and
 (after ``unshare(CLONE_FS)``) the working directory all belong to one *thread*, and a
-child inherits them from the thread that spawned it. So each command gets a new thread
-that: unshares its file-system context and enters the command's directory; sets
-``PR_SET_NO_NEW_PRIVS``; drops every capability from its bounding, inheritable, permitted
-and effective sets (a root caller's command runs as uid 0 with none); restricts itself
-with the command's Landlock ruleset; loads the seccomp program (compiled by `seccomp`,
-per-user cache); and makes the one ``posix_spawn`` (`panday_core.process.spawn`'s
-`run_in`). The thread then ends, and its restrictions with it; the caller's other threads
-never had them. No ``preexec_fn`` (unsafe in a threaded caller), no re-exec of an
-interpreter (14 ms here against 1.1 ms for ``posix_spawn`` of /bin/true).
+thread or child inherits them from the thread that made it. Two kinds of thread:
 
-Everything the thread needs after restricting itself is computed before (the spawn's file
-actions, the program's path): it cannot read /proc or panday's own code any more.
+* a `Spawner`, one per session, kept until the session closes: it sets
+  ``PR_SET_NO_NEW_PRIVS``, empties its capability bounding set (a root caller's: with
+  no_new_privs, an exec'd program gets nothing back), and loads the seccomp program
+  (compiled by `seccomp`, per-user cache). These are the same for every command of the
+  session, and loading the program is most of their cost (the kernel runs it once per
+  syscall number to cache what it always allows: ~0.35 ms here, every command before);
+* a command's thread, started by the spawner (so it inherits the above) for one command:
+  it unshares its file-system context and enters the command's directory, empties its
+  capability sets (a root caller's command runs as uid 0 with none), restricts itself
+  with the command's Landlock ruleset (built for each command: the workspace's entries
+  are listed again), and makes the one ``posix_spawn`` (`panday_core.process.spawn`'s
+  `run_in`). It then ends, and its ruleset with it.
+
+The caller's other threads never have any of it. No ``preexec_fn`` (unsafe in a threaded
+caller), no re-exec of an interpreter (14 ms here against 1.1 ms for ``posix_spawn`` of
+/bin/true). The spawner keeps its capabilities (only its bounding set is emptied), so a
+caller that changes its uid later (glibc makes every thread follow) is not refused.
+
+Everything a command's thread needs after restricting itself is computed before (the
+spawn's file actions, the program's path): it cannot read /proc or panday's own code.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ import os
 
 TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 if TYPE_CHECKING:
+    from _queue import SimpleQueue
     from collections.abc import Callable
 
     from panday_tier_linux.t1.landlock import Ruleset
@@ -53,9 +65,9 @@ def no_new_privs() -> None:
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
 
 
-def drop_capabilities() -> None:
-    """Empty this thread's bounding set and its capability sets (only a root caller has
-    any): with no_new_privs, an exec'd program gets none back."""
+def drop_bounding_set() -> None:
+    """Empty this thread's capability bounding set (only a root caller's is droppable):
+    with no_new_privs, no program it or its children exec gets a capability back."""
     for cap in range(_CAP_LAST + 1):
         if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
             err = ctypes.get_errno()
@@ -63,6 +75,10 @@ def drop_capabilities() -> None:
                 break
             if err != 1:
                 raise OSError(err, f"PR_CAPBSET_DROP: {os.strerror(err)}")
+
+
+def clear_capabilities() -> None:
+    """Empty this thread's effective, permitted and inheritable sets (and so the ambient)."""
     header = (ctypes.c_uint32 * 2)(_CAP_VERSION_3, 0)
     data = (ctypes.c_uint32 * 6)()
     _check(_libc.capset(header, data), "capset")
@@ -76,40 +92,43 @@ def load_seccomp(program: bytes) -> None:
 
 
 class RestrictError(Exception):
-    """The spawning thread could not restrict itself (a host that refuses a Landlock or
-    seccomp call): nothing was spawned."""
+    """A thread could not restrict itself (a host that refuses a Landlock or seccomp
+    call): nothing was spawned."""
 
 
 class Restrictions:
-    """What one command's thread applies to itself before it spawns."""
+    """What one command's thread applies to itself before it spawns (on top of what it
+    inherits from the session's `Spawner`)."""
 
-    __slots__ = ("cwd_fd", "program", "root", "ruleset")
+    __slots__ = ("cwd_fd", "root", "ruleset")
 
-    def __init__(self, *, ruleset: Ruleset, program: bytes, cwd_fd: int, root: bool) -> None:
+    def __init__(self, *, ruleset: Ruleset, cwd_fd: int, root: bool) -> None:
         self.ruleset = ruleset
-        self.program = program
         self.cwd_fd = cwd_fd
         self.root = root
 
-    def apply(self) -> None:
-        """Restrict the calling thread (irreversibly: call it on a thread of its own)."""
+    def apply(self, spawner: Spawner) -> None:
+        """Restrict the calling thread (irreversibly: a command's thread of its own)."""
         _check(_libc.unshare(CLONE_FS), "unshare(CLONE_FS)")
         os.fchdir(self.cwd_fd)
-        no_new_privs()
         if self.root:
-            drop_capabilities()
+            if not spawner.bounding_dropped:  # the caller became root after it started
+                drop_bounding_set()
+            clear_capabilities()
         self.ruleset.restrict()
-        load_seccomp(self.program)
 
 
 _GC_LOCK = _thread.allocate_lock()
 _GC_HELD = [0, False]
-"""Spawning threads running now, and whether the collector was enabled before the first."""
+"""Commands being spawned now, and whether the collector was enabled before the first."""
 
 
 def _hold_gc(*, hold: bool) -> None:
-    """Keep the cyclic collector off while any spawning thread runs: a collection there
-    would run the caller's finalizers under the command's restrictions (where they fail)."""
+    """Keep the cyclic collector off while any command is being spawned: a collection on
+    its thread would run the caller's finalizers under the command's restrictions (where
+    they fail). The spawner allocates almost nothing of its own between two commands; a
+    collection that still began there would run under its seccomp program and without
+    capabilities, never under a command's Landlock ruleset."""
     import gc
 
     with _GC_LOCK:
@@ -124,37 +143,137 @@ def _hold_gc(*, hold: bool) -> None:
                 gc.enable()
 
 
-def run_restricted(restrictions: Restrictions) -> Callable[[Callable[[], int]], int]:
-    """`spawn`'s `run_in`: make the spawn on a new thread that first restricts itself."""
+class _Job:
+    """One command's spawn, handed to the spawner and run on a thread it starts."""
 
-    def run_in(call: Callable[[], int]) -> int:
-        box: list[int | BaseException] = []
-        done = _thread.allocate_lock()
-        done.acquire()
+    __slots__ = ("box", "call", "done", "restrictions", "spawner")
 
-        def body() -> None:
+    def __init__(
+        self, spawner: Spawner, restrictions: Restrictions, call: Callable[[], int]
+    ) -> None:
+        self.spawner = spawner
+        self.restrictions = restrictions
+        self.call = call
+        self.box: list[int | BaseException] = []
+        self.done = _thread.allocate_lock()
+        self.done.acquire()
+
+    def run(self) -> None:
+        """On the command's own thread: restrict it, then spawn."""
+        try:
             try:
-                try:
-                    restrictions.apply()
-                except OSError as exc:
-                    raise RestrictError(str(exc)) from exc
-                box.append(call())
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-                box.append(exc)
-            finally:
-                done.release()
+                self.restrictions.apply(self.spawner)
+            except OSError as exc:
+                raise RestrictError(str(exc)) from exc
+            self.box.append(self.call())
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            self.box.append(exc)
+        finally:
+            self.done.release()
 
-        # `_thread` rather than `threading`: the thread is started and awaited here and
-        # nowhere else, and `threading` costs `panday run`'s start-up time to import.
+    def fail(self, exc: BaseException) -> None:
+        """The spawner could not start the command's thread (or is gone)."""
+        self.box.append(exc)
+        self.done.release()
+
+
+class Spawner:
+    """A session's spawning thread (see the module docstring), started at its first
+    command and ended by `close`. Commands may be spawned from several threads at once:
+    each gets a thread of its own, started in turn."""
+
+    __slots__ = ("_ended", "_failed", "_jobs", "_lock", "_pid", "bounding_dropped", "program")
+
+    def __init__(self, program: bytes) -> None:
+        self.program = program
+        """The seccomp program (`seccomp.FilterSpec(namespaces=False)`, compiled)."""
+        self.bounding_dropped = False
+        self._lock = _thread.allocate_lock()
+        self._jobs: SimpleQueue[_Job | None] | None = None
+        self._pid = 0
+        self._failed = ""
+        self._ended = _thread.allocate_lock()
+
+    def run(self, restrictions: Restrictions, call: Callable[[], int]) -> int:
+        """`call` (the spawn) on a new thread that inherits the spawner's restrictions and
+        applies `restrictions`; its result, or its exception raised here."""
+        job = _Job(self, restrictions, call)
         _hold_gc(hold=True)
         try:
-            _thread.start_new_thread(body, ())
-            done.acquire()
+            self._submit(job)
+            job.done.acquire()
         finally:
             _hold_gc(hold=False)
-        found = box[0] if box else RuntimeError("the spawning thread ended without a result")
+        found = job.box[0] if job.box else RuntimeError("the spawning thread gave no result")
         if isinstance(found, BaseException):
             raise found
         return found
+
+    def _submit(self, job: _Job) -> None:
+        with self._lock:
+            if self._jobs is None or self._pid != os.getpid():  # first, or a forked child
+                self._start()
+            if self._failed:
+                raise RestrictError(self._failed)
+            jobs = self._jobs
+            assert jobs is not None  # noqa: S101 - set by _start
+            jobs.put(job)
+
+    def _start(self) -> None:
+        """Start the spawner and wait until it has restricted itself (or failed to)."""
+        from _queue import SimpleQueue
+
+        self._jobs = SimpleQueue()
+        self._pid = os.getpid()
+        self._failed = ""
+        ready = _thread.allocate_lock()
+        ready.acquire()
+        self._ended.acquire(blocking=False)
+        # `_thread` rather than `threading`: `threading` costs `panday run`'s start-up time.
+        _thread.start_new_thread(self._loop, (self._jobs, ready))
+        ready.acquire()
+
+    def _loop(self, jobs: SimpleQueue[_Job | None], ready: _thread.LockType) -> None:
+        try:
+            try:
+                no_new_privs()
+                if os.geteuid() == 0:
+                    drop_bounding_set()
+                    self.bounding_dropped = True
+                load_seccomp(self.program)
+            except OSError as exc:
+                self._failed = str(exc) or "the spawning thread could not restrict itself"
+            finally:
+                ready.release()
+            while not self._failed:
+                job = jobs.get()
+                if job is None:
+                    break
+                try:
+                    _thread.start_new_thread(job.run, ())
+                except BaseException as exc:  # noqa: BLE001 - handed to the command's caller
+                    job.fail(exc)
+        finally:
+            self._ended.release()
+
+    def close(self) -> None:
+        """End the spawning thread (idempotent); commands already handed over start first."""
+        with self._lock:
+            jobs, self._jobs = self._jobs, None
+            if jobs is None or self._pid != os.getpid():
+                return
+            jobs.put(None)
+        # It ends at once (it only starts threads); bounded all the same.
+        if self._ended.acquire(timeout=5):
+            self._ended.release()
+
+
+def run_restricted(
+    spawner: Spawner, restrictions: Restrictions
+) -> Callable[[Callable[[], int]], int]:
+    """`spawn`'s `run_in`: make the spawn on a command's thread started by `spawner`."""
+
+    def run_in(call: Callable[[], int]) -> int:
+        return spawner.run(restrictions, call)
 
     return run_in
