@@ -504,6 +504,25 @@ def test_the_host_git_configuration_files_are_the_ones_git_reads(
     assert str(tmp_path / "global") in found
 
 
+def test_the_callers_git_configuration_inside_the_workspace_is_protected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A global configuration the caller's git reads (here through GIT_CONFIG_GLOBAL and
+    XDG_CONFIG_HOME) that lies in the workspace, missing or not, cannot be written or made
+    there; one outside adds nothing."""
+    (tmp_path / "ws" / "xdg" / "git").mkdir(parents=True)
+    (tmp_path / "ws" / "xdg" / "git" / "config").write_text("[user]\n\tname = x\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", f"/{tmp_path}/ws/global")  # another spelling
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "ws" / "xdg"))
+    entries = _git_entries(tmp_path / "ws")
+    assert entries["global"].create
+    assert entries["global"].kind == "file"
+    assert "xdg/git/config" in entries
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "outside"))
+    monkeypatch.delenv("XDG_CONFIG_HOME")
+    assert not {"global", "outside", "xdg/git/config"} & set(_git_entries(tmp_path / "ws"))
+
+
 @pytest.mark.usefixtures("host_git")
 def test_git_files_are_never_read_through_a_link(tmp_path: Path) -> None:
     (tmp_path / "elsewhere").mkdir()

@@ -191,6 +191,7 @@ def git_entries(root_fd: int) -> tuple[Entry, ...]:
     * ``HEAD`` at the root, so the root itself never becomes a git directory;
     * the git directory a ``.git`` *file* points to (relative or absolute), and the
       ``.git`` file of each linked worktree its ``worktrees/*/gitdir`` names;
+    * the caller's own configuration files (system, global) when they lie inside;
     * the hooks directory ``core.hooksPath`` names, in the repository's configuration or
       in the caller's own (system, global), relative or absolute;
     * every file those configurations include (``include.path``, ``includeIf``), which a
@@ -253,6 +254,13 @@ def _host_git_entries(root: tuple[int, int]) -> list[Entry]:
     the workspace's own), an absolute one inside it, and included files inside it."""
     out: list[Entry] = []
     for path in host_git_configs():
+        # The file itself, when it lies inside (GIT_CONFIG_GLOBAL or XDG_CONFIG_HOME naming
+        # a place in the workspace): a jail that wrote it would set the caller's
+        # core.fsmonitor, run by the host's next git command in any repository.
+        rel = within(normal_path(path), root)
+        if rel:
+            why = f"the caller's git reads it in every repository ({path}): core.fsmonitor ..."
+            out.append(Entry(rel, "file", why))
         text = _read_host_file(path)
         if not text:
             continue

@@ -194,6 +194,23 @@ def test_a_global_relative_hooks_path_cannot_be_filled(
     )
 
 
+def test_the_callers_global_git_config_inside_the_workspace_cannot_be_written(
+    esc: Escape, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``GIT_CONFIG_GLOBAL`` naming a file in the workspace: a jail that wrote it would set
+    the caller's ``core.fsmonitor``, run by the host's next git command anywhere."""
+    global_config = esc.ws / "global-gitconfig"
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(global_config))  # what panday reads
+    _probe(
+        esc,
+        setup=lambda ws: _repository(ws, esc),
+        plants=[("global-gitconfig", '[core]\n\tfsmonitor = "id > MARKER; echo"\n', 0o644)],
+        guard="global-gitconfig",
+        host=("status", "--short"),
+        env={"GIT_CONFIG_GLOBAL": str(global_config)},
+    )
+
+
 def test_a_file_the_repository_config_includes_cannot_be_written(esc: Escape) -> None:
     _probe(
         esc,
