@@ -41,6 +41,7 @@ from panday_core.protect import (
     open_root,
     protected_entries,
     root_refusal,
+    roots_refusals,
     state_directories,
     sys_path_refusal,
     within,
@@ -224,13 +225,64 @@ def test_the_interpreters_own_paths_inside_the_workspace_are_protected(
     assert not next(e for e in entries if e.rel == "venv/lib").create
 
 
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No variable of this process names a place inside `tmp_path` but the test's own."""
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    for name in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONSTARTUP", "BASH_ENV", "NODE_OPTIONS"):
+        monkeypatch.delenv(name, raising=False)
+    assert not [v for v in os.environ.values() if str(tmp_path) in v]
+
+
+def test_places_the_callers_environment_runs_code_from_are_protected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory on the caller's PATH, its active virtual environment (whole) and what a
+    start-up hook names, inside the workspace, missing or not; HOME is left to the home
+    entries. Control: the same environment pointing elsewhere adds nothing."""
+    _clean_env(monkeypatch, tmp_path)
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(tmp_path / "me"))
+    before = rels(protected_entries(str(tmp_path)))
+    assert not {"bin", "tools/bin", "venv", "startup.py", "hook.js", "me"} & before  # control
+    monkeypatch.setenv("PATH", f"{tmp_path}/bin:/usr/bin:/{tmp_path}/tools/bin")
+    monkeypatch.setenv("VIRTUAL_ENV", str(tmp_path / "venv"))
+    monkeypatch.setenv("PYTHONSTARTUP", str(tmp_path / "startup.py"))
+    monkeypatch.setenv("NODE_OPTIONS", f"--require={tmp_path}/hook.js --max-old-space-size=99")
+    entries = {e.rel: e for e in protected_entries(str(tmp_path))}
+    assert {"bin", "tools/bin", "venv", "startup.py", "hook.js"} <= set(entries)
+    assert all(entries[r].create for r in ("bin", "tools/bin", "startup.py", "hook.js"))
+    assert "venv/bin" not in entries  # covered by the whole environment
+    assert "me" not in entries  # a home keeps its own, finer list
+    assert "PYTHONSTARTUP" in entries["startup.py"].why
+
+
+def test_a_workspace_the_callers_environment_runs_code_from_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _clean_env(monkeypatch, tmp_path)
+    ws = tmp_path / "bin"
+    ws.mkdir()
+    assert roots_refusals(str(ws), (), writable=True, allow_home=False) == []  # control
+    monkeypatch.setenv("PATH", f"//{ws}:/usr/bin")  # another spelling
+    (field, why), *_ = roots_refusals(str(ws), (), writable=True, allow_home=False)
+    assert field == "fs.workspace"
+    assert "on the caller's PATH" in why
+    assert roots_refusals(str(ws), (), writable=False, allow_home=False) == []  # read-only
+    # Set after a session opened: its next command is refused, not run with it writable.
+    with pytest.raises(RootRefused, match="caller runs code from"):
+        protected_entries(str(ws))
+
+
 def test_pandays_state_inside_the_workspace_is_protected(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(userstate, "passwd_home", lambda: str(tmp_path / "pw"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     found = rels(protected_entries(str(tmp_path)))
-    assert {"pw/.cache/panday", "config/panday", "pw/.config/panday"} <= found
+    assert {"pw/.cache/panday", "pw/.config/panday"} <= found
+    # The caller's XDG_CONFIG_HOME inside is protected whole (what its programs read),
+    # its panday directory with it.
+    assert "config" in found
 
 
 def test_a_home_inside_the_workspace_keeps_its_start_up_files(
@@ -388,10 +440,11 @@ def _root(tmp_path: Path) -> int:
 
 
 @pytest.fixture
-def host_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The caller's own git configuration, as a file of this test's (the real one is left
-    out, so a hooksPath in the machine's ~/.gitconfig cannot change the expected set)."""
-    config = tmp_path / "host-gitconfig"
+def host_git(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The caller's own git configuration, as a file of this test's outside the workspace
+    (the real one is left out, so a hooksPath in the machine's ~/.gitconfig cannot change
+    the expected set)."""
+    config = tmp_path_factory.mktemp("host") / "host-gitconfig"
     config.write_text("")
     monkeypatch.setattr(gitfind, "host_git_configs", lambda: (str(config),))
     return config

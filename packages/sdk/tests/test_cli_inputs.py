@@ -241,11 +241,15 @@ def test_help_points_at_documentation_that_exists_outside_the_wheel(cli: Cli) ->
 @host_tier
 def test_env_name_keeps_the_value_off_the_command_line(tmp_path: Path, exe: str) -> None:
     secret = f"s3cret-{os.getpid()}"
-    env = {**os.environ, "TOKEN": secret, "XDG_CONFIG_HOME": str(tmp_path)}
+    # No per-user policy: an empty configuration directory (beside the workspace: the
+    # caller's XDG_CONFIG_HOME is itself kept read-only, a workspace there refused).
+    (tmp_path / "config").mkdir()
+    (tmp_path / "project").mkdir()
+    env = {**os.environ, "TOKEN": secret, "XDG_CONFIG_HOME": str(tmp_path / "config")}
     proc = subprocess.run(
         [exe, "run", "--env", "TOKEN", "--", "sh", "-c", 'printf %s "$TOKEN"'],
         env=env,
-        cwd=tmp_path,
+        cwd=tmp_path / "project",
         capture_output=True,
         timeout=60,
         check=False,

@@ -1,7 +1,7 @@
 """Where this host and this Python keep what runs next: the home directories a jail's writes
-could reach, panday's own interpreter, code and import path, and panday's per-user state
-(used by `panday_core.rootrules` to refuse roots and by `panday_core.protect` to protect
-entries).
+could reach, panday's own interpreter, code and import path, the places the caller's own
+environment runs code from, and panday's per-user state (used by `panday_core.rootrules`
+to refuse roots and by `panday_core.protect` to protect entries).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
+from panday_core.envhooks import env_hook_reason
 from panday_core.identity import real_dir
 
 TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
@@ -136,3 +137,77 @@ def state_directories() -> tuple[str, ...]:
         if path is not None and path not in out:
             out.append(path)
     return tuple(out)
+
+
+CALLER_PATH_LISTS: Final = {
+    "PATH": "on the caller's PATH: a program planted there runs in place of ls or git in the "
+    "caller's next shell command",
+}
+"""Variables of the caller's environment that list directories its programs are run from."""
+
+CALLER_PREFIXES: Final = {
+    "VIRTUAL_ENV": "the caller's active virtual environment: its python and scripts run "
+    "next, and a .pth in its site-packages runs in every Python it starts",
+    "CONDA_PREFIX": "the caller's active conda environment: its programs run next, and a .pth "
+    "in its site-packages runs in every Python it starts",
+}
+"""Variables of the caller's environment that name a whole environment it runs code from."""
+
+
+_NOT_WHOLE: Final = frozenset({"HOME"})
+"""Hooks whose place is not protected whole: a home's start-up files are (`home_directories`
+and `protected_names.HOME_ENTRIES`), and a home may be the workspace (``fs.allow_home``)."""
+
+
+def _caller_candidates() -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for name, value in sorted(os.environ.items()):
+        if name in _NOT_WHOLE:
+            continue
+        why = CALLER_PATH_LISTS.get(name)
+        if why is not None:
+            tokens = value.split(":")
+        elif (why := CALLER_PREFIXES.get(name)) is not None:
+            tokens = [value]
+        elif (reason := env_hook_reason(name)) is not None:
+            # Any absolute path in the value: a file, a path list, an option's argument
+            # (NODE_OPTIONS='--require=/x.js'), a command (EDITOR=/x/ed --wait).
+            why = f"named by the caller's {name} ({reason})"
+            spaced = value
+            for sep in (":", "=", ","):
+                spaced = spaced.replace(sep, " ")
+            tokens = spaced.split()
+        else:
+            continue
+        out += [(token, why) for token in tokens if token.startswith("/")]
+    return out
+
+
+def caller_code_paths() -> tuple[tuple[str, str], ...]:
+    """``(resolved path, why)`` for each place the caller's own environment runs or loads
+    code from: every directory on its ``PATH``, its active virtual or conda environment,
+    and every absolute path in the value of a variable that is a start-up hook
+    (`panday_core.envhooks`: ``PYTHONSTARTUP``, ``BASH_ENV``, ``ZDOTDIR``,
+    ``LD_LIBRARY_PATH``, ``NODE_OPTIONS``' ``--require`` ...). A jail that wrote one of them
+    would have its code run by the caller's next command. A list (partial): what the
+    caller's programs read from elsewhere is not known here."""
+    candidates = _caller_candidates()
+    # Which exist is part of the key: one created since must be resolved again.
+    key = (*candidates, *(os.path.lexists(path) for path, _why in candidates))
+    if _CALLER and _CALLER[0][0] == key:
+        return _CALLER[0][1]
+    out: dict[str, str] = {}
+    for path, why in candidates:
+        try:
+            real = os.path.realpath(path)
+        except (OSError, ValueError):
+            continue
+        out.setdefault(real, why)
+    found = tuple(out.items())
+    _CALLER[:] = [(key, found)]
+    return found
+
+
+_CALLER: list[tuple[tuple[object, ...], tuple[tuple[str, str], ...]]] = []
+"""The last answer of `caller_code_paths` for the same environment, each path existing or not
+as then: resolving them is an ``lstat`` per component, and every command asks."""

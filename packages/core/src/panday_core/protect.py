@@ -27,6 +27,7 @@ import sys
 from panday_core.envhooks import ENV_HOOK_PREFIXES, ENV_HOOKS, env_hook_reason, is_env_hook
 from panday_core.gitfind import git_entries, host_git_configs
 from panday_core.hostpaths import (
+    caller_code_paths,
     home_directories,
     interpreter_paths,
     missing_import_paths,
@@ -151,11 +152,12 @@ def _root_identity(workspace: str, root_fd: int | None) -> tuple[int, int] | Non
 def _inside_entries(root: tuple[int, int], skip: frozenset[str]) -> list[Entry]:
     """What lies inside the workspace whose identity is `root` and must stay read-only
     there: panday's interpreter and code, import paths that do not exist yet, panday's own
-    project, its state, and any home directory's start-up files. The same answer as last
+    project, the places the caller's own environment runs code from (`caller_code_paths`),
+    its state, and any home directory's start-up files. The same answer as last
     time while what it is made of is the same (every command asks)."""
     missing = tuple(e for e in sys.path if e and os.path.isabs(e) and not os.path.lexists(e))
     homes, state = home_directories(), state_directories()
-    key = (root, skip, interpreter_paths(), missing, state, homes)
+    key = (root, skip, interpreter_paths(), missing, state, homes, caller_code_paths())
     if _INSIDE and _INSIDE[0][0] == key:
         return list(_INSIDE[0][1])
     entries = _find_inside(root, skip, homes, state)
@@ -183,6 +185,7 @@ def _find_inside(
             why = "on this Python's import path, missing: a module created there runs next"
             entries.append(Entry(rel, "dir", why))
     entries += own_project_entries(root)
+    entries += _caller_entries(root)
     for path in state:
         rel = within(path, root)
         if rel is not None:
@@ -194,6 +197,23 @@ def _find_inside(
             continue
         prefix = rel_home + "/" if rel_home else ""
         entries += [Entry(prefix + e.rel, e.kind, e.why) for e in HOME_ENTRIES if e.rel not in skip]
+    return entries
+
+
+def _caller_entries(root: tuple[int, int]) -> list[Entry]:
+    """The places the caller's own environment runs code from that lie inside (a missing
+    one cannot be made); the workspace itself being one is refused (`sys_path_refusal`
+    refuses it at open: here the caller's environment changed since)."""
+    entries: list[Entry] = []
+    for path, why in caller_code_paths():
+        rel = within(path, root, resolved=True)
+        if rel is None and path_identity(path) == root:
+            raise RootRefused(
+                f"the workspace is itself a place the caller runs code from ({why}); "
+                "choose another workspace, or leave it out of the caller's environment"
+            )
+        if rel is not None:
+            entries.append(Entry(rel, "dir", why))
     return entries
 
 

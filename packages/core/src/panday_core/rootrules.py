@@ -14,7 +14,7 @@ import os
 import stat
 import sys
 
-from panday_core.hostpaths import home_directories, state_directories
+from panday_core.hostpaths import caller_code_paths, home_directories, state_directories
 from panday_core.identity import (
     RootRefused,
     ancestry,
@@ -290,10 +290,19 @@ def _git_directory_shape(directory: str) -> bool:
 def sys_path_refusal(workspace: str, *, writable: bool, fd: int | None = None) -> str | None:
     """Why a writable `workspace` cannot be used by this Python: it is itself on
     ``sys.path`` (``python -m`` or ``-c`` run from it puts it first), so a module the
-    command writes there would shadow the standard library in the caller's next import."""
+    command writes there would shadow the standard library in the caller's next import; or
+    it is itself a place the caller's environment runs code from (a directory on its
+    ``PATH``, its active virtual environment: `hostpaths.caller_code_paths`)."""
     if not writable:
         return None
     here = path_identity(workspace) if fd is None else ident(os.fstat(fd))
+    for path, why in caller_code_paths():
+        if here is not None and path_identity(path) == here:
+            return (
+                f"{workspace!r} is a place the caller's own environment runs code from "
+                f"({why}), so what the command writes there would run outside the sandbox; "
+                "choose another workspace, or leave it out of the environment panday runs in"
+            )
     cwd = os.getcwd() if "" in sys.path else None
     for entry in sys.path:
         path = cwd if entry == "" else entry

@@ -453,3 +453,41 @@ ok("appended to .bashrc")
     esc.must_block(esc.inside(code, workspace=home, allow_home=True))
     assert (home / ".bashrc").read_text() == "# mine\n"
     assert (home / "work.txt").read_text() == "ok"
+
+
+def test_a_directory_on_the_callers_path_cannot_be_filled(
+    esc: Escape, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workspace directory on the caller's own PATH (an activated venv's bin, direnv's
+    PATH_add): a program the jail planted there would run in place of ls in the caller's
+    next shell command. Control: the jail without that directory's read-only bind plants
+    it, and the caller's shell runs it."""
+    bin_dir = esc.ws / "bin"
+    bin_dir.mkdir()
+    marker = esc.next_door / "ran"
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    monkeypatch.setenv("PATH", path)  # the caller's environment, as panday reads it
+    code = f"""
+target = {str(bin_dir / "ls")!r}
+try:
+    with open(target, "w") as fh:
+        fh.write("#!/bin/sh\\necho planted > {marker}\\n")
+    os.chmod(target, 0o755)
+except OSError as exc:
+    blocked(err(exc))
+ok("planted bin/ls")
+"""
+
+    def callers_ls() -> None:
+        subprocess.run(["sh", "-c", "ls"], env={**os.environ, "PATH": path},
+                       cwd=esc.next_door, capture_output=True, timeout=30, check=False)  # fmt: skip
+
+    esc.control(esc.without_bind(code, str(bin_dir)))
+    callers_ls()
+    assert marker.exists(), "inconclusive: the caller's shell did not run the planted ls"
+    marker.unlink()
+    (bin_dir / "ls").unlink()
+    esc.must_block(esc.inside(code))
+    callers_ls()
+    assert not marker.exists(), "ESCAPE: the caller's shell ran a program the jail planted"
+    assert list(bin_dir.iterdir()) == []

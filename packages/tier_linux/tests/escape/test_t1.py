@@ -363,6 +363,29 @@ ok("no_new_privs is not set")
     _check(esc, t1, code)
 
 
+def test_a_directory_on_the_callers_path_cannot_be_filled(
+    esc: Escape, t1: _T1, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workspace directory on the caller's own PATH stays read-only (a program planted
+    there would run in the caller's next shell command). Control: the same plant in a
+    sibling directory that is not on the PATH lands."""
+    plant = """
+target = os.path.join({where!r}, "ls")
+try:
+    with open(target, "w") as fh:
+        fh.write("#!/bin/sh\\necho planted\\n")
+except OSError as exc:
+    blocked(err(exc))
+ok("planted ls")
+"""
+    (esc.ws / "bin").mkdir()
+    (esc.ws / "tools").mkdir()
+    monkeypatch.setenv("PATH", f"{esc.ws / 'bin'}:{os.environ['PATH']}")
+    esc.control(t1.inside(plant.format(where=str(esc.ws / "tools"))))
+    esc.must_block(t1.inside(plant.format(where=str(esc.ws / "bin"))))
+    assert list((esc.ws / "bin").iterdir()) == []
+
+
 CAPABILITIES = """
 PR_CAPBSET_READ = 23
 bounding = [c for c in range(64) if libc.prctl(PR_CAPBSET_READ, c, 0, 0, 0) == 1]
