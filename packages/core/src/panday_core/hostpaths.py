@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from panday_core.envhooks import env_hook_reason
+from panday_core.envhooks import ENV_HOOK_PREFIXES, ENV_HOOKS, env_hook_reason
 from panday_core.identity import real_dir
 
 TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
@@ -61,11 +61,12 @@ def panday_packages() -> list[object]:
     """panday's own top-level packages loaded now (``panday``, ``panday_core``, every
     ``panday_tier_*``): a tier shipped as its own distribution is protected like the rest
     without being named here."""
-    return [
-        module
-        for name, module in sorted(sys.modules.items())
-        if name == "panday" or (name.startswith("panday_") and "." not in name)
+    found = [
+        name
+        for name in list(sys.modules)
+        if name.startswith("panday") and "." not in name and (name == "panday" or name[6] == "_")
     ]
+    return [sys.modules[name] for name in sorted(found) if name in sys.modules]
 
 
 def interpreter_paths() -> tuple[str, ...]:
@@ -159,26 +160,35 @@ _NOT_WHOLE: Final = frozenset({"HOME"})
 and `protected_names.HOME_ENTRIES`), and a home may be the workspace (``fs.allow_home``)."""
 
 
+_HOOK_PREFIXES: Final = tuple(ENV_HOOK_PREFIXES)
+
+
 def _caller_candidates() -> list[tuple[str, str]]:
+    environ = os.environ
+    # The names first, in one pass without decoding values (every command asks).
+    names = sorted(
+        name
+        for name in environ
+        if name in CALLER_PATH_LISTS
+        or name in CALLER_PREFIXES
+        or ((name in ENV_HOOKS or name.startswith(_HOOK_PREFIXES)) and name not in _NOT_WHOLE)
+    )
     out: list[tuple[str, str]] = []
-    for name, value in sorted(os.environ.items()):
-        if name in _NOT_WHOLE:
-            continue
+    for name in names:
+        value = environ.get(name, "")
         why = CALLER_PATH_LISTS.get(name)
         if why is not None:
             tokens = value.split(":")
         elif (why := CALLER_PREFIXES.get(name)) is not None:
             tokens = [value]
-        elif (reason := env_hook_reason(name)) is not None:
+        else:
             # Any absolute path in the value: a file, a path list, an option's argument
             # (NODE_OPTIONS='--require=/x.js'), a command (EDITOR=/x/ed --wait).
-            why = f"named by the caller's {name} ({reason})"
+            why = f"named by the caller's {name} ({env_hook_reason(name)})"
             spaced = value
             for sep in (":", "=", ","):
                 spaced = spaced.replace(sep, " ")
             tokens = spaced.split()
-        else:
-            continue
         out += [(token, why) for token in tokens if token.startswith("/")]
     return out
 
