@@ -183,14 +183,13 @@ def test_a_global_relative_hooks_path_cannot_be_filled(
     tree: the workspace's own ``.githooks``."""
     global_config = esc.tmp / "global-gitconfig"
     global_config.write_text("[core]\n\thooksPath = .githooks\n")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(global_config))  # what panday reads
-    _probe(
+    _probe_with_global_config(
         esc,
-        setup=lambda ws: _repository(ws, esc),
+        monkeypatch,
+        global_config,
         plants=[(".githooks/pre-commit", "#!/bin/sh\nid > MARKER\n", 0o755)],
         guard=".githooks",
         host=("commit", "-q", "--allow-empty", "-m", "probe"),
-        env={"GIT_CONFIG_GLOBAL": str(global_config)},
     )
 
 
@@ -199,15 +198,35 @@ def test_the_callers_global_git_config_inside_the_workspace_cannot_be_written(
 ) -> None:
     """``GIT_CONFIG_GLOBAL`` naming a file in the workspace: a jail that wrote it would set
     the caller's ``core.fsmonitor``, run by the host's next git command anywhere."""
-    global_config = esc.ws / "global-gitconfig"
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(global_config))  # what panday reads
-    _probe(
+    _probe_with_global_config(
         esc,
-        setup=lambda ws: _repository(ws, esc),
+        monkeypatch,
+        esc.ws / "global-gitconfig",
         plants=[("global-gitconfig", '[core]\n\tfsmonitor = "id > MARKER; echo"\n', 0o644)],
         guard="global-gitconfig",
         host=("status", "--short"),
-        env={"GIT_CONFIG_GLOBAL": str(global_config)},
+    )
+
+
+def _probe_with_global_config(
+    esc: Escape,
+    monkeypatch: pytest.MonkeyPatch,
+    config: Path,
+    *,
+    plants: list[tuple[str, str | None, int]],
+    guard: str,
+    host: tuple[str, ...],
+) -> None:
+    """`_probe` in a repository, with the caller's GIT_CONFIG_GLOBAL at `config` (for
+    panday, which reads this process's environment, and for the host's git)."""
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    _probe(
+        esc,
+        setup=lambda ws: _repository(ws, esc),
+        plants=plants,
+        guard=guard,
+        host=host,
+        env={"GIT_CONFIG_GLOBAL": str(config)},
     )
 
 
