@@ -176,6 +176,10 @@ def _packages() -> list[types.ModuleType]:
     return [panday_core, panday_tier_linux]
 
 
+def _in_checkout(path: str) -> bool:
+    return Path(path).resolve().is_relative_to(REPO)
+
+
 def _plant_site(esc: Escape, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
     """Where this interpreter loads code from inside the checkout (its .venv's
     site-packages when the environment lives in the clone, as in the quickstart; else an
@@ -186,6 +190,13 @@ def _plant_site(esc: Escape, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str
     own); these probes are about what lies inside it, so that entry is taken out."""
     if not (REPO / "pyproject.toml").is_file():
         pytest.fail(f"inconclusive: {REPO} is not the checkout")
+    # The layer under test alone: a venv of the checkout active in this process's
+    # environment (nox's, uv run's), its bin on PATH, would protect the same places as
+    # the places the caller runs code from (`hostpaths.caller_code_paths`).
+    for name in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        monkeypatch.delenv(name, raising=False)
+    outside = [p for p in os.environ.get("PATH", "").split(":") if p.startswith("/")]
+    monkeypatch.setenv("PATH", ":".join(p for p in outside if not _in_checkout(p)))
     cwd = Path.cwd().resolve()
     monkeypatch.setattr(
         sys,
@@ -218,6 +229,8 @@ def test_a_pth_file_cannot_be_planted_in_pandays_environment(
     esc: Escape, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     site, entry = _plant_site(esc, monkeypatch)
+    # Also the caller's PYTHONPATH (falsify's scratch copy sets it; sys.path has it).
+    monkeypatch.delenv("PYTHONPATH", raising=False)
     pth = site / f"panday-escape-probe-{secrets.token_hex(4)}.pth"
     ordinary = REPO / f".panday-escape-probe-{secrets.token_hex(4)}"
     code = f"""
