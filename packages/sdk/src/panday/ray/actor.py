@@ -45,6 +45,9 @@ AUTO = "auto"
 JUDGE_TIMEOUT_S = 20.0
 """How long the jailed judge commands may take (a healthy node needs milliseconds)."""
 WORKSPACE_PREFIX = "panday-ray-"
+_MADE_HERE: set[str] = set()
+"""Workspaces this process made and has not removed: a ``panday-ray-<own pid>-*`` that is
+not here was left by a dead process that had this pid (pids are reused; seen in CI)."""
 _CANCELLED_KEPT = 1024
 """Cancellations remembered for calls not yet started (a bound; they arrive in order)."""
 
@@ -199,6 +202,7 @@ class NodeWorker:
             # (its pid is gone) is removed by the next actor that starts on the host.
             reap_workspaces(tempfile.gettempdir())
             self._workdir = tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}{os.getpid()}-")
+            _MADE_HERE.add(self._workdir)
             policy = policy.with_workspace(self._workdir)
         try:
             self._session = panday.open(policy, tier=self._tier, egress=self._egress(policy))
@@ -322,6 +326,7 @@ class NodeWorker:
     def _remove_workdir(self) -> None:
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
+            _MADE_HERE.discard(self._workdir)
             self._workdir = None
 
 
@@ -354,7 +359,8 @@ def kill_jails() -> int:
 
 
 def reap_workspaces(base: str) -> None:
-    """Remove ``panday-ray-<pid>-*`` workspaces whose actor process no longer exists."""
+    """Remove ``panday-ray-<pid>-*`` workspaces whose actor process no longer exists: its
+    pid is gone, or it is this process's pid and this process did not make it."""
     try:
         names = os.listdir(base)
     except OSError:
@@ -363,9 +369,14 @@ def reap_workspaces(base: str) -> None:
         pid, _, rest = name.removeprefix(WORKSPACE_PREFIX).partition("-")
         if not name.startswith(WORKSPACE_PREFIX) or not pid.isdigit() or not rest:
             continue
+        path = os.path.join(base, name)
+        if int(pid) == os.getpid():
+            if path not in _MADE_HERE:
+                shutil.rmtree(path, ignore_errors=True)
+            continue
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
-            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+            shutil.rmtree(path, ignore_errors=True)
         except PermissionError:
             continue  # alive, someone else's
