@@ -4,10 +4,10 @@ Issue 25's budgets, side by side in one run (variants interleaved, rotating orde
 
 - (a) a bare ``posix_spawn`` of /bin/true and ``waitpid`` (no pipes, no pump);
 - (a') the same through core's `spawn` and `stream` (pipes and the pump every tier uses);
-- (b) ``session.run(["/bin/true"])`` in an open T1 session with the default policy (a
-  fresh Landlock ruleset per command, the writable workspace's entries listed, a thread
-  of its own started by the session's spawning thread, which holds the seccomp program,
-  the host's rlimits);
+- (b) ``session.run(["/bin/true"])`` in an open T1 session with the default policy (the
+  command's Landlock rules recorded, the writable workspace's entries listed, the spawn
+  made by the command thread that restricted itself with the same rules for the command
+  before, the host's rlimits);
 - (c) the same in an open T2 session (bwrap, cgroups where they can be made);
 - (d) ``panday run --tier t1-linux -- /bin/true`` (T1's cached plan, after the warm-up);
 - (e) ``panday run --tier t2-linux -- /bin/true`` (T2's cached plan, after one warm-up).
@@ -47,7 +47,7 @@ def _panday() -> str:
 
 def bench(rounds: int, cli_rounds: int) -> dict[str, object]:
     from panday_tier_linux.session import open_session as open_t2  # noqa: PLC0415 - Linux only
-    from panday_tier_linux.t1.launch import Restrictions, run_restricted  # noqa: PLC0415 - Linux only
+    from panday_tier_linux.t1.launch import CommandThread, Restrictions  # noqa: PLC0415 - Linux only
     from panday_tier_linux.t1.session import open_session as open_t1  # noqa: PLC0415 - Linux only
 
     workspace = tempfile.mkdtemp(prefix="panday-bench-t1-")
@@ -77,24 +77,23 @@ def bench(rounds: int, cli_rounds: int) -> dict[str, object]:
             harness.interleave(spawns, rounds=rounds, warmup=max(rounds // 10, 5))
             jail = t1.jail
 
-            def restrict_only() -> None:
-                """A command's thread, started by the session's spawner, restricting itself as
-                a command's does, then spawning nothing."""
+            def new_thread() -> None:
+                """What a command whose rules differ from the last one's pays on top: a new
+                command thread, started by the session's spawner, restricting itself (and
+                ended at once, spawning nothing)."""
                 ruleset = jail.ruleset()
-                cwd_fd = os.open(jail.workspace, os.O_PATH | os.O_DIRECTORY)
                 try:
-                    restrictions = Restrictions(
-                        ruleset=ruleset, cwd_fd=cwd_fd, root=os.geteuid() == 0
-                    )
-                    run_restricted(jail.spawner, restrictions)(lambda: 0)
+                    restrictions = Restrictions(ruleset=ruleset, root=os.geteuid() == 0)
+                    thread = CommandThread(restrictions, key=None)
+                    thread.start(jail.spawner)
+                    thread.end()
                 finally:
                     ruleset.close()
-                    os.close(cwd_fd)
 
             steps = {
-                "ruleset": harness.median_ms(lambda: jail.ruleset().close()),
+                "rules": harness.median_ms(lambda: jail.rules().close()),
                 "entries": harness.median_ms(jail.roots.entries),
-                "restrict": harness.median_ms(restrict_only),
+                "new_thread": harness.median_ms(new_thread),
             }
         clis = [
             harness.Variant(
@@ -129,13 +128,12 @@ def bench(rounds: int, cli_rounds: int) -> dict[str, object]:
 
 
 def _where(summaries: dict[str, dict[str, float]], steps: dict[str, float]) -> dict[str, object]:
-    """The split of (b) from the variants' medians and two of T1's steps timed alone."""
+    """The split of (b) from the variants' medians and T1's steps timed alone."""
     bare, pumped, t1 = (
         summaries[n]["median_ms"] for n in ("bare_posix_spawn", "core_spawn_stream", "t1_run")
     )
-    ruleset, entries = steps["ruleset"], steps["entries"]
-    thread = steps["restrict"] - ruleset  # the thread and what it applies, without a spawn
-    rest = t1 - pumped - steps["restrict"]
+    rules, entries, new_thread = steps["rules"], steps["entries"], steps["new_thread"]
+    rest = t1 - pumped - rules
     notes = [
         (
             f"(b) took {t1:.2f} ms, a bare posix_spawn (a) {bare:.2f} ms ({t1 / bare:.2f}x) "
@@ -144,17 +142,17 @@ def _where(summaries: dict[str, dict[str, float]], steps: dict[str, float]) -> d
             "pump every tier uses take most."
         ),
         (
-            f"Of (b)-(a'), {t1 - pumped:.2f} ms, timed alone: building the command's "
-            f"Landlock ruleset {ruleset:.2f} ms, of which listing the workspace's protected "
+            f"Of (b)-(a'), {t1 - pumped:.2f} ms, timed alone: recording the command's "
+            f"Landlock rules {rules:.2f} ms, of which listing the workspace's protected "
             f"entries (again for every command, so that one made meanwhile is kept "
-            f"read-only) {entries:.2f} ms; a thread of its own, handed over to and started "
-            "by the session's spawning thread (which set no_new_privs, emptied a root "
-            "caller's bounding set and loaded the seccomp program once, for every command), "
-            "restricting itself (a ruleset cannot be lifted, so each command gets a new "
-            "thread: unshare of its file-system attributes, capabilities cleared as root, "
-            f"the ruleset) {thread:.2f} ms. The rest, {rest:.2f} ms, is spawning from that "
-            "thread rather than the caller's, the command's PATH lookup and the host's "
-            "rlimits set on the child."
+            f"read-only) {entries:.2f} ms. The rest, {rest:.2f} ms, is handing the spawn to "
+            "the command thread that restricted itself with the same rules for an earlier "
+            "command, the command's PATH lookup and the host's rlimits set on the child. A "
+            "command whose rules differ from the last one's (an entry made or removed "
+            "meanwhile) pays a new command thread on top, started by the session's "
+            "spawning thread and restricting itself (unshare of its file-system "
+            f"attributes, capabilities cleared as root, the ruleset built and applied): "
+            f"{new_thread:.2f} ms."
         ),
     ]
     return {
@@ -166,9 +164,9 @@ def _where(summaries: dict[str, dict[str, float]], steps: dict[str, float]) -> d
                 "rows": [
                     ["core's spawn and pump, (a')", pumped],
                     ["the protected entries, timed alone", entries],
-                    ["the rest of the Landlock ruleset, timed alone", round(ruleset - entries, 3)],
-                    ["a command's thread restricting itself, timed alone", round(thread, 3)],
-                    ["the rest: spawning there, the PATH lookup, the rlimits", round(rest, 3)],
+                    ["the rest of the Landlock rules, timed alone", round(rules - entries, 3)],
+                    ["the rest: the hand-over, the PATH lookup, the rlimits", round(rest, 3)],
+                    ["(not in (b)) a new command thread, when the rules differ", new_thread],
                 ],
             }
         ],

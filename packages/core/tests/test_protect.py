@@ -975,3 +975,23 @@ def test_a_writable_root_inside_a_homes_protected_entry_is_refused(
             assert why is not None, spelling
             assert "must stay read-only" in why
         assert root_refusal(str(home / rel), writable=False, allow_home=False) is None
+
+
+def test_entries_inside_another_or_repeated_are_dropped_and_the_stricter_repeat_wins() -> None:
+    E = protect.Entry  # noqa: N806 - a short alias for a table of entries
+    entries = [
+        E("a/b/c", "file", "inside a/b"),
+        E("a/b", "dir", "kept"),
+        E("ab", "file", "a sibling that only shares a prefix"),
+        E("x/y", "file", "may be made", create=False),
+        E("x/y", "file", "must not be made"),
+        E("a/b", "dir", "a repeat"),
+        E("a/bc/d", "file", "beside a/b, not inside it"),
+    ]
+    kept = protect._dedupe(entries)  # pyright: ignore[reportPrivateUsage] - the rule itself
+    assert [(e.rel, e.why) for e in kept] == [
+        ("ab", "a sibling that only shares a prefix"),
+        ("a/b", "kept"),
+        ("x/y", "must not be made"),
+        ("a/bc/d", "beside a/b, not inside it"),
+    ]

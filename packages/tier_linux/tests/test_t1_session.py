@@ -65,9 +65,9 @@ def test_the_wall_clock_kills_the_whole_group(tmp_path: Path) -> None:
 
 
 def test_the_callers_threads_stay_unrestricted(tmp_path: Path) -> None:
-    """Each command's restrictions belong to a thread made for its spawn: the caller's
-    threads, running commands concurrently, keep their own access (a socket, a file
-    outside the workspace) and every command is restricted."""
+    """Each command's restrictions belong to a command thread: the caller's threads,
+    running commands concurrently, keep their own access (a socket, a file outside the
+    workspace) and every command is restricted."""
     outside = tmp_path / "outside.txt"
     outside.write_text("caller's")
     ws = tmp_path / "ws"
@@ -97,7 +97,7 @@ def test_the_callers_threads_stay_unrestricted(tmp_path: Path) -> None:
 
 
 def test_each_command_is_ruled_by_its_own_ruleset_however_many_run(tmp_path: Path) -> None:
-    """A command's Landlock ruleset belongs to its own thread, never to the session's
+    """A command's Landlock ruleset belongs to a command thread, never to the session's
     spawning thread: rulesets would pile up there (a directory made after the first
     command would stay unwritable, and the 17th ruleset would not fit)."""
     ws = tmp_path / "ws"
@@ -111,6 +111,76 @@ def test_each_command_is_ruled_by_its_own_ruleset_however_many_run(tmp_path: Pat
             result = session.run(["sh", "-c", f"echo {i} > later/file{i}"])
             assert result.exit_code == 0, (i, result.stderr)
     assert sorted(p.name for p in later.iterdir()) == sorted(f"file{i}" for i in range(20))
+
+
+def test_a_ruleset_is_made_again_whenever_the_workspace_changes_past_landlocks_16(
+    tmp_path: Path,
+) -> None:
+    """Each command whose rules differ from the last one's gets a new command thread: a
+    directory the host makes before each command is writable by that command, twenty times
+    (a ruleset applied on a thread already restricted would stack: the directory made after
+    the first ruleset would stay unwritable, and the 17th would not fit)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with open_session(_policy(ws)) as session:
+        for i in range(20):
+            (ws / f"made{i}").mkdir()
+            result = session.run(["sh", "-c", f"echo {i} > made{i}/file"])
+            assert result.exit_code == 0, (i, result.stderr)
+    assert all((ws / f"made{i}" / "file").read_text() == f"{i}\n" for i in range(20))
+
+
+def test_commands_ruled_alike_share_a_command_thread_and_an_entry_protected_since_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commands whose rules are the same are spawned from one command thread (no new
+    thread or ruleset for each); a directory of the workspace that becomes protected
+    between two commands (here: put on the caller's PATH) makes the rules differ, and the
+    next command cannot write there."""
+    ws = tmp_path / "ws"
+    (ws / "bin").mkdir(parents=True)
+    with open_session(_policy(ws)) as session:
+        jail = session.jail
+        # Positive control: writable while it is an ordinary directory.
+        assert session.run(["sh", "-c", "echo 1 > bin/one"]).exit_code == 0
+        first = jail._command  # pyright: ignore[reportPrivateUsage] - the thread kept
+        assert session.run(["sh", "-c", "echo 2 > bin/two"]).exit_code == 0
+        assert jail._command is first  # pyright: ignore[reportPrivateUsage] - kept, reused
+        monkeypatch.setenv("PATH", f"{ws / 'bin'}:{os.environ.get('PATH', '')}")
+        result = session.run(["sh", "-c", "echo 3 > bin/three"])
+        assert jail._command is not first  # pyright: ignore[reportPrivateUsage] - replaced
+    assert result.exit_code != 0, "a directory on the caller's PATH was written"
+    assert not (ws / "bin" / "three").exists()
+    assert (ws / "bin" / "two").read_text() == "2\n"
+
+
+def test_one_session_spawns_for_several_threads_at_once(tmp_path: Path) -> None:
+    """One session's commands started from several threads at once are each spawned (one
+    at a time, by the session's command thread) and each answered."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("caller's")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    answers: list[tuple[int | None, bytes]] = []
+    with open_session(_policy(ws)) as session:
+
+        def worker(n: int) -> None:
+            for i in range(5):
+                result = session.run(["sh", "-c", f"echo {n}-{i}; cat {outside}"])
+                answers.append((result.exit_code, result.stdout))
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in threads)
+    assert len(answers) == 15
+    # Each command ran (its echo) and each was restricted (the cat outside failed).
+    assert sorted(out.split(b"\n")[0] for _, out in answers) == sorted(
+        f"{n}-{i}".encode() for n in range(3) for i in range(5)
+    )
+    assert all(code != 0 and b"caller's" not in out for code, out in answers)
 
 
 def test_a_failed_spawn_leaves_the_session_able_to_spawn(tmp_path: Path) -> None:

@@ -224,11 +224,16 @@ def _dedupe(entries: list[Entry]) -> tuple[Entry, ...]:
     kept: list[Entry] = []
     taken: set[str] = set()
     for entry in sorted(entries, key=lambda e: (e.rel.count("/"), e.rel, not e.create)):
-        parts = entry.rel.split("/")
-        if any("/".join(parts[:depth]) in taken for depth in range(1, len(parts) + 1)):
+        rel = entry.rel
+        if rel in taken:
+            continue
+        cut = rel.find("/")  # each directory above it, shortest first (every command asks)
+        while cut != -1 and rel[:cut] not in taken:
+            cut = rel.find("/", cut + 1)
+        if cut != -1:
             continue
         kept.append(entry)
-        taken.add(entry.rel)
+        taken.add(rel)
     return tuple(kept)
 
 

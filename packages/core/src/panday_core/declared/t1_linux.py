@@ -65,9 +65,9 @@ GUARANTEES: Final = (
     ),
     Guarantee(
         name="No capabilities, also when the caller is root",
-        mechanism="the session's spawning thread empties its bounding set, the command's "
-        "own thread (started from it) its inheritable, permitted and effective sets before "
-        "the command's exec (no_new_privs keeps them empty)",
+        mechanism="the session's spawning thread empties its bounding set, the command "
+        "thread (started from it) its inheritable, permitted and effective sets before the "
+        "command's exec (no_new_privs keeps them empty)",
         support=Support.STRICT,
         note="a root caller's command still runs as uid 0: files it can reach through the "
         "Landlock rules are judged by owner bits as uid 0",
@@ -75,7 +75,7 @@ GUARANTEES: Final = (
     Guarantee(
         name="No privilege gain through setuid binaries",
         mechanism="PR_SET_NO_NEW_PRIVS on the session's spawning thread, inherited by each "
-        "command's thread and the command",
+        "command thread and the command",
         support=Support.STRICT,
     ),
     Guarantee(
@@ -128,12 +128,17 @@ GUARANTEES: Final = (
         mechanism="seccomp denies ptrace, process_vm_* and pidfd_getfd; Landlock denies "
         "ptrace-mode access to any process outside the command's domain",
         support=Support.STRICT,
+        note="the session's commands whose Landlock rules are the same share one domain "
+        "(one command thread)",
     ),
     Guarantee(
         name="Host processes cannot be signalled",
         mechanism="Landlock's signal scope (ABI 6): a signal to a process outside the "
         "command's domain fails with EPERM",
         support=Support.STRICT,
+        note="the session's commands whose Landlock rules are the same share one domain "
+        "(one command thread): a process that outlived its command can be signalled by "
+        "the next such command, never by anything outside the session",
     ),
     Guarantee(
         name="Host processes' limits, priority and CPU affinity cannot be changed",

@@ -3,17 +3,19 @@
 A `Jail` holds what every command's Landlock ruleset names (the workspace and staged
 paths as `binds.Roots`, opened once without following a link; the system paths T2 binds
 read-only; the devices; a private tmp directory) and the seccomp program. `Jail.start`
-makes a command's ruleset (a writable workspace's entries listed then, the protected ones
-and staged ones left out), resolves its program, and spawns it through
-`launch.run_restricted` from the jail's `launch.Spawner` (which holds the seccomp program),
-then sets the host's rlimits. A `T1Session` launches through it, and so does ``panday run``
-from a cached plan (`t1.plan`): the same code.
+records a command's Landlock rules (a writable workspace's entries listed then, the
+protected ones and staged ones left out), resolves its program, and spawns it from a
+`launch.CommandThread` restricted by those rules (the last command's, when its rules were
+the same; else a new one, started by the jail's `launch.Spawner`, which holds the seccomp
+program), then sets the host's rlimits. A `T1Session` launches through it, and so does
+``panday run`` from a cached plan (`t1.plan`): the same code.
 
 On `panday run`'s start-up path: it imports neither typing nor msgspec.
 """
 
 from __future__ import annotations
 
+import _thread
 import errno
 import os
 import stat
@@ -29,7 +31,7 @@ from panday_core.execution import Supervisor
 from panday_core.process import spawn
 from panday_core.startup import suppress
 from panday_tier_linux.t1 import landlock
-from panday_tier_linux.t1.launch import RestrictError, Restrictions, Spawner, run_restricted
+from panday_tier_linux.t1.launch import CommandThread, RestrictError, Restrictions, Spawner
 
 TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 if TYPE_CHECKING:
@@ -81,23 +83,57 @@ def hold_system() -> list[HeldPath]:
     return held
 
 
-def grant_workspace(ruleset: landlock.Ruleset, root_fd: int, protected: Sequence[str]) -> None:
+class Rules:
+    """The rules of one command's Landlock ruleset, recorded before any is made: each
+    path held by a descriptor of its own, and the key they make, (device, inode, rights,
+    kind) in order. Two commands with equal keys are ruled by equal rulesets, so the second
+    is spawned from the first one's command thread (`launch.CommandThread`). An inode named
+    in a live ruleset is held by it, so its number cannot be reused meanwhile: an entry
+    removed and made again is a different key."""
+
+    __slots__ = ("held", "key")
+
+    def __init__(self) -> None:
+        self.held: list[tuple[int, int, bool]] = []
+        self.key: list[tuple[int, int, int, bool]] = []
+
+    def allow_fd(self, fd: int, rights: int, *, is_dir: bool) -> None:
+        st = os.fstat(fd)
+        self.key.append((st.st_dev, st.st_ino, rights, is_dir))
+        self.held.append((os.dup(fd), rights, is_dir))
+
+    def build(self, abi: int) -> landlock.Ruleset:
+        """The ruleset these rules make (the caller closes it)."""
+        ruleset = landlock.Ruleset(abi)
+        try:
+            for fd, rights, is_dir in self.held:
+                ruleset.allow_fd(fd, rights, is_dir=is_dir)
+        except BaseException:
+            ruleset.close()
+            raise
+        return ruleset
+
+    def close(self) -> None:
+        for fd, _, _ in self.held:
+            os.close(fd)
+        self.held = []
+
+
+def grant_workspace(rules: Rules, root_fd: int, protected: Sequence[str]) -> None:
     """Read rights beneath the workspace; write rights on each of its entries except the
     `protected` ones (relative paths) and the directories above them, whose other entries
     are granted in turn. A link gets nothing (what it points to keeps its own rules)."""
-    ruleset.allow_fd(root_fd, landlock.READ, is_dir=True)
-    _grant_below(ruleset, root_fd, "", frozenset(protected))
+    rules.allow_fd(root_fd, landlock.READ, is_dir=True)
+    _grant_below(rules, root_fd, "", frozenset(protected))
 
 
-def _grant_below(
-    ruleset: landlock.Ruleset, dir_fd: int, prefix: str, protected: frozenset[str]
-) -> None:
+def _grant_below(rules: Rules, dir_fd: int, prefix: str, protected: frozenset[str]) -> None:
     listing = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         names = os.listdir(listing)
     finally:
         os.close(listing)
-    for name in names:
+    for name in sorted(names):  # in order: the same entries make the same key
         rel = prefix + name
         if rel in protected:
             continue
@@ -111,10 +147,10 @@ def _grant_below(
                 continue
             above = any(p.startswith(rel + "/") for p in protected)
             if above and stat.S_ISDIR(mode):
-                _grant_below(ruleset, fd, rel + "/", protected)
+                _grant_below(rules, fd, rel + "/", protected)
             elif not above:
                 rights = landlock.READ | landlock.WRITE
-                ruleset.allow_fd(fd, rights, is_dir=stat.S_ISDIR(mode))
+                rules.allow_fd(fd, rights, is_dir=stat.S_ISDIR(mode))
         finally:
             os.close(fd)
 
@@ -122,7 +158,7 @@ def _grant_below(
 class Jail:
     """What each command of one session (or one cached run) is restricted by."""
 
-    __slots__ = ("abi", "env", "roots", "spawner", "system", "tmp", "tmp_fd")
+    __slots__ = ("_command", "_lock", "abi", "env", "roots", "spawner", "system", "tmp", "tmp_fd")
 
     def __init__(
         self,
@@ -140,7 +176,10 @@ class Jail:
         self.tmp = tmp
         self.tmp_fd = os.open(tmp, _O_PATH | os.O_DIRECTORY)
         self.spawner = Spawner(program)
-        """The thread every command's own thread is started from (`launch`)."""
+        """The thread every command thread is started from (`launch`)."""
+        self._command: CommandThread | None = None
+        """The command thread of the last command, kept for the next one ruled alike."""
+        self._lock = _thread.allocate_lock()
         self.env = dict(env)
         """The policy's variables."""
 
@@ -152,22 +191,24 @@ class Jail:
     @program.setter
     def program(self, value: bytes) -> None:
         # A loaded program cannot be lifted: the next command starts a new spawner.
-        self.spawner.close()
-        self.spawner = Spawner(value)
+        with self._lock:
+            self._end_thread()
+            self.spawner.close()
+            self.spawner = Spawner(value)
 
     @property
     def workspace(self) -> str:
         return self.roots.workspace.path
 
-    def ruleset(self) -> landlock.Ruleset:
-        """The Landlock ruleset of the next command (a writable workspace listed now)."""
-        ruleset = landlock.Ruleset(self.abi)
+    def rules(self) -> Rules:
+        """The Landlock rules of the next command (a writable workspace listed now)."""
+        rules = Rules()
         try:
             for held in self.system:
-                ruleset.allow_fd(held.fd, held.rights, is_dir=held.is_dir)
-            ruleset.allow_fd(self.tmp_fd, landlock.READ | landlock.WRITE, is_dir=True)
+                rules.allow_fd(held.fd, held.rights, is_dir=held.is_dir)
+            rules.allow_fd(self.tmp_fd, landlock.READ | landlock.WRITE, is_dir=True)
             for staged in self.roots.staged:
-                ruleset.allow_fd(staged.fd, landlock.READ, is_dir=staged.is_dir)
+                rules.allow_fd(staged.fd, landlock.READ, is_dir=staged.is_dir)
             ws = self.roots.workspace
             if self.roots.writable:
                 try:
@@ -181,13 +222,44 @@ class Jail:
                     for s in self.roots.staged
                     if s.path.startswith(ws.path.rstrip("/") + "/")
                 ]
-                grant_workspace(ruleset, ws.fd, protected)
+                grant_workspace(rules, ws.fd, protected)
             else:
-                ruleset.allow_fd(ws.fd, landlock.READ, is_dir=True)
+                rules.allow_fd(ws.fd, landlock.READ, is_dir=True)
         except BaseException:
-            ruleset.close()
+            rules.close()
             raise
-        return ruleset
+        return rules
+
+    def ruleset(self) -> landlock.Ruleset:
+        """The Landlock ruleset of the next command (the caller closes it)."""
+        rules = self.rules()
+        try:
+            return rules.build(self.abi)
+        finally:
+            rules.close()
+
+    def _thread_for(self, rules: Rules) -> CommandThread:
+        """The command thread that spawns a command ruled by `rules`: the last one when
+        its rules were the same, else a new one (the last ended). Under `_lock`."""
+        root = os.geteuid() == 0
+        key = (root, tuple(rules.key))
+        current = self._command
+        if current is not None and current.serves(key):
+            return current
+        self._end_thread()
+        ruleset = rules.build(self.abi)
+        try:
+            thread = CommandThread(Restrictions(ruleset=ruleset, root=root), key)
+            thread.start(self.spawner)
+        finally:
+            ruleset.close()
+        self._command = thread
+        return thread
+
+    def _end_thread(self) -> None:
+        thread, self._command = self._command, None
+        if thread is not None:
+            thread.end()
 
     def environment(self) -> dict[str, str]:
         env = {
@@ -224,12 +296,17 @@ class Jail:
             cwd_fd = os.open(cwd, _O_PATH | os.O_DIRECTORY)
         except OSError as exc:
             raise WorkspaceUnusable("cwd", cwd, f"cannot be entered ({exc.strerror})") from None
-        ruleset = self.ruleset()
-        restrictions = Restrictions(ruleset=ruleset, cwd_fd=cwd_fd, root=os.geteuid() == 0)
         try:
-            proc = spawn(
-                resolved, env=env, stdin=stdin, run_in=run_restricted(self.spawner, restrictions)
-            )
+            rules = self.rules()
+        except BaseException:
+            os.close(cwd_fd)
+            raise
+        try:
+            with self._lock:
+                thread = self._thread_for(rules)
+                proc = spawn(
+                    resolved, env=env, stdin=stdin, run_in=lambda call: thread.run(cwd_fd, call)
+                )
         except RestrictError as exc:
             raise TierUnavailable(
                 TIER, f"the spawning thread could not restrict itself: {exc}"
@@ -247,7 +324,7 @@ class Jail:
                 ) from None
             raise Internal(f"T1 could not start the command: {exc}") from exc
         finally:
-            ruleset.close()
+            rules.close()
             os.close(cwd_fd)
         sup = Supervisor()
         try:
@@ -262,6 +339,8 @@ class Jail:
     def close(self) -> None:
         """End the spawner, release the held paths, remove the private tmp, close the
         roots. Idempotent."""
+        with self._lock:
+            self._end_thread()
         self.spawner.close()
         for held in self.system:
             os.close(held.fd)

@@ -1,5 +1,5 @@
-"""T1's launcher: a session's spawning thread, restricted once, starts each command's
-thread, which restricts itself further and spawns the command.
+"""T1's launcher: a session's spawning thread, restricted once, starts command threads,
+which restrict themselves further and spawn the commands.
 
 Landlock domains, seccomp filters (without TSYNC), ``no_new_privs``, capabilities and
 (after ``unshare(CLONE_FS)``) the working directory all belong to one *thread*, and a
@@ -11,19 +11,24 @@ thread or child inherits them from the thread that made it. Two kinds of thread:
   (compiled by `seccomp`, per-user cache). These are the same for every command of the
   session, and loading the program is most of their cost (the kernel runs it once per
   syscall number to cache what it always allows: ~0.35 ms here, every command before);
-* a command's thread, started by the spawner (so it inherits the above) for one command:
-  it unshares its file-system context and enters the command's directory, empties its
-  capability sets (a root caller's command runs as uid 0 with none), restricts itself
-  with the command's Landlock ruleset (built for each command: the workspace's entries
-  are listed again), and makes the one ``posix_spawn`` (`panday_core.process.spawn`'s
-  `run_in`). It then ends, and its ruleset with it.
+* a `CommandThread`, started by the spawner (so it inherits the above): it unshares its
+  file-system context, empties its capability sets (a root caller's command runs as uid 0
+  with none) and restricts itself with a command's Landlock ruleset, once. It then makes
+  that command's one ``posix_spawn`` (`panday_core.process.spawn`'s `run_in`) from the
+  command's directory, and the spawn of every later command whose ruleset has the same
+  rules (the workspace's entries are listed again for each command, and compared object by
+  object); the first command whose rules differ ends it and gets a new one. A thread cannot
+  lift a ruleset, and each holds one domain: so rulesets never pile up (Landlock stacks at
+  most 16), and commands ruled alike share one domain (Landlock's signal and abstract-socket
+  scopes then join them: a process that outlived its command can be signalled by the next,
+  never by anything outside).
 
 The caller's other threads never have any of it. No ``preexec_fn`` (unsafe in a threaded
 caller), no re-exec of an interpreter (14 ms here against 1.1 ms for ``posix_spawn`` of
 /bin/true). The spawner keeps its capabilities (only its bounding set is emptied), so a
 caller that changes its uid later (glibc makes every thread follow) is not refused.
 
-Everything a command's thread needs after restricting itself is computed before (the
+Everything a command thread needs after restricting itself is computed before (the
 spawn's file actions, the program's path): it cannot read /proc or panday's own code.
 """
 
@@ -97,20 +102,18 @@ class RestrictError(Exception):
 
 
 class Restrictions:
-    """What one command's thread applies to itself before it spawns (on top of what it
-    inherits from the session's `Spawner`)."""
+    """What a command thread applies to itself once, before its first spawn (on top of
+    what it inherits from the session's `Spawner`)."""
 
-    __slots__ = ("cwd_fd", "root", "ruleset")
+    __slots__ = ("root", "ruleset")
 
-    def __init__(self, *, ruleset: Ruleset, cwd_fd: int, root: bool) -> None:
+    def __init__(self, *, ruleset: Ruleset, root: bool) -> None:
         self.ruleset = ruleset
-        self.cwd_fd = cwd_fd
         self.root = root
 
     def apply(self, spawner: Spawner) -> None:
-        """Restrict the calling thread (irreversibly: a command's thread of its own)."""
+        """Restrict the calling thread (irreversibly: a command thread of its own)."""
         _check(_libc.unshare(CLONE_FS), "unshare(CLONE_FS)")
-        os.fchdir(self.cwd_fd)
         if self.root:
             if not spawner.bounding_dropped:  # the caller became root after it started
                 drop_bounding_set()
@@ -125,10 +128,11 @@ _GC_HELD = [0, False]
 
 def _hold_gc(*, hold: bool) -> None:
     """Keep the cyclic collector off while any command is being spawned: a collection on
-    its thread would run the caller's finalizers under the command's restrictions (where
-    they fail). The spawner allocates almost nothing of its own between two commands; a
-    collection that still began there would run under its seccomp program and without
-    capabilities, never under a command's Landlock ruleset."""
+    a command thread would run the caller's finalizers under the command's restrictions
+    (where they fail). Between two spawns the command threads and the spawner wait inside
+    a lock's acquire, where nothing is allocated; a collection that still began on the
+    spawner would run under its seccomp program and without capabilities, never under a
+    command's Landlock ruleset."""
     import gc
 
     with _GC_LOCK:
@@ -143,44 +147,108 @@ def _hold_gc(*, hold: bool) -> None:
                 gc.enable()
 
 
-class _Job:
-    """One command's spawn, handed to the spawner and run on a thread it starts."""
+class CommandThread:
+    """A thread started by the session's spawner: it restricts itself once
+    (`Restrictions`: the command's ruleset among them), then makes the spawn of that command
+    and of each later one whose restrictions are the same (`key`: the ruleset's rules,
+    object by object, and whether the caller is root), each from its own directory. The
+    session ends it when a command's restrictions differ (a new one is started) or at close.
 
-    __slots__ = ("box", "call", "done", "restrictions", "spawner")
+    One spawn at a time: the jail serialises its callers (a spawn takes a millisecond)."""
 
-    def __init__(
-        self, spawner: Spawner, restrictions: Restrictions, call: Callable[[], int]
-    ) -> None:
-        self.spawner = spawner
-        self.restrictions = restrictions
-        self.call = call
-        self.box: list[int | BaseException] = []
-        self.done = _thread.allocate_lock()
-        self.done.acquire()
+    __slots__ = ("_box", "_call", "_cwd_fd", "_done", "_go", "_pid", "_restrictions", "key")
 
-    def run(self) -> None:
-        """On the command's own thread: restrict it, then spawn."""
+    def __init__(self, restrictions: Restrictions, key: object) -> None:
+        self.key = key
+        self._restrictions: Restrictions | None = restrictions
+        self._pid = os.getpid()
+        self._go = _thread.allocate_lock()
+        self._go.acquire()
+        self._done = _thread.allocate_lock()
+        self._done.acquire()
+        self._call: Callable[[], int] | None = None
+        self._cwd_fd = -1
+        self._box: list[int | BaseException] = []
+
+    def serves(self, key: object) -> bool:
+        """Whether the next command, restricted by `key`, can be spawned here."""
+        return self._restrictions is None and self._pid == os.getpid() and self.key == key
+
+    def start(self, spawner: Spawner) -> None:
+        """Have `spawner` start the thread; back once it has restricted itself (raises
+        `RestrictError` when it could not: it has ended then)."""
+        _hold_gc(hold=True)
         try:
-            try:
-                self.restrictions.apply(self.spawner)
-            except OSError as exc:
-                raise RestrictError(str(exc)) from exc
-            self.box.append(self.call())
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-            self.box.append(exc)
+            spawner.submit(self)
+            self._done.acquire()
         finally:
-            self.done.release()
+            _hold_gc(hold=False)
+        found = self._box.pop() if self._box else None
+        if found is not None:
+            raise found if isinstance(found, RestrictError) else RestrictError(str(found))
+
+    def begin(self, spawner: Spawner) -> None:
+        """The thread's body (started by the spawner)."""
+        restrictions, self._restrictions = self._restrictions, None
+        try:
+            assert restrictions is not None  # noqa: S101 - begun once
+            restrictions.apply(spawner)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            self._box.append(RestrictError(str(exc)) if isinstance(exc, OSError) else exc)
+            self._pid = 0  # serves nothing
+            self._done.release()
+            return
+        self._done.release()
+        while True:
+            # Waiting in a lock's acquire: nothing is allocated here, so the collector
+            # (off while a spawn runs) never starts on this thread between two spawns.
+            self._go.acquire()
+            call = self._call
+            if call is None:
+                return
+            try:
+                os.fchdir(self._cwd_fd)
+                self._box.append(call())
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                self._box.append(exc)
+            self._done.release()
 
     def fail(self, exc: BaseException) -> None:
-        """The spawner could not start the command's thread (or is gone)."""
-        self.box.append(exc)
-        self.done.release()
+        """The spawner could not start the thread (or is gone)."""
+        self._restrictions = None
+        self._pid = 0
+        self._box.append(exc)
+        self._done.release()
+
+    def run(self, cwd_fd: int, call: Callable[[], int]) -> int:
+        """`call` (the spawn) made on this thread from the directory `cwd_fd`: its result,
+        or its exception raised here."""
+        self._box.clear()
+        self._cwd_fd = cwd_fd
+        self._call = call
+        _hold_gc(hold=True)
+        try:
+            self._go.release()
+            self._done.acquire()
+        finally:
+            self._call = None
+            _hold_gc(hold=False)
+        found = self._box.pop() if self._box else RuntimeError("the command thread gave no result")
+        if isinstance(found, BaseException):
+            raise found
+        return found
+
+    def end(self) -> None:
+        """End the thread (idempotent; a no-op in a forked child, where it does not run)."""
+        if self._pid == os.getpid():
+            self._pid = 0
+            self._call = None
+            self._go.release()
 
 
 class Spawner:
     """A session's spawning thread (see the module docstring), started at its first
-    command and ended by `close`. Commands may be spawned from several threads at once:
-    each gets a thread of its own, started in turn."""
+    command and ended by `close`; it starts the session's `CommandThread`s."""
 
     __slots__ = ("_ended", "_failed", "_jobs", "_lock", "_pid", "bounding_dropped", "program")
 
@@ -189,27 +257,13 @@ class Spawner:
         """The seccomp program (`seccomp.FilterSpec(namespaces=False)`, compiled)."""
         self.bounding_dropped = False
         self._lock = _thread.allocate_lock()
-        self._jobs: SimpleQueue[_Job | None] | None = None
+        self._jobs: SimpleQueue[CommandThread | None] | None = None
         self._pid = 0
         self._failed = ""
         self._ended = _thread.allocate_lock()
 
-    def run(self, restrictions: Restrictions, call: Callable[[], int]) -> int:
-        """`call` (the spawn) on a new thread that inherits the spawner's restrictions and
-        applies `restrictions`; its result, or its exception raised here."""
-        job = _Job(self, restrictions, call)
-        _hold_gc(hold=True)
-        try:
-            self._submit(job)
-            job.done.acquire()
-        finally:
-            _hold_gc(hold=False)
-        found = job.box[0] if job.box else RuntimeError("the spawning thread gave no result")
-        if isinstance(found, BaseException):
-            raise found
-        return found
-
-    def _submit(self, job: _Job) -> None:
+    def submit(self, thread: CommandThread) -> None:
+        """Have the spawning thread start `thread` (started itself first, in this process)."""
         with self._lock:
             if self._jobs is None or self._pid != os.getpid():  # first, or a forked child
                 self._start()
@@ -217,7 +271,7 @@ class Spawner:
                 raise RestrictError(self._failed)
             jobs = self._jobs
             assert jobs is not None  # noqa: S101 - set by _start
-            jobs.put(job)
+            jobs.put(thread)
 
     def _start(self) -> None:
         """Start the spawner and wait until it has restricted itself (or failed to)."""
@@ -233,7 +287,7 @@ class Spawner:
         _thread.start_new_thread(self._loop, (self._jobs, ready))
         ready.acquire()
 
-    def _loop(self, jobs: SimpleQueue[_Job | None], ready: _thread.LockType) -> None:
+    def _loop(self, jobs: SimpleQueue[CommandThread | None], ready: _thread.LockType) -> None:
         try:
             try:
                 no_new_privs()
@@ -246,13 +300,13 @@ class Spawner:
             finally:
                 ready.release()
             while not self._failed:
-                job = jobs.get()
-                if job is None:
+                thread = jobs.get()
+                if thread is None:
                     break
                 try:
-                    _thread.start_new_thread(job.run, ())
+                    _thread.start_new_thread(thread.begin, (self,))
                 except BaseException as exc:  # noqa: BLE001 - handed to the command's caller
-                    job.fail(exc)
+                    thread.fail(exc)
         finally:
             self._ended.release()
 
@@ -266,14 +320,3 @@ class Spawner:
         # It ends at once (it only starts threads); bounded all the same.
         if self._ended.acquire(timeout=5):
             self._ended.release()
-
-
-def run_restricted(
-    spawner: Spawner, restrictions: Restrictions
-) -> Callable[[Callable[[], int]], int]:
-    """`spawn`'s `run_in`: make the spawn on a command's thread started by `spawner`."""
-
-    def run_in(call: Callable[[], int]) -> int:
-        return spawner.run(restrictions, call)
-
-    return run_in
