@@ -371,7 +371,12 @@ def test_one_commands_lookups_cannot_queue_ahead_of_anothers(env: Env) -> None:
     limits = ProxyLimits(max_lookups=1, max_lookups_per_command=3, connect_timeout=30)
     proxy = _gated_proxy(env, resolver, echo.port, limits)
     a, b = proxy.credentials("flood"), proxy.credentials("quiet")
-    socks = [_ask(proxy, f"a{i}.names.test", echo.port, a) for i in range(3)]
+    socks: list[socket.socket] = []
+    for i in range(3):
+        # One at a time, each read by the proxy before the next is sent: three requests
+        # sent at once may be read in any order, and a0 must be the one that starts.
+        socks.append(_ask(proxy, f"a{i}.names.test", echo.port, a))
+        assert _poll(lambda n=i + 1: sum(1 for c in proxy.clients if c.user) == n)
     assert _poll(lambda: resolver.started == ["a0.names.test"])
     assert _poll(lambda: len(proxy.clients) == 3)
     quiet = _ask(proxy, "b0.names.test", echo.port, b)
