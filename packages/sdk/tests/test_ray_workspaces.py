@@ -6,15 +6,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from pathlib import Path
 
-from panday.ray import actor
-from panday.ray.actor import WORKSPACE_PREFIX, reap_workspaces
+import pytest
 
-if TYPE_CHECKING:
-    from pathlib import Path
+from panday.ray.actor import WORKSPACE_PREFIX, reap_workspaces, workspace_prefix
 
-    import pytest
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/self/ns").is_dir(), reason="names a workspace's owner from /proc (Linux)"
+)
 
 
 def _dead_pid() -> int:
@@ -23,22 +23,28 @@ def _dead_pid() -> int:
     return child.pid
 
 
-def test_a_workspace_left_by_a_dead_pid_or_an_earlier_owner_of_this_pid_is_removed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    me = os.getpid()
-    dead = tmp_path / f"{WORKSPACE_PREFIX}{_dead_pid()}-a"
-    reused = tmp_path / f"{WORKSPACE_PREFIX}{me}-old"  # an earlier process that had this pid
-    mine = tmp_path / f"{WORKSPACE_PREFIX}{me}-new"  # made by this process, in use
-    alive = tmp_path / f"{WORKSPACE_PREFIX}1-b"  # pid 1 is alive wherever this runs
-    other = tmp_path / "not-panday-1-c"
-    for d in (dead, reused, mine, alive, other):
+def _start(pid: int) -> str:
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    return stat[stat.rfind(b")") + 2 :].split()[19].decode()
+
+
+def test_a_workspace_is_removed_only_when_its_own_actor_process_is_gone(tmp_path: Path) -> None:
+    me, ns = os.getpid(), str(Path("/proc/self/ns/pid").stat().st_ino)
+    mine = tmp_path / (workspace_prefix() + "a")  # this process's, in use
+    assert mine.name.startswith(f"{WORKSPACE_PREFIX}{me}-{_start(me)}-{ns}-")
+    alive = tmp_path / f"{WORKSPACE_PREFIX}1-{_start(1)}-{ns}-b"  # pid 1's, which lives
+    dead = tmp_path / f"{WORKSPACE_PREFIX}{_dead_pid()}-5-{ns}-c"  # its pid is gone
+    # An earlier process with this pid, or with pid 1 (pids are reused): another start.
+    reused = tmp_path / f"{WORKSPACE_PREFIX}{me}-{int(_start(me)) - 1}-{ns}-d"
+    reused_1 = tmp_path / f"{WORKSPACE_PREFIX}1-{int(_start(1)) + 7}-{ns}-e"
+    # Another pid namespace's (a container sharing this /tmp): its pid means nothing here.
+    elsewhere = tmp_path / f"{WORKSPACE_PREFIX}{_dead_pid()}-5-{int(ns) + 1}-f"
+    older = tmp_path / f"{WORKSPACE_PREFIX}{_dead_pid()}-g"  # an older panday's name: not judged
+    other = tmp_path / "not-panday-1-2-3-h"
+    for d in (mine, alive, dead, reused, reused_1, elsewhere, older, other):
         d.mkdir()
         (d / "file").write_text("x")
-    monkeypatch.setattr(actor, "_MADE_HERE", {str(mine)})
     reap_workspaces(str(tmp_path))
-    assert not dead.exists()
-    assert not reused.exists()
-    assert mine.exists()
-    assert alive.exists()
-    assert other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        p.name for p in (mine, alive, elsewhere, older, other)
+    )

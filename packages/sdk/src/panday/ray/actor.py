@@ -45,9 +45,6 @@ AUTO = "auto"
 JUDGE_TIMEOUT_S = 20.0
 """How long the jailed judge commands may take (a healthy node needs milliseconds)."""
 WORKSPACE_PREFIX = "panday-ray-"
-_MADE_HERE: set[str] = set()
-"""Workspaces this process made and has not removed: a ``panday-ray-<own pid>-*`` that is
-not here was left by a dead process that had this pid (pids are reused; seen in CI)."""
 _CANCELLED_KEPT = 1024
 """Cancellations remembered for calls not yet started (a bound; they arrive in order)."""
 
@@ -201,8 +198,7 @@ class NodeWorker:
             # nothing here); it is removed at close. One left by an actor that was killed
             # (its pid is gone) is removed by the next actor that starts on the host.
             reap_workspaces(tempfile.gettempdir())
-            self._workdir = tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}{os.getpid()}-")
-            _MADE_HERE.add(self._workdir)
+            self._workdir = tempfile.mkdtemp(prefix=workspace_prefix())
             policy = policy.with_workspace(self._workdir)
         try:
             self._session = panday.open(policy, tier=self._tier, egress=self._egress(policy))
@@ -326,7 +322,6 @@ class NodeWorker:
     def _remove_workdir(self) -> None:
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
-            _MADE_HERE.discard(self._workdir)
             self._workdir = None
 
 
@@ -358,25 +353,65 @@ def kill_jails() -> int:
     return killed
 
 
+def _pid_namespace() -> str:
+    """This process's pid namespace (its inode), "0" where there is no /proc."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "0"
+
+
+def _start_time(pid: int) -> str | None:
+    """When `pid` started (clock ticks since boot, from /proc): with the pid, it names one
+    process for as long as it lives. "" when there is no such process; None when it cannot
+    be read (no /proc, or hidden from us)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except FileNotFoundError:
+        return "" if os.path.isdir("/proc/self") else None
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return fields[19].decode() if len(fields) > 19 else None  # noqa: PLR2004 - proc(5): starttime
+
+
+def workspace_prefix() -> str:
+    """``panday-ray-<pid>-<start time>-<pid namespace>-``: the actor process that owns a
+    workspace, named so that another process with the same pid later (pids are reused),
+    or one in another pid namespace sharing this /tmp (containers), is never taken for it."""
+    pid = os.getpid()
+    return f"{WORKSPACE_PREFIX}{pid}-{_start_time(pid) or 0}-{_pid_namespace()}-"
+
+
 def reap_workspaces(base: str) -> None:
-    """Remove ``panday-ray-<pid>-*`` workspaces whose actor process no longer exists: its
-    pid is gone, or it is this process's pid and this process did not make it."""
+    """Remove the workspaces (`workspace_prefix`) whose actor process is gone: named in
+    this pid namespace, for a pid that no process has now, or that a process which started
+    at another time has now. A workspace named in another pid namespace is left alone (its
+    pids mean nothing here), and so is one whose owner cannot be told (no /proc: judged by
+    the pid alone, this process's own pid kept)."""
     try:
         names = os.listdir(base)
     except OSError:
         return
+    here = _pid_namespace()
     for name in names:
-        pid, _, rest = name.removeprefix(WORKSPACE_PREFIX).partition("-")
-        if not name.startswith(WORKSPACE_PREFIX) or not pid.isdigit() or not rest:
+        parts = name.removeprefix(WORKSPACE_PREFIX).split("-", 3)
+        if not name.startswith(WORKSPACE_PREFIX) or len(parts) != 4:  # noqa: PLR2004 - the four parts of `workspace_prefix` (and mkdtemp's)
             continue
-        path = os.path.join(base, name)
+        pid, start, namespace = parts[0], parts[1], parts[2]
+        if not (pid.isdigit() and start.isdigit() and namespace == here):
+            continue
+        if start != "0" and here != "0":
+            now = _start_time(int(pid))
+            if now is not None and now != start:
+                shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+            continue
         if int(pid) == os.getpid():
-            if path not in _MADE_HERE:
-                shutil.rmtree(path, ignore_errors=True)
-            continue
+            continue  # its own, or an earlier owner's of this pid: cannot be told apart
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
-            shutil.rmtree(path, ignore_errors=True)
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
         except PermissionError:
             continue  # alive, someone else's
