@@ -4,9 +4,12 @@ cannot reach is the escape suite's (tests/escape/test_t1.py)."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import threading
+import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -181,6 +184,47 @@ def test_one_session_spawns_for_several_threads_at_once(tmp_path: Path) -> None:
         f"{n}-{i}".encode() for n in range(3) for i in range(5)
     )
     assert all(code != 0 and b"caller's" not in out for code, out in answers)
+
+
+def test_a_forked_child_spawns_through_threads_of_its_own(tmp_path: Path) -> None:
+    """A child forked from a process whose session has spawned has none of its threads:
+    its first command starts a spawner and a command thread of its own (both know the pid
+    they belong to), is restricted as the parent's are, and the parent's session goes on."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("caller's")
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)  # T1 makes no new entry at the workspace's top
+    with open_session(_policy(ws)) as session:
+        assert session.run(["true"]).exit_code == 0  # the parent's threads now exist
+        with warnings.catch_warnings():
+            # Python 3.12+ warns that a threaded process forks: the case under test.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the child: its verdict is its exit status, and it never cleans up
+            code = 3
+            try:
+                wrote = session.run(["sh", "-c", "echo hi > sub/child.txt"]).exit_code == 0
+                denied = session.run(["cat", str(outside)]).exit_code != 0
+                code = 0 if wrote and denied else 2
+            finally:
+                os._exit(code)
+        status = None
+        # A child waiting on a thread it lacks hangs: bounded at 8 s (200 waits of 40 ms)
+        # against its milliseconds of work, and below falsify's 10 s cut-off, so such a
+        # child fails this assertion rather than the clock.
+        for _ in range(200):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.04)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child's command never started")
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert (ws / "sub" / "child.txt").read_text() == "hi\n"
+        assert session.run(["cat", str(outside)]).exit_code != 0  # the parent's, restricted
+        assert session.run(["true"]).exit_code == 0
 
 
 def test_a_failed_spawn_leaves_the_session_able_to_spawn(tmp_path: Path) -> None:
