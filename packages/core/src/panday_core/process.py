@@ -198,6 +198,18 @@ def _pipe() -> tuple[int, int]:
     return _high(r), _high(w)
 
 
+def proc_stat(pid: int) -> tuple[str, str] | None:
+    """Fields 3 and 22 of ``/proc/<pid>/stat``: the state and the start time (clock ticks
+    since boot), which with the pid says which process a name written earlier means (pids
+    are reused). None when it cannot be read: no such process, no /proc, or hidden."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:  # noqa: PTH123 - pathlib costs start-up time here
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode(), fields[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
 def _inherited_fds(keep: set[int]) -> list[int]:
     """Our descriptors that would survive exec (no close-on-exec flag), except `keep`."""
     listing = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"  # noqa: PTH112 - os is loaded already

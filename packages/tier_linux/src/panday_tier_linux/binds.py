@@ -46,6 +46,7 @@ import fcntl
 import os
 import stat
 
+from panday_core.process import proc_stat
 from panday_core.protect import (
     Entry,
     RootRefused,
@@ -124,12 +125,7 @@ def _inside(path: str, root: str) -> str | None:
 
 
 def _start_time(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            fields = fh.read().rsplit(b")", 1)[1].split()
-        return fields[19].decode()
-    except (OSError, IndexError):
-        return "?"
+    return (proc_stat(pid) or ("", "?"))[1]
 
 
 _MARKS: dict[int, bytes] = {}

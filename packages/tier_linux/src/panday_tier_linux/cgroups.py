@@ -21,6 +21,7 @@ import _signal  # pyright: ignore[reportMissingModuleSource] - signal without it
 import os
 import time
 
+from panday_core.process import proc_stat
 from panday_core.startup import suppress
 
 # `panday run`'s cached start-up makes a session's cgroups with this module, so it imports
@@ -148,19 +149,8 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _stat(pid: int) -> tuple[str, str] | None:
-    """Fields 3 and 22 of /proc/PID/stat: the state, and the start time (clock ticks since
-    boot), which with the pid says who a name means."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            fields = fh.read().rsplit(b")", 1)[1].split()
-        return fields[0].decode(), fields[19].decode()
-    except (OSError, IndexError):
-        return None
-
-
 def _start_time(pid: int) -> str | None:
-    return (_stat(pid) or ("", None))[1]
+    return (proc_stat(pid) or ("", None))[1]
 
 
 def _owner_gone(name: str) -> bool:
@@ -171,7 +161,7 @@ def _owner_gone(name: str) -> bool:
         return False
     if not _alive(int(pid)):
         return True
-    stat = _stat(int(pid))
+    stat = proc_stat(int(pid))
     # A zombie runs nothing (a killed caller whose parent died too waits for an init that may
     # reap late: a Ray worker whose raylet was killed). Alive: the same process only if it
     # started when the name says (pids are reused).

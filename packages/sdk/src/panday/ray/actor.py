@@ -32,6 +32,7 @@ from panday.ray.wire import (
     encoder,
 )
 from panday_core.errors import PolicyViolation, SandboxError, TierUnavailable
+from panday_core.process import proc_stat
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -365,15 +366,10 @@ def _start_time(pid: int) -> str | None:
     """When `pid` started (clock ticks since boot, from /proc): with the pid, it names one
     process for as long as it lives. "" when there is no such process; None when it cannot
     be read (no /proc, or hidden from us)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except FileNotFoundError:
-        return "" if os.path.isdir("/proc/self") else None
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return fields[19].decode() if len(fields) > 19 else None  # noqa: PLR2004 - proc(5): starttime
+    found = proc_stat(pid)
+    if found is not None:
+        return found[1]
+    return "" if os.path.isdir("/proc/self") and not os.path.lexists(f"/proc/{pid}") else None
 
 
 def workspace_prefix() -> str:
