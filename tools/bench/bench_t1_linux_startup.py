@@ -81,7 +81,11 @@ def bench(rounds: int, cli_rounds: int) -> dict[str, object]:
                 """What a command whose rules differ from the last one's pays on top: a new
                 command thread, started by the session's spawner, restricting itself (and
                 ended at once, spawning nothing)."""
-                ruleset = jail.ruleset()
+                rules = jail.rules()
+                try:
+                    ruleset = rules.build(jail.abi)
+                finally:
+                    rules.close()
                 try:
                     restrictions = Restrictions(ruleset=ruleset, root=os.geteuid() == 0)
                     thread = CommandThread(restrictions, key=None)

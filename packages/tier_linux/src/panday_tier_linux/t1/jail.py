@@ -85,22 +85,30 @@ def hold_system() -> list[HeldPath]:
 
 class Rules:
     """The rules of one command's Landlock ruleset, recorded before any is made: each
-    path held by a descriptor of its own, and the key they make, (device, inode, rights,
-    kind) in order. Two commands with equal keys are ruled by equal rulesets, so the second
-    is spawned from the first one's command thread (`launch.CommandThread`). An inode named
+    path with its descriptor, and the key they make, (device, inode, rights, kind) in
+    order. Two commands with equal keys are ruled by equal rulesets, so the second is
+    spawned from the first one's command thread (`launch.CommandThread`). An inode named
     in a live ruleset is held by it, so its number cannot be reused meanwhile: an entry
-    removed and made again is a different key."""
+    removed and made again is a different key. `base`: rules every command starts with
+    (the jail's own paths, recorded once), whose descriptors the jail holds."""
 
-    __slots__ = ("held", "key")
+    __slots__ = ("held", "key", "owned")
 
-    def __init__(self) -> None:
-        self.held: list[tuple[int, int, bool]] = []
-        self.key: list[tuple[int, int, int, bool]] = []
+    def __init__(self, base: Rules | None = None) -> None:
+        self.held: list[tuple[int, int, bool]] = list(base.held) if base else []
+        self.key: list[tuple[int, int, int, bool]] = list(base.key) if base else []
+        self.owned: list[int] = []
+        """The descriptors these rules opened (copies), closed by `close`."""
 
-    def allow_fd(self, fd: int, rights: int, *, is_dir: bool) -> None:
+    def allow_fd(self, fd: int, rights: int, *, is_dir: bool, kept: bool = False) -> None:
+        """Record `rights` beneath `fd`; `kept`: `fd` outlives these rules (else a copy
+        is held, since the caller closes its own)."""
         st = os.fstat(fd)
         self.key.append((st.st_dev, st.st_ino, rights, is_dir))
-        self.held.append((os.dup(fd), rights, is_dir))
+        if not kept:
+            fd = os.dup(fd)
+            self.owned.append(fd)
+        self.held.append((fd, rights, is_dir))
 
     def build(self, abi: int) -> landlock.Ruleset:
         """The ruleset these rules make (the caller closes it)."""
@@ -114,8 +122,9 @@ class Rules:
         return ruleset
 
     def close(self) -> None:
-        for fd, _, _ in self.held:
+        for fd in self.owned:
             os.close(fd)
+        self.owned = []
         self.held = []
 
 
@@ -123,7 +132,7 @@ def grant_workspace(rules: Rules, root_fd: int, protected: Sequence[str]) -> Non
     """Read rights beneath the workspace; write rights on each of its entries except the
     `protected` ones (relative paths) and the directories above them, whose other entries
     are granted in turn. A link gets nothing (what it points to keeps its own rules)."""
-    rules.allow_fd(root_fd, landlock.READ, is_dir=True)
+    rules.allow_fd(root_fd, landlock.READ, is_dir=True, kept=True)
     _grant_below(rules, root_fd, "", frozenset(protected))
 
 
@@ -158,7 +167,18 @@ def _grant_below(rules: Rules, dir_fd: int, prefix: str, protected: frozenset[st
 class Jail:
     """What each command of one session (or one cached run) is restricted by."""
 
-    __slots__ = ("_command", "_lock", "abi", "env", "roots", "spawner", "system", "tmp", "tmp_fd")
+    __slots__ = (
+        "_command",
+        "_fixed",
+        "_lock",
+        "abi",
+        "env",
+        "roots",
+        "spawner",
+        "system",
+        "tmp",
+        "tmp_fd",
+    )
 
     def __init__(
         self,
@@ -175,6 +195,14 @@ class Jail:
         self.system = system
         self.tmp = tmp
         self.tmp_fd = os.open(tmp, _O_PATH | os.O_DIRECTORY)
+        self._fixed = Rules()
+        """The rules of every command: the system paths, the private tmp, the staged paths
+        (held by the jail until it closes), recorded once."""
+        for held in system:
+            self._fixed.allow_fd(held.fd, held.rights, is_dir=held.is_dir, kept=True)
+        self._fixed.allow_fd(self.tmp_fd, landlock.READ | landlock.WRITE, is_dir=True, kept=True)
+        for staged in roots.staged:
+            self._fixed.allow_fd(staged.fd, landlock.READ, is_dir=staged.is_dir, kept=True)
         self.spawner = Spawner(program)
         """The thread every command thread is started from (`launch`)."""
         self._command: CommandThread | None = None
@@ -202,13 +230,8 @@ class Jail:
 
     def rules(self) -> Rules:
         """The Landlock rules of the next command (a writable workspace listed now)."""
-        rules = Rules()
+        rules = Rules(self._fixed)
         try:
-            for held in self.system:
-                rules.allow_fd(held.fd, held.rights, is_dir=held.is_dir)
-            rules.allow_fd(self.tmp_fd, landlock.READ | landlock.WRITE, is_dir=True)
-            for staged in self.roots.staged:
-                rules.allow_fd(staged.fd, landlock.READ, is_dir=staged.is_dir)
             ws = self.roots.workspace
             if self.roots.writable:
                 try:
@@ -224,19 +247,11 @@ class Jail:
                 ]
                 grant_workspace(rules, ws.fd, protected)
             else:
-                rules.allow_fd(ws.fd, landlock.READ, is_dir=True)
+                rules.allow_fd(ws.fd, landlock.READ, is_dir=True, kept=True)
         except BaseException:
             rules.close()
             raise
         return rules
-
-    def ruleset(self) -> landlock.Ruleset:
-        """The Landlock ruleset of the next command (the caller closes it)."""
-        rules = self.rules()
-        try:
-            return rules.build(self.abi)
-        finally:
-            rules.close()
 
     def _thread_for(self, rules: Rules) -> CommandThread:
         """The command thread that spawns a command ruled by `rules`: the last one when
