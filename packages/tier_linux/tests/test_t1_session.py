@@ -164,13 +164,14 @@ def test_one_session_spawns_for_several_threads_at_once(tmp_path: Path) -> None:
     outside.write_text("caller's")
     ws = tmp_path / "ws"
     ws.mkdir()
-    answers: list[tuple[int | None, bytes]] = []
+    assert outside.read_text() == "caller's"  # control: readable outside the sandbox
+    answers: list[tuple[int | None, bytes, bytes]] = []
     with open_session(_policy(ws)) as session:
 
         def worker(n: int) -> None:
             for i in range(5):
                 result = session.run(["sh", "-c", f"echo {n}-{i}; cat {outside}"])
-                answers.append((result.exit_code, result.stdout))
+                answers.append((result.exit_code, result.stdout, result.stderr))
 
         threads = [threading.Thread(target=worker, args=(n,)) for n in range(3)]
         for t in threads:
@@ -180,10 +181,13 @@ def test_one_session_spawns_for_several_threads_at_once(tmp_path: Path) -> None:
         assert not any(t.is_alive() for t in threads)
     assert len(answers) == 15
     # Each command ran (its echo) and each was restricted (the cat outside failed).
-    assert sorted(out.split(b"\n")[0] for _, out in answers) == sorted(
+    assert sorted(out.split(b"\n")[0] for _, out, _ in answers) == sorted(
         f"{n}-{i}".encode() for n in range(3) for i in range(5)
     )
-    assert all(code != 0 and b"caller's" not in out for code, out in answers)
+    assert all(
+        code != 0 and b"caller's" not in out and b"Permission denied" in err
+        for code, out, err in answers
+    )
 
 
 def test_a_forked_child_spawns_through_threads_of_its_own(tmp_path: Path) -> None:
@@ -192,6 +196,7 @@ def test_a_forked_child_spawns_through_threads_of_its_own(tmp_path: Path) -> Non
     they belong to), is restricted as the parent's are, and the parent's session goes on."""
     outside = tmp_path / "outside.txt"
     outside.write_text("caller's")
+    assert outside.read_text() == "caller's"  # control: readable outside the sandbox
     ws = tmp_path / "ws"
     (ws / "sub").mkdir(parents=True)  # T1 makes no new entry at the workspace's top
     with open_session(_policy(ws)) as session:
@@ -204,7 +209,8 @@ def test_a_forked_child_spawns_through_threads_of_its_own(tmp_path: Path) -> Non
             code = 3
             try:
                 wrote = session.run(["sh", "-c", "echo hi > sub/child.txt"]).exit_code == 0
-                denied = session.run(["cat", str(outside)]).exit_code != 0
+                refused = session.run(["cat", str(outside)])
+                denied = refused.exit_code != 0 and b"Permission denied" in refused.stderr
                 code = 0 if wrote and denied else 2
             finally:
                 os._exit(code)
@@ -223,7 +229,9 @@ def test_a_forked_child_spawns_through_threads_of_its_own(tmp_path: Path) -> Non
             pytest.fail("the forked child's command never started")
         assert os.waitstatus_to_exitcode(status) == 0
         assert (ws / "sub" / "child.txt").read_text() == "hi\n"
-        assert session.run(["cat", str(outside)]).exit_code != 0  # the parent's, restricted
+        parent = session.run(["cat", str(outside)])  # the parent's, restricted
+        assert parent.exit_code != 0
+        assert b"Permission denied" in parent.stderr
         assert session.run(["true"]).exit_code == 0
 
 
