@@ -12,12 +12,13 @@ import shutil
 import stat
 import subprocess
 import sys
+import threading
 import types
 from pathlib import Path
 
 import pytest
 
-from panday_core import gitfind, protect, userstate
+from panday_core import gitfind, hostpaths, identity, protect, userstate
 from panday_core.errors import PolicyError
 from panday_core.policy import FsPolicy, SandboxPolicy, policy_from_dict
 from panday_core.protect import (
@@ -995,3 +996,129 @@ def test_entries_inside_another_or_repeated_are_dropped_and_the_stricter_repeat_
         ("x/y", "must not be made"),
         ("a/bc/d", "beside a/b, not inside it"),
     ]
+
+
+# ------------------------------------------------- answers kept between commands, and found fast
+
+
+def test_a_path_is_resolved_as_realpath_resolves_it_with_or_without_the_memo(
+    tmp_path: Path,
+) -> None:
+    """`real_path` shares its lstat calls through the memo of one `protected_entries`
+    call; it must still answer exactly as ``os.path.realpath`` does: a link anywhere on
+    the way (absolute or relative), ``..``, a repeated or trailing slash, a missing part."""
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "l").symlink_to(tmp_path / "a")
+    (tmp_path / "a" / "lb").symlink_to("b")
+    (tmp_path / "a" / "up").symlink_to("..")
+    spellings = [
+        "/",
+        "//etc",
+        str(tmp_path / "a" / "b") + "/",
+        str(tmp_path / "l" / "b"),
+        str(tmp_path / "a" / "lb" / "new"),
+        str(tmp_path / "a" / "up" / "l" / "lb"),
+        str(tmp_path / "missing" / "x" / "y"),
+        str(tmp_path / "a" / ".." / "a" / "b"),
+        "/" + str(tmp_path / "a") + "//./b",
+        "relative/x",
+    ]
+    st = tmp_path.stat()
+    root = (st.st_dev, st.st_ino)
+    for memo in (False, True):
+        if memo:
+            identity.remember_prefixes()
+        try:
+            for path in spellings:
+                assert identity.real_path(path) == os.path.realpath(path), (path, memo)
+                assert identity.lexists(path) == os.path.lexists(path), (path, memo)
+            # Placed by identity after links: the link `l` is the directory `a`.
+            assert within(str(tmp_path / "l" / "lb"), root) == "a/b"
+            assert within(str(tmp_path / "a" / "up" / "a"), root) == "a"
+        finally:
+            if memo:
+                identity.forget_prefixes()
+
+
+def test_answers_kept_between_commands_follow_the_callers_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host's git configuration files, the places the caller runs code from and
+    panday's state are kept from one command to the next while the caller's environment is
+    the same: a variable set or removed in between is seen at the next command."""
+    _clean_env(monkeypatch, tmp_path)
+    config, hook = str(tmp_path / "global"), str(tmp_path / "startup.py")
+    for _ in range(2):  # the second time from what was kept
+        assert config not in protect.host_git_configs()  # control
+        assert hook not in dict(hostpaths.caller_code_paths())  # control
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", config)
+    monkeypatch.setenv("PYTHONSTARTUP", hook)
+    assert config in protect.host_git_configs()
+    assert hook in dict(hostpaths.caller_code_paths())
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert state_directories()[1] == str(tmp_path / "xdg" / "panday")
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL")
+    monkeypatch.delenv("XDG_CONFIG_HOME")
+    assert config not in protect.host_git_configs()
+    assert state_directories()[1] != str(tmp_path / "xdg" / "panday")
+
+
+def test_the_callers_git_configuration_is_read_again_at_each_command(
+    tmp_path: Path, host_git: Path
+) -> None:
+    """What the caller's git configuration says is kept by its text, never by its name:
+    a hooksPath added, changed and removed between two commands is followed each time."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for text, expected in (
+        ("[core]\n\thooksPath = one\n", {"HEAD", "one"}),
+        ("[core]\n\thooksPath = two\n", {"HEAD", "two"}),
+        ("[user]\n\tname = x\n", {"HEAD"}),
+        ("[core]\n\thooksPath = one\n", {"HEAD", "one"}),
+    ):
+        host_git.write_text(text)
+        assert _git_rels(ws) == expected, text
+
+
+def test_a_fifo_where_the_callers_git_configuration_is_looked_for_does_not_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A FIFO at ~/.gitconfig (or where GIT_CONFIG_GLOBAL points) is read without waiting
+    for a writer. Control: opening it the ordinary way waits (released by opening its
+    other end, so nothing is left behind)."""
+    fifo = tmp_path / "gitconfig"
+    os.mkfifo(fifo)
+    opened: list[int] = []
+    waiter = threading.Thread(target=lambda: opened.append(os.open(fifo, os.O_RDONLY)))
+    waiter.start()
+    waiter.join(0.5)
+    blocked = waiter.is_alive()
+    writer = os.open(fifo, os.O_WRONLY)  # releases the control's open
+    waiter.join(30)
+    os.close(writer)
+    for fd in opened:
+        os.close(fd)
+    assert blocked, "inconclusive: opening a FIFO without a writer did not wait"
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(fifo))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    done: list[set[str]] = []
+    reader = threading.Thread(target=lambda: done.append(_git_rels(ws)), daemon=True)
+    reader.start()
+    reader.join(20)
+    if reader.is_alive():  # free the thread before failing (a writer ends its wait)
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(5)
+    assert len(done) == 1, "reading a FIFO as the caller's git configuration waited"
+    assert "HEAD" in done[0]
+
+
+def test_protected_entries_deduplicated_for_one_list_are_not_the_answer_for_another() -> None:
+    """`_dedupe` keeps its last answer for the same entries; other entries get their own."""
+    E = protect.Entry  # noqa: N806 - a short alias for a table of entries
+    first = [E("a", "dir", "x"), E("a/b", "file", "inside")]
+    second = [E("a/b", "file", "alone"), E("c", "file", "y")]
+    for _ in range(2):
+        for entries, expected in ((first, ["a"]), (second, ["c", "a/b"])):
+            kept = protect._dedupe(entries)  # pyright: ignore[reportPrivateUsage] - the rule itself
+            assert [e.rel for e in kept] == expected

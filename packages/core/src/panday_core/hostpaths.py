@@ -10,7 +10,7 @@ import os
 import sys
 
 from panday_core.envhooks import ENV_HOOK_PREFIXES, ENV_HOOKS, env_hook_reason
-from panday_core.identity import real_dir
+from panday_core.identity import lexists, real_dir
 
 TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 if TYPE_CHECKING:
@@ -18,6 +18,31 @@ if TYPE_CHECKING:
 
 
 _NOLOGIN_SHELLS: Final = ("nologin", "false", "sync", "shutdown", "halt")
+
+
+def caller_state() -> tuple[object, int, object]:
+    """What the caller's own places below are made of besides the file system: its
+    environment (its bytes, compared whole: one dict comparison), its euid and the password
+    file's identity. Equal states give equal answers (each is kept with the state it was
+    found in, `kept_state`), and every command asks."""
+    try:
+        passwd = os.stat("/etc/passwd")
+        stamp: object = (passwd.st_ino, passwd.st_size, passwd.st_mtime_ns)
+    except OSError:
+        stamp = None
+    return (getattr(os.environ, "_data", None), os.geteuid(), stamp)
+
+
+def kept_state(state: tuple[object, int, object]) -> tuple[object, int, object]:
+    """`state` as kept beside an answer: a copy of the environment (an object equal to no
+    other when it is not the dict CPython keeps, so nothing is kept then)."""
+    return (_copy(state[0]), state[1], state[2])
+
+
+def _copy(data: object) -> object:
+    if isinstance(data, dict):
+        return data.copy()  # pyright: ignore[reportUnknownVariableType] - os.environ's private bytes mapping, only compared
+    return object()
 
 
 def home_directories() -> frozenset[str]:
@@ -85,7 +110,7 @@ def interpreter_paths() -> tuple[str, ...]:
     for module in panday_packages():
         candidates += list(getattr(module, "__path__", ()))
     # Which exist is part of the key: one created since (by the user) must be resolved.
-    key = (*candidates, *(str(os.path.lexists(c)) for c in candidates))
+    key = (*candidates, *(str(lexists(c)) for c in candidates))
     if _INTERPRETER and _INTERPRETER[0][0] == key:
         return _INTERPRETER[0][1]
     out: list[str] = []
@@ -119,6 +144,18 @@ def state_directories() -> tuple[str, ...]:
     """panday's own per-user state (cached seccomp programs, /etc views, jail plans and the
     key that seals them; the user's default policy): a jail that rewrote them would widen
     every later jail."""
+    state = caller_state()
+    if _STATE and _STATE[0][0] == state:
+        return _STATE[0][1]
+    found = _find_state_directories()
+    _STATE[:] = [(kept_state(state), found)]
+    return found
+
+
+_STATE: list[tuple[object, tuple[str, ...]]] = []
+
+
+def _find_state_directories() -> tuple[str, ...]:
     from panday_core import userstate
 
     # The caches and their key where `userstate` keeps them (the password file's home, never
@@ -164,6 +201,19 @@ _HOOK_PREFIXES: Final = tuple(ENV_HOOK_PREFIXES)
 
 
 def _caller_candidates() -> list[tuple[str, str]]:
+    # Finding them decodes every name of the environment: kept for the same state.
+    state = caller_state()
+    if _CANDIDATES and _CANDIDATES[0][0] == state:
+        return _CANDIDATES[0][1]
+    found = _find_caller_candidates()
+    _CANDIDATES[:] = [(kept_state(state), found)]
+    return found
+
+
+_CANDIDATES: list[tuple[object, list[tuple[str, str]]]] = []
+
+
+def _find_caller_candidates() -> list[tuple[str, str]]:
     environ = os.environ
     # The names first, in one pass without decoding values (every command asks).
     names = sorted(
@@ -203,7 +253,7 @@ def caller_code_paths() -> tuple[tuple[str, str], ...]:
     caller's programs read from elsewhere is not known here."""
     candidates = _caller_candidates()
     # Which exist is part of the key: one created since must be resolved again.
-    key = (*candidates, *(os.path.lexists(path) for path, _why in candidates))
+    key = (*candidates, *(lexists(path) for path, _why in candidates))
     if _CALLER and _CALLER[0][0] == key:
         return _CALLER[0][1]
     out: dict[str, str] = {}

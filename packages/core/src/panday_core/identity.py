@@ -264,43 +264,94 @@ def within(path: str, root: tuple[int, int], *, resolved: bool = False) -> str |
     the workspace may have been named ``//ws``, or be a bind-mount alias of it.
     `resolved`: `path` has no link in it already (the caller resolved it)."""
     try:
-        real = path if resolved else os.path.realpath(path)
+        real = path if resolved else real_path(path)
     except (OSError, ValueError):
         return None
     parts = components(real)
     top = ""
     for depth in range(len(parts)):
-        here = _prefix_identity(top or "/")
+        here = _lstat_memo(top or "/")
         if here is None:
             return None
-        if here == root:
+        if here[0] == root:
             return "/".join(parts[depth:])
         top += "/" + parts[depth]
     return None
 
 
-_PREFIXES: list[dict[str, tuple[int, int] | None]] = []
-"""While `protected_entries` runs (one memo on the list): the identity of each directory
-`within` looked at, so twenty paths under one ``.venv`` cost one ``lstat`` per directory,
-not twenty."""
+def real_path(path: str) -> str:
+    """``os.path.realpath(path)``, with the ``lstat`` of each component shared through the
+    memo `remember_prefixes` starts (the same directories are looked at by every path
+    `protected_entries` places): a path with a link or ``..`` in it is left to
+    ``os.path.realpath``. Like it, a missing component ends the walk, the rest kept as
+    spelled."""
+    parts = components(path)
+    if not path.startswith("/") or ".." in parts:
+        return os.path.realpath(path)
+    top = ""
+    for part in parts:
+        top += "/" + part
+        found = _lstat_memo(top)
+        if found is None:
+            return "/" + "/".join(parts)
+        if found[1]:
+            return os.path.realpath(path)
+    return top or "/"
+
+
+def lexists(path: str) -> bool:
+    """``os.path.lexists``, shared through the memo `remember_prefixes` starts (asked of
+    the kernel with ``faccessat(F_OK, AT_SYMLINK_NOFOLLOW)``: no stat to build)."""
+    if not _ACCESS_NOFOLLOW:
+        return _lstat_memo(path) is not None
+    memo = _EXISTS[-1] if _EXISTS else None
+    if memo is not None and path in memo:
+        return memo[path]
+    try:
+        found = os.access(path, os.F_OK, follow_symlinks=False)
+    except ValueError:  # a NUL in it
+        found = False
+    if memo is not None:
+        memo[path] = found
+    return found
+
+
+_ACCESS_NOFOLLOW = os.access in os.supports_follow_symlinks
+
+
+_PREFIXES: list[dict[str, tuple[tuple[int, int], bool] | None]] = []
+"""While `protected_entries` runs (one memo on the list): what ``lstat`` said of each path
+`within`, `real_path` and `lexists` looked at (its identity and whether it is a link, or
+None), so twenty paths under one ``.venv`` cost one ``lstat`` per directory, not twenty,
+and a path both resolved and placed costs one."""
+
+
+_EXISTS: list[dict[str, bool]] = []
+"""Beside it: what `lexists` asked (sys.path's entries are asked twice)."""
 
 
 def remember_prefixes() -> None:
-    """Start a memo of directory identities for `within` (`forget_prefixes` ends it)."""
+    """Start a memo of ``lstat`` answers (`forget_prefixes` ends it)."""
     _PREFIXES.append({})
+    _EXISTS.append({})
 
 
 def forget_prefixes() -> None:
     _PREFIXES.pop()
+    _EXISTS.pop()
 
 
-def _prefix_identity(path: str) -> tuple[int, int] | None:
+def _lstat_memo(path: str) -> tuple[tuple[int, int], bool] | None:
     memo = _PREFIXES[-1] if _PREFIXES else None
     if memo is not None and path in memo:
         return memo[path]
     try:
-        found: tuple[int, int] | None = ident(os.lstat(path))
-    except OSError:
+        st = os.lstat(path)
+        found: tuple[tuple[int, int], bool] | None = (
+            (st.st_dev, st.st_ino),
+            stat.S_ISLNK(st.st_mode),
+        )
+    except (OSError, ValueError):
         found = None
     if memo is not None:
         memo[path] = found

@@ -40,6 +40,7 @@ from panday_core.identity import (
     fd_path,
     forget_prefixes,
     ident,
+    lexists,
     normal_path,
     open_root,
     path_identity,
@@ -155,7 +156,7 @@ def _inside_entries(root: tuple[int, int], skip: frozenset[str]) -> list[Entry]:
     project, the places the caller's own environment runs code from (`caller_code_paths`),
     its state, and any home directory's start-up files. The same answer as last
     time while what it is made of is the same (every command asks)."""
-    missing = tuple(e for e in sys.path if e and os.path.isabs(e) and not os.path.lexists(e))
+    missing = tuple(e for e in sys.path if e and os.path.isabs(e) and not lexists(e))
     homes, state = home_directories(), state_directories()
     key = (root, skip, interpreter_paths(), missing, state, homes, caller_code_paths())
     if _INSIDE and _INSIDE[0][0] == key:
@@ -220,7 +221,20 @@ def _caller_entries(root: tuple[int, int]) -> list[Entry]:
 def _dedupe(entries: list[Entry]) -> tuple[Entry, ...]:
     """Entries in order, dropping repeats and any entry inside another (already covered).
     Of repeats, one that must not be created wins (a home's ``.gitconfig`` over the
-    workspace default that may be)."""
+    workspace default that may be). The same entries give the same answer as last time
+    (every command asks; most are the same objects, compared by identity first)."""
+    given = tuple(entries)
+    if _DEDUPED and _DEDUPED[0][0] == given:
+        return _DEDUPED[0][1]
+    found = _find_dedupe(given)
+    _DEDUPED[:] = [(given, found)]
+    return found
+
+
+_DEDUPED: list[tuple[tuple[Entry, ...], tuple[Entry, ...]]] = []
+
+
+def _find_dedupe(entries: tuple[Entry, ...]) -> tuple[Entry, ...]:
     kept: list[Entry] = []
     taken: set[str] = set()
     for entry in sorted(entries, key=lambda e: (e.rel.count("/"), e.rel, not e.create)):
