@@ -8,7 +8,15 @@ import os
 import stat
 
 from panday_core.hostpaths import caller_state, kept_state
-from panday_core.identity import O_PATH, components, ident, normal_path, within
+from panday_core.identity import (
+    O_PATH,
+    components,
+    forget_prefixes,
+    ident,
+    normal_path,
+    remember_prefixes,
+    within,
+)
 from panday_core.protected_names import Entry
 
 TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
@@ -218,6 +226,14 @@ def git_entries(root_fd: int) -> tuple[Entry, ...]:
       jail could fill with ``core.fsmonitor``;
     * the git metadata of each submodule ``.gitmodules`` lists.
     """
+    remember_prefixes()  # the caller's configuration files share their directories
+    try:
+        return _git_entries(root_fd)
+    finally:
+        forget_prefixes()
+
+
+def _git_entries(root_fd: int) -> tuple[Entry, ...]:
     root = ident(os.fstat(root_fd))
     out: list[Entry] = [Entry("HEAD", "file", _HEAD_WHY)]
     out += _repository_entries(root_fd, root)

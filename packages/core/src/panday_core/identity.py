@@ -331,9 +331,10 @@ _EXISTS: list[dict[str, bool]] = []
 
 
 def remember_prefixes() -> None:
-    """Start a memo of ``lstat`` answers (`forget_prefixes` ends it)."""
-    _PREFIXES.append({})
-    _EXISTS.append({})
+    """Start a memo of ``lstat`` answers (`forget_prefixes` ends it); inside another, the
+    same memo: one moment of the file system."""
+    _PREFIXES.append(_PREFIXES[-1] if _PREFIXES else {})
+    _EXISTS.append(_EXISTS[-1] if _EXISTS else {})
 
 
 def forget_prefixes() -> None:
