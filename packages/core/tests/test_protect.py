@@ -1122,3 +1122,31 @@ def test_protected_entries_deduplicated_for_one_list_are_not_the_answer_for_anot
         for entries, expected in ((first, ["a"]), (second, ["c", "a/b"])):
             kept = protect._dedupe(entries)  # pyright: ignore[reportPrivateUsage] - the rule itself
             assert [e.rel for e in kept] == expected
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="real and effective ids that differ need root")
+def test_existence_is_asked_with_the_effective_ids_as_lstat_does(tmp_path: Path) -> None:
+    """`lexists` asks the kernel with the effective ids, as ``lstat`` searches: a process
+    whose effective uid may not search a directory sees nothing in it, whatever its real
+    uid may. Control: asked with the real ids, the file is there."""
+    hidden = tmp_path / "root-only"
+    hidden.mkdir(mode=0o700)
+    (hidden / "file").write_text("")
+    probe = (
+        "import os, sys\n"
+        "from panday_core import identity\n"
+        "os.seteuid(65534)\n"
+        "path = sys.argv[1]\n"
+        "print(os.access(path, os.F_OK, follow_symlinks=False),"
+        " os.path.lexists(path), identity.lexists(path))\n"
+    )
+    tmp_path.chmod(0o755)
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(hidden / "file")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.split()
+    assert out[0] == "True", "inconclusive: the real ids do not see the file"
+    assert out[1:] == ["False", "False"]

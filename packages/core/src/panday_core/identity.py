@@ -301,14 +301,15 @@ def real_path(path: str) -> str:
 
 def lexists(path: str) -> bool:
     """``os.path.lexists``, shared through the memo `remember_prefixes` starts (asked of
-    the kernel with ``faccessat(F_OK, AT_SYMLINK_NOFOLLOW)``: no stat to build)."""
+    the kernel with ``faccessat(F_OK, AT_SYMLINK_NOFOLLOW | AT_EACCESS)``: no stat to
+    build; the effective ids, as ``lstat`` searches the directories on the way)."""
     if not _ACCESS_NOFOLLOW:
         return _lstat_memo(path) is not None
     memo = _EXISTS[-1] if _EXISTS else None
     if memo is not None and path in memo:
         return memo[path]
     try:
-        found = os.access(path, os.F_OK, follow_symlinks=False)
+        found = os.access(path, os.F_OK, effective_ids=True, follow_symlinks=False)
     except ValueError:  # a NUL in it
         found = False
     if memo is not None:
@@ -316,7 +317,9 @@ def lexists(path: str) -> bool:
     return found
 
 
-_ACCESS_NOFOLLOW = os.access in os.supports_follow_symlinks
+_ACCESS_NOFOLLOW = (
+    os.access in os.supports_follow_symlinks and os.access in os.supports_effective_ids
+)
 
 
 _PREFIXES: list[dict[str, tuple[tuple[int, int], bool] | None]] = []
