@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import stat
 
-from panday_core.hostpaths import caller_state, kept_state
+from panday_core.hostpaths import kept_answer
 from panday_core.identity import (
     O_PATH,
     components,
@@ -172,12 +172,7 @@ def host_git_configs() -> tuple[str, ...]:
     """The configuration files the caller's own git reads in every repository: the system
     file, the user's (``~/.gitconfig`` and the XDG one, for the password file's home and
     ``$HOME``), and the ones ``GIT_CONFIG_GLOBAL``/``GIT_CONFIG_SYSTEM`` name."""
-    state = caller_state()
-    if _CONFIGS and _CONFIGS[0][0] == state:
-        return _CONFIGS[0][1]
-    found = _find_host_git_configs()
-    _CONFIGS[:] = [(kept_state(state), found)]
-    return found
+    return kept_answer(_CONFIGS, _find_host_git_configs)
 
 
 _CONFIGS: list[tuple[object, tuple[str, ...]]] = []

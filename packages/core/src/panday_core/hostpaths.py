@@ -14,29 +14,34 @@ from panday_core.identity import lexists, real_dir
 
 TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 if TYPE_CHECKING:
-    from typing import Final
+    from collections.abc import Callable
+    from typing import Final, TypeVar
+
+    T = TypeVar("T")
 
 
 _NOLOGIN_SHELLS: Final = ("nologin", "false", "sync", "shutdown", "halt")
 
 
-def caller_state() -> tuple[object, int, object]:
-    """What the caller's own places below are made of besides the file system: its
-    environment (its bytes, compared whole: one dict comparison), its euid and the password
-    file's identity. Equal states give equal answers (each is kept with the state it was
-    found in, `kept_state`), and every command asks."""
+def kept_answer(slot: list[tuple[object, T]], find: Callable[[], T]) -> T:
+    """`find()`, or the answer kept in `slot` when the caller's state is what it was then:
+    its environment (its bytes, compared whole: one dict comparison), its euid and the
+    password file's identity, all that git's configuration files, panday's state and the
+    places the caller runs code from are made of besides the file system. Every command
+    asks, and finding them decodes the whole environment."""
     try:
         passwd = os.stat("/etc/passwd")
         stamp: object = (passwd.st_ino, passwd.st_size, passwd.st_mtime_ns)
     except OSError:
         stamp = None
-    return (getattr(os.environ, "_data", None), os.geteuid(), stamp)
-
-
-def kept_state(state: tuple[object, int, object]) -> tuple[object, int, object]:
-    """`state` as kept beside an answer: a copy of the environment (an object equal to no
-    other when it is not the dict CPython keeps, so nothing is kept then)."""
-    return (_copy(state[0]), state[1], state[2])
+    state = (getattr(os.environ, "_data", None), os.geteuid(), stamp)
+    if slot and slot[0][0] == state:
+        return slot[0][1]
+    found = find()
+    # A copy of the environment is kept (an object equal to no other when it is not the
+    # dict CPython keeps, so nothing is kept then).
+    slot[:] = [((_copy(state[0]), state[1], state[2]), found)]
+    return found
 
 
 def _copy(data: object) -> object:
@@ -144,12 +149,7 @@ def state_directories() -> tuple[str, ...]:
     """panday's own per-user state (cached seccomp programs, /etc views, jail plans and the
     key that seals them; the user's default policy): a jail that rewrote them would widen
     every later jail."""
-    state = caller_state()
-    if _STATE and _STATE[0][0] == state:
-        return _STATE[0][1]
-    found = _find_state_directories()
-    _STATE[:] = [(kept_state(state), found)]
-    return found
+    return kept_answer(_STATE, _find_state_directories)
 
 
 _STATE: list[tuple[object, tuple[str, ...]]] = []
@@ -201,13 +201,7 @@ _HOOK_PREFIXES: Final = tuple(ENV_HOOK_PREFIXES)
 
 
 def _caller_candidates() -> list[tuple[str, str]]:
-    # Finding them decodes every name of the environment: kept for the same state.
-    state = caller_state()
-    if _CANDIDATES and _CANDIDATES[0][0] == state:
-        return _CANDIDATES[0][1]
-    found = _find_caller_candidates()
-    _CANDIDATES[:] = [(kept_state(state), found)]
-    return found
+    return kept_answer(_CANDIDATES, _find_caller_candidates)
 
 
 _CANDIDATES: list[tuple[object, list[tuple[str, str]]]] = []
