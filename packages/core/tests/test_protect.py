@@ -1150,3 +1150,39 @@ def test_existence_is_asked_with_the_effective_ids_as_lstat_does(tmp_path: Path)
     ).stdout.split()
     assert out[0] == "True", "inconclusive: the real ids do not see the file"
     assert out[1:] == ["False", "False"]
+
+
+def test_a_threads_memo_of_the_file_system_is_its_own(tmp_path: Path) -> None:
+    """The lstat memo of one listing belongs to the thread that listed: another thread's
+    listing, begun while the first is still inside its own, asks the file system afresh.
+    (One memo for all would live as long as some thread is inside a listing, and answer
+    from a moment long past.) Control: inside one listing, the memo answers as it did."""
+    made = tmp_path / "made-later"
+    held, go = threading.Event(), threading.Event()
+    seen: dict[str, bool] = {}
+
+    def first() -> None:
+        identity.remember_prefixes()
+        try:
+            seen["before"] = identity.lexists(str(made))
+            held.set()
+            go.wait(30)
+            seen["again"] = identity.lexists(str(made))  # its own moment
+        finally:
+            identity.forget_prefixes()
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    try:
+        assert held.wait(30), "the first listing did not start"
+        made.write_text("")
+        identity.remember_prefixes()
+        try:
+            fresh = identity.lexists(str(made))
+        finally:
+            identity.forget_prefixes()
+    finally:
+        go.set()
+        thread.join(30)
+    assert seen == {"before": False, "again": False}, "inconclusive: the memo did not hold"
+    assert fresh

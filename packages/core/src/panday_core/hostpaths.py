@@ -35,8 +35,9 @@ def kept_answer(slot: list[tuple[object, T]], find: Callable[[], T]) -> T:
     except OSError:
         stamp = None
     state = (getattr(os.environ, "_data", None), os.geteuid(), stamp)
-    if slot and slot[0][0] == state:
-        return slot[0][1]
+    kept = slot[0] if slot else None  # read once: another thread may replace it
+    if kept is not None and kept[0] == state:
+        return kept[1]
     found = find()
     # A copy of the environment is kept (an object equal to no other when it is not the
     # dict CPython keeps, so nothing is kept then).
@@ -61,8 +62,9 @@ def home_directories() -> frozenset[str]:
     except OSError:
         stamp = None
     key = (env_home, os.geteuid(), stamp)
-    if _HOMES and _HOMES[0][0] == key:
-        return _HOMES[0][1]
+    kept = _HOMES[0] if _HOMES else None
+    if kept is not None and kept[0] == key:
+        return kept[1]
     homes: set[str] = set()
     if env_home and env_home.startswith("/"):
         homes.add(os.path.normpath(env_home))
@@ -116,8 +118,9 @@ def interpreter_paths() -> tuple[str, ...]:
         candidates += list(getattr(module, "__path__", ()))
     # Which exist is part of the key: one created since (by the user) must be resolved.
     key = (*candidates, *(str(lexists(c)) for c in candidates))
-    if _INTERPRETER and _INTERPRETER[0][0] == key:
-        return _INTERPRETER[0][1]
+    kept = _INTERPRETER[0] if _INTERPRETER else None
+    if kept is not None and kept[0] == key:
+        return kept[1]
     out: list[str] = []
     for candidate in candidates:
         real = real_dir(candidate)
@@ -248,8 +251,9 @@ def caller_code_paths() -> tuple[tuple[str, str], ...]:
     candidates = _caller_candidates()
     # Which exist is part of the key: one created since must be resolved again.
     key = (*candidates, *(lexists(path) for path, _why in candidates))
-    if _CALLER and _CALLER[0][0] == key:
-        return _CALLER[0][1]
+    kept = _CALLER[0] if _CALLER else None
+    if kept is not None and kept[0] == key:
+        return kept[1]
     out: dict[str, str] = {}
     for path, why in candidates:
         try:

@@ -9,6 +9,7 @@ whether a path lies inside a root is decided by the identities of the directorie
 
 from __future__ import annotations
 
+import _thread
 import os
 import stat
 
@@ -305,15 +306,15 @@ def lexists(path: str) -> bool:
     build; the effective ids, as ``lstat`` searches the directories on the way)."""
     if not _ACCESS_NOFOLLOW:
         return _lstat_memo(path) is not None
-    memo = _EXISTS[-1] if _EXISTS else None
-    if memo is not None and path in memo:
-        return memo[path]
+    memo = _memo()
+    if memo is not None and path in memo.exists:
+        return memo.exists[path]
     try:
         found = os.access(path, os.F_OK, effective_ids=True, follow_symlinks=False)
     except ValueError:  # a NUL in it
         found = False
     if memo is not None:
-        memo[path] = found
+        memo.exists[path] = found
     return found
 
 
@@ -322,33 +323,51 @@ _ACCESS_NOFOLLOW = (
 )
 
 
-_PREFIXES: list[dict[str, tuple[tuple[int, int], bool] | None]] = []
-"""While `protected_entries` runs (one memo on the list): what ``lstat`` said of each path
-`within`, `real_path` and `lexists` looked at (its identity and whether it is a link, or
-None), so twenty paths under one ``.venv`` cost one ``lstat`` per directory, not twenty,
-and a path both resolved and placed costs one."""
+class _Memo:
+    """While `protected_entries` runs: what ``lstat`` said of each path `within`,
+    `real_path` and `lexists` looked at (its identity and whether it is a link, or None),
+    so twenty paths under one ``.venv`` cost one ``lstat`` per directory, not twenty, and a
+    path both resolved and placed costs one; and what `lexists` asked (sys.path's entries
+    are asked twice)."""
+
+    __slots__ = ("exists", "lstat")
+
+    def __init__(self) -> None:
+        self.lstat: dict[str, tuple[tuple[int, int], bool] | None] = {}
+        self.exists: dict[str, bool] = {}
 
 
-_EXISTS: list[dict[str, bool]] = []
-"""Beside it: what `lexists` asked (sys.path's entries are asked twice)."""
+_MEMOS: dict[int, list[_Memo]] = {}
+"""Each thread's memos, innermost last. Per thread: a session used from several threads
+lists its entries in each at once, and a memo shared between them could outlive every
+call that made it (one thread always inside a listing), answering from a moment long
+past."""
 
 
 def remember_prefixes() -> None:
-    """Start a memo of ``lstat`` answers (`forget_prefixes` ends it); inside another, the
-    same memo: one moment of the file system."""
-    _PREFIXES.append(_PREFIXES[-1] if _PREFIXES else {})
-    _EXISTS.append(_EXISTS[-1] if _EXISTS else {})
+    """Start a memo of ``lstat`` answers for this thread (`forget_prefixes` ends it);
+    inside another of the same thread, the same memo: one moment of the file system."""
+    stack = _MEMOS.setdefault(_thread.get_ident(), [])
+    stack.append(stack[-1] if stack else _Memo())
 
 
 def forget_prefixes() -> None:
-    _PREFIXES.pop()
-    _EXISTS.pop()
+    me = _thread.get_ident()
+    stack = _MEMOS[me]
+    stack.pop()
+    if not stack:
+        del _MEMOS[me]
+
+
+def _memo() -> _Memo | None:
+    stack = _MEMOS.get(_thread.get_ident())
+    return stack[-1] if stack else None
 
 
 def _lstat_memo(path: str) -> tuple[tuple[int, int], bool] | None:
-    memo = _PREFIXES[-1] if _PREFIXES else None
-    if memo is not None and path in memo:
-        return memo[path]
+    memo = _memo()
+    if memo is not None and path in memo.lstat:
+        return memo.lstat[path]
     try:
         st = os.lstat(path)
         found: tuple[tuple[int, int], bool] | None = (
@@ -358,7 +377,7 @@ def _lstat_memo(path: str) -> tuple[tuple[int, int], bool] | None:
     except (OSError, ValueError):
         found = None
     if memo is not None:
-        memo[path] = found
+        memo.lstat[path] = found
     return found
 
 

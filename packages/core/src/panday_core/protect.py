@@ -159,8 +159,9 @@ def _inside_entries(root: tuple[int, int], skip: frozenset[str]) -> list[Entry]:
     missing = tuple(e for e in sys.path if e and os.path.isabs(e) and not lexists(e))
     homes, state = home_directories(), state_directories()
     key = (root, skip, interpreter_paths(), missing, state, homes, caller_code_paths())
-    if _INSIDE and _INSIDE[0][0] == key:
-        return list(_INSIDE[0][1])
+    kept = _INSIDE[0] if _INSIDE else None  # read once: another thread may replace it
+    if kept is not None and kept[0] == key:
+        return list(kept[1])
     entries = _find_inside(root, skip, homes, state)
     _INSIDE[:] = [(key, tuple(entries))]
     return entries
@@ -224,8 +225,9 @@ def _dedupe(entries: list[Entry]) -> tuple[Entry, ...]:
     workspace default that may be). The same entries give the same answer as last time
     (every command asks; most are the same objects, compared by identity first)."""
     given = tuple(entries)
-    if _DEDUPED and _DEDUPED[0][0] == given:
-        return _DEDUPED[0][1]
+    kept = _DEDUPED[0] if _DEDUPED else None
+    if kept is not None and kept[0] == given:
+        return kept[1]
     found = _find_dedupe(given)
     _DEDUPED[:] = [(given, found)]
     return found
