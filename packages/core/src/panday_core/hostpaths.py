@@ -10,7 +10,7 @@ import os
 import sys
 
 from panday_core.envhooks import ENV_HOOK_PREFIXES, ENV_HOOKS, env_hook_reason
-from panday_core.identity import lexists, real_dir
+from panday_core.identity import lexists_all, real_dir
 
 TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def interpreter_paths() -> tuple[str, ...]:
     for module in panday_packages():
         candidates += list(getattr(module, "__path__", ()))
     # Which exist is part of the key: one created since (by the user) must be resolved.
-    key = (*candidates, *(str(lexists(c)) for c in candidates))
+    key = (*candidates, *lexists_all(candidates))
     kept = _INTERPRETER[0] if _INTERPRETER else None
     if kept is not None and kept[0] == key:
         return kept[1]
@@ -130,7 +130,7 @@ def interpreter_paths() -> tuple[str, ...]:
     return tuple(out)
 
 
-_INTERPRETER: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+_INTERPRETER: list[tuple[tuple[str | bool, ...], tuple[str, ...]]] = []
 """The last answer of `interpreter_paths` for the same candidates, each existing or not as
 then: resolving ~20 paths is a few hundred ``lstat`` calls, and every command asks."""
 
@@ -250,7 +250,7 @@ def caller_code_paths() -> tuple[tuple[str, str], ...]:
     caller's programs read from elsewhere is not known here."""
     candidates = _caller_candidates()
     # Which exist is part of the key: one created since must be resolved again.
-    key = (*candidates, *(lexists(path) for path, _why in candidates))
+    key = (*candidates, *lexists_all(path for path, _why in candidates))
     kept = _CALLER[0] if _CALLER else None
     if kept is not None and kept[0] == key:
         return kept[1]

@@ -14,6 +14,8 @@ import os
 import stat
 
 TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 
 class RootRefused(Exception):
@@ -270,8 +272,9 @@ def within(path: str, root: tuple[int, int], *, resolved: bool = False) -> str |
         return None
     parts = components(real)
     top = ""
+    memo = _memo()
     for depth in range(len(parts)):
-        here = _lstat_memo(top or "/")
+        here = _lstat_memo(top or "/", memo)
         if here is None:
             return None
         if here[0] == root:
@@ -290,9 +293,10 @@ def real_path(path: str) -> str:
     if not path.startswith("/") or ".." in parts:
         return os.path.realpath(path)
     top = ""
+    memo = _memo()
     for part in parts:
         top += "/" + part
-        found = _lstat_memo(top)
+        found = _lstat_memo(top, memo)
         if found is None:
             return "/" + "/".join(parts)
         if found[1]:
@@ -304,18 +308,26 @@ def lexists(path: str) -> bool:
     """``os.path.lexists``, shared through the memo `remember_prefixes` starts (asked of
     the kernel with ``faccessat(F_OK, AT_SYMLINK_NOFOLLOW | AT_EACCESS)``: no stat to
     build; the effective ids, as ``lstat`` searches the directories on the way)."""
-    if not _ACCESS_NOFOLLOW:
-        return _lstat_memo(path) is not None
+    return lexists_all((path,))[0]
+
+
+def lexists_all(paths: Iterable[str]) -> tuple[bool, ...]:
+    """`lexists` of each of `paths` (this thread's memo looked up once)."""
     memo = _memo()
-    if memo is not None and path in memo.exists:
-        return memo.exists[path]
-    try:
-        found = os.access(path, os.F_OK, effective_ids=True, follow_symlinks=False)
-    except ValueError:  # a NUL in it
-        found = False
-    if memo is not None:
-        memo.exists[path] = found
-    return found
+    if not _ACCESS_NOFOLLOW:
+        return tuple(_lstat_memo(path, memo) is not None for path in paths)
+    known = memo.exists if memo is not None else {}
+    out: list[bool] = []
+    for path in paths:
+        found = known.get(path)
+        if found is None:
+            try:
+                found = os.access(path, os.F_OK, effective_ids=True, follow_symlinks=False)
+            except ValueError:  # a NUL in it
+                found = False
+            known[path] = found
+        out.append(found)
+    return tuple(out)
 
 
 _ACCESS_NOFOLLOW = (
@@ -364,8 +376,8 @@ def _memo() -> _Memo | None:
     return stack[-1] if stack else None
 
 
-def _lstat_memo(path: str) -> tuple[tuple[int, int], bool] | None:
-    memo = _memo()
+def _lstat_memo(path: str, memo: _Memo | None) -> tuple[tuple[int, int], bool] | None:
+    """``lstat``'s answer for `path`, from and into `memo` (this thread's, `_memo`)."""
     if memo is not None and path in memo.lstat:
         return memo.lstat[path]
     try:

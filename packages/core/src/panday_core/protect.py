@@ -40,7 +40,7 @@ from panday_core.identity import (
     fd_path,
     forget_prefixes,
     ident,
-    lexists,
+    lexists_all,
     normal_path,
     open_root,
     path_identity,
@@ -156,7 +156,10 @@ def _inside_entries(root: tuple[int, int], skip: frozenset[str]) -> list[Entry]:
     project, the places the caller's own environment runs code from (`caller_code_paths`),
     its state, and any home directory's start-up files. The same answer as last
     time while what it is made of is the same (every command asks)."""
-    missing = tuple(e for e in sys.path if e and os.path.isabs(e) and not lexists(e))
+    absolute = [e for e in sys.path if e and os.path.isabs(e)]
+    missing = tuple(
+        e for e, found in zip(absolute, lexists_all(absolute), strict=True) if not found
+    )
     homes, state = home_directories(), state_directories()
     key = (root, skip, interpreter_paths(), missing, state, homes, caller_code_paths())
     kept = _INSIDE[0] if _INSIDE else None  # read once: another thread may replace it
