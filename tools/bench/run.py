@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import cast
 
@@ -23,6 +25,25 @@ SCRIPTS = {
     p.stem.removeprefix("bench_"): p for p in sorted(Path(__file__).parent.glob("bench_*.py"))
 }
 """Standalone benchmark scripts: name -> path."""
+
+
+SETTLE_LOAD = 1.0
+SETTLE_MAX_S = 90.0
+
+
+def settle(name: str) -> None:
+    """Wait (at most `SETTLE_MAX_S`) for the 1-minute load average to fall below
+    `SETTLE_LOAD` before `name` starts. A benchmark that runs a cluster (Ray's) leaves the
+    machine busy for a minute after it ends, and the next one measured in its wake gave
+    ratios that said more about its place in the order than about itself (T1's start-up,
+    always right after Ray's, at load 3.3-3.4). Each benchmark still records the load it
+    started and ended at."""
+    deadline = time.monotonic() + SETTLE_MAX_S
+    load = os.getloadavg()[0]
+    while load >= SETTLE_LOAD and time.monotonic() < deadline:
+        time.sleep(2)
+        load = os.getloadavg()[0]
+    print(f"bench: {name}: starting at load {load:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,10 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     over: list[str] = []
     chosen = args.only or [*BENCHMARKS, *SCRIPTS]
     for name in (n for n in chosen if n in SCRIPTS):
+        settle(name)
         print(f"bench: {name}: running {SCRIPTS[name].name}")
         if subprocess.run([sys.executable, str(SCRIPTS[name])], check=False).returncode != 0:
             over.append(name)
     for name in (n for n in chosen if n in BENCHMARKS):
+        settle(name)
         module = importlib.import_module(name)
         entry = cast("dict[str, object]", module.main(args.rounds, args.warmup))
         harness.record(name, entry)
