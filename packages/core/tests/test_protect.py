@@ -1186,3 +1186,40 @@ def test_a_threads_memo_of_the_file_system_is_its_own(tmp_path: Path) -> None:
         thread.join(30)
     assert seen == {"before": False, "again": False}, "inconclusive: the memo did not hold"
     assert fresh
+
+
+@pytest.mark.skipif(not LINUX, reason="a bind mount in a new user and mount namespace: Linux")
+def test_a_path_through_a_bind_mount_of_a_workspace_subtree_is_inside(tmp_path: Path) -> None:
+    """A directory of the workspace bound elsewhere (its .venv at /opt/venv, say) is still
+    the workspace's: a place the caller runs code from, spelled through that mount, is
+    protected where it really lies, and no longer once the mount is gone (the kernel says
+    the mount table changed). Control: before the mount, nothing is found there."""
+    ws, alias = tmp_path / "ws", tmp_path / "alias"
+    (ws / "sub" / "venv" / "bin").mkdir(parents=True)
+    alias.mkdir()
+    probe = f"""
+import os, subprocess, sys
+from panday_core import protect
+from panday_core.identity import within
+st = os.stat({str(ws)!r})
+root = (st.st_dev, st.st_ino)
+os.environ["PATH"] = "/usr/bin:/bin"
+os.environ["VIRTUAL_ENV"] = {str(alias / "venv")!r}
+def found():
+    return (within({str(alias / "venv" / "bin")!r}, root),
+            "sub/venv" in {{e.rel for e in protect.protected_entries({str(ws)!r})}})
+before = found()
+subprocess.run(["mount", "--bind", {str(ws / "sub")!r}, {str(alias)!r}], check=True)
+during = found()
+subprocess.run(["umount", {str(alias)!r}], check=True)
+after = found()
+print(before, during, after)
+"""
+    out = subprocess.run(
+        ["unshare", "-Urm", "--propagation", "private", sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout.strip()
+    assert out == "(None, False) ('sub/venv/bin', True) (None, False)", out

@@ -1,3 +1,4 @@
+# Over 500 lines: roots, their ancestry and where a path lies share one mount table.
 """Deciding about a path by what was opened, never by how it is spelled (`panday_core.protect`).
 
 A root is opened component by component from ``/`` without following a link (`open_root`);
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import _thread
 import os
+import select
 import stat
 
 TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
@@ -223,19 +225,14 @@ def _bind_source(mount: int) -> list[str]:
     except OSError:
         return []
 
-    def text(raw: bytes) -> str:  # mountinfo escapes space, tab, newline and backslash
-        for code, char in ((b"\\040", b" "), (b"\\011", b"\t"), (b"\\012", b"\n")):
-            raw = raw.replace(code, char)
-        return raw.replace(b"\\134", b"\\").decode("utf-8", "surrogateescape")
-
     # Fields: mount id, parent id, major:minor, root within the file system, mount point.
     rows = [r for r in rows if len(r) > _MOUNT_POINT]
     mine = next((r for r in rows if r[0] == str(mount).encode()), None)
     if mine is None or mine[_MOUNT_ROOT] == b"/":
         return []
-    root = text(mine[_MOUNT_ROOT])
+    root = _mountinfo_text(mine[_MOUNT_ROOT])
     return [
-        normal_path(text(r[_MOUNT_POINT]) + root)
+        normal_path(_mountinfo_text(r[_MOUNT_POINT]) + root)
         for r in rows
         if r[_MOUNT_DEVICE] == mine[_MOUNT_DEVICE] and r[_MOUNT_ROOT] == b"/" and r[0] != mine[0]
     ]
@@ -270,9 +267,47 @@ def within(path: str, root: tuple[int, int], *, resolved: bool = False) -> str |
         real = path if resolved else real_path(path)
     except (OSError, ValueError):
         return None
+    memo = _memo()
+    rel = _within_spelled(real, root, memo)
+    return rel if rel is not None else _within_aliases(real, root, memo)
+
+
+def _within_aliases(real: str, root: tuple[int, int], memo: _Memo | None) -> str | None:
+    """`within` for `real` spelled through bind mounts of subtrees: the directories above
+    that spelling are not the ones above it (a workspace's .venv bound at /opt/venv is
+    inside the workspace, though /opt is not). Placed again where it really lies."""
+    if memo is None:
+        subtrees = subtree_mounts()
+    elif memo.subtrees is None:
+        subtrees = memo.subtrees = subtree_mounts()
+    else:
+        subtrees = memo.subtrees
+    seen = {real}
+    todo = [real]
+    while todo:
+        spelled = todo.pop()
+        for prefix, sources in subtrees:
+            if not (spelled + "/").startswith(prefix):
+                continue
+            for source in sources:
+                moved = normal_path(source + spelled[len(prefix) - 1 :])
+                if moved in seen or len(seen) >= _MAX_ALIASES:
+                    continue
+                seen.add(moved)
+                rel = _within_spelled(moved, root, memo)
+                if rel is not None:
+                    return rel
+                todo.append(moved)
+    return None
+
+
+_MAX_ALIASES = 16
+"""Spellings of one path `within` follows through bind mounts (a mount of a mount of ...)."""
+
+
+def _within_spelled(real: str, root: tuple[int, int], memo: _Memo | None) -> str | None:
     parts = components(real)
     top = ""
-    memo = _memo()
     for depth in range(len(parts)):
         here = _lstat_memo(top or "/", memo)
         if here is None:
@@ -281,6 +316,72 @@ def within(path: str, root: tuple[int, int], *, resolved: bool = False) -> str |
             return "/".join(parts[depth:])
         top += "/" + parts[depth]
     return None
+
+
+def subtree_mounts() -> list[tuple[str, list[str]]]:
+    """Each mount here that shows a subtree of its file system (a bind mount of a
+    directory), as (its mount point with a trailing slash, where that subtree lies: a
+    mount point of the whole file system plus the subtree's root, for each). Read from
+    /proc/self/mountinfo, and read again only when the kernel says the mount table
+    changed (the file polls POLLPRI then): every listing asks. [] without /proc (macOS
+    has no bind mounts)."""
+    kept = _SUBTREES[0] if _SUBTREES else None
+    if kept is not None and kept[0] == os.getpid():
+        try:
+            changed = select.poll()
+            changed.register(kept[1], select.POLLPRI)
+            if not changed.poll(0):
+                return kept[2]
+        except OSError:
+            pass
+    if kept is not None and kept[0] == os.getpid():
+        os.close(kept[1])  # changed: read afresh from a new descriptor (and a new event)
+    _SUBTREES[:] = []
+    try:
+        fd = os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        chunks: list[bytes] = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        table = _subtrees(b"".join(chunks))
+    except OSError:
+        os.close(fd)
+        return []
+    _SUBTREES[:] = [(os.getpid(), fd, table)]
+    return table
+
+
+_SUBTREES: list[tuple[int, int, list[tuple[str, list[str]]]]] = []
+"""(pid, the open mountinfo, its subtree mounts): kept per process (a forked child that
+polled the parent's descriptor would take the parent's change event)."""
+
+
+def _subtrees(mountinfo: bytes) -> list[tuple[str, list[str]]]:
+    rows = [line.split(b" ") for line in mountinfo.splitlines()]
+    rows = [r for r in rows if len(r) > _MOUNT_POINT]
+    wholes = [r for r in rows if r[_MOUNT_ROOT] == b"/"]
+    out: list[tuple[str, list[str]]] = []
+    for row in rows:
+        if row[_MOUNT_ROOT] == b"/":
+            continue
+        sub = _mountinfo_text(row[_MOUNT_ROOT])
+        sources = [
+            normal_path(_mountinfo_text(w[_MOUNT_POINT]).rstrip("/") + sub)
+            for w in wholes
+            if w[_MOUNT_DEVICE] == row[_MOUNT_DEVICE]
+        ]
+        if sources:
+            out.append((normal_path(_mountinfo_text(row[_MOUNT_POINT])).rstrip("/") + "/", sources))
+    return out
+
+
+def _mountinfo_text(raw: bytes) -> str:
+    """A path field of /proc/self/mountinfo (it escapes space, tab, newline, backslash)."""
+    for code, char in ((b"\\040", b" "), (b"\\011", b"\t"), (b"\\012", b"\n")):
+        raw = raw.replace(code, char)
+    return raw.replace(b"\\134", b"\\").decode("utf-8", "surrogateescape")
 
 
 def real_path(path: str) -> str:
@@ -342,11 +443,13 @@ class _Memo:
     path both resolved and placed costs one; and what `lexists` asked (sys.path's entries
     are asked twice)."""
 
-    __slots__ = ("exists", "lstat")
+    __slots__ = ("exists", "lstat", "subtrees")
 
     def __init__(self) -> None:
         self.lstat: dict[str, tuple[tuple[int, int], bool] | None] = {}
         self.exists: dict[str, bool] = {}
+        self.subtrees: list[tuple[str, list[str]]] | None = None
+        """`subtree_mounts`, asked once per listing."""
 
 
 _MEMOS: dict[int, list[_Memo]] = {}
