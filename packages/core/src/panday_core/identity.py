@@ -324,7 +324,16 @@ def subtree_mounts() -> list[tuple[str, list[str]]]:
     mount point of the whole file system plus the subtree's root, for each). Read from
     /proc/self/mountinfo, and read again only when the kernel says the mount table
     changed (the file polls POLLPRI then): every listing asks. [] without /proc (macOS
-    has no bind mounts)."""
+    has no bind mounts). One thread at a time: the descriptor is closed and opened again
+    on a change, and a thread polling it meanwhile could close another's."""
+    with _SUBTREES_LOCK:
+        return _subtree_mounts()
+
+
+_SUBTREES_LOCK = _thread.allocate_lock()
+
+
+def _subtree_mounts() -> list[tuple[str, list[str]]]:
     kept = _SUBTREES[0] if _SUBTREES else None
     if kept is not None and kept[0] == os.getpid():
         try:
