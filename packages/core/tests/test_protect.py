@@ -423,6 +423,40 @@ def test_pandays_own_project_files_are_protected_when_it_runs_from_a_checkout(
     assert "packages/pyproject.toml" not in entries  # no project there
 
 
+def test_a_panday_package_imported_between_two_listings_is_protected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A panday package loaded after a listing (an editable install maps it from
+    anywhere: here into the workspace) is protected at the next one, however sys.modules
+    changed meanwhile: imported at its end; imported after the newest module was removed,
+    that module then imported again; imported while another was removed (the count of
+    modules unchanged). Each time the listing before is the control."""
+    package = tmp_path / "vendored" / "panday_tier_late"
+    package.mkdir(parents=True)
+    late = types.ModuleType("panday_tier_late")
+    late.__path__ = [str(package)]
+    spare = types.ModuleType("panday_test_spare_module")
+    monkeypatch.setitem(sys.modules, spare.__name__, spare)
+    for change in ("appended", "the newest removed and imported again", "another removed"):
+        assert "vendored/panday_tier_late" not in rels(protected_entries(str(tmp_path))), change
+        if change == "appended":
+            monkeypatch.setitem(sys.modules, late.__name__, late)
+        elif change == "another removed":
+            monkeypatch.delitem(sys.modules, spare.__name__)
+            monkeypatch.setitem(sys.modules, late.__name__, late)
+        else:
+            newest = next(reversed(sys.modules))
+            module = sys.modules[newest]
+            monkeypatch.delitem(sys.modules, newest)
+            monkeypatch.setitem(sys.modules, late.__name__, late)
+            sys.modules[newest] = module
+        assert late in hostpaths.panday_packages(), change
+        entries = {e.rel: e for e in protected_entries(str(tmp_path))}
+        assert "vendored/panday_tier_late" in entries, change
+        monkeypatch.delitem(sys.modules, late.__name__)
+    assert late not in hostpaths.panday_packages()  # gone once removed
+
+
 def test_inside_is_decided_by_identity(tmp_path: Path) -> None:
     (tmp_path / "a" / "b").mkdir(parents=True)
     st = tmp_path.stat()
@@ -532,6 +566,20 @@ def test_the_callers_own_git_configuration_is_read(tmp_path: Path, host_git: Pat
     assert _git_rels(ws) == {"HEAD"}  # control: nothing in the caller's configuration
     host_git.write_text(f"[core]\n\thooksPath = .githooks\n[include]\n\tpath = {ws}/shared.inc\n")
     assert _git_rels(ws) == {"HEAD", ".githooks", "shared.inc"}
+
+
+def test_long_git_configurations_are_read_to_their_end(tmp_path: Path, host_git: Path) -> None:
+    """The caller's and the repository's configurations are read a chunk at a time: a
+    hooks path after 40 KB of comments is still found (control: at the top)."""
+    ws = tmp_path / "ws"
+    (ws / ".git").mkdir(parents=True)
+    padding = "# a comment line of a long configuration file\n" * 1000
+    for head in ("", padding):
+        host_git.write_text(f"{head}[core]\n\thooksPath = .githooks\n")
+        (ws / ".git" / "config").write_text(f"{head}[core]\n\thooksPath = {ws}/repohooks\n")
+        assert {".githooks", "repohooks"} <= _git_rels(ws), len(head)
+    host_git.write_text("#" * (300 * 1024) + "\n[core]\n\thooksPath = .githooks\n")
+    assert ".githooks" not in _git_rels(ws)  # past the most read: left as before
 
 
 @pytest.mark.usefixtures("host_git")

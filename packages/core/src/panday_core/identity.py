@@ -276,12 +276,7 @@ def _within_aliases(real: str, root: tuple[int, int], memo: _Memo | None) -> str
     """`within` for `real` spelled through bind mounts of subtrees: the directories above
     that spelling are not the ones above it (a workspace's .venv bound at /opt/venv is
     inside the workspace, though /opt is not). Placed again where it really lies."""
-    if memo is None:
-        subtrees = subtree_mounts()
-    elif memo.subtrees is None:
-        subtrees = memo.subtrees = subtree_mounts()
-    else:
-        subtrees = memo.subtrees
+    subtrees = _memo_subtrees(memo)
     seen = {real}
     todo = [real]
     while todo:
@@ -299,6 +294,26 @@ def _within_aliases(real: str, root: tuple[int, int], memo: _Memo | None) -> str
                     return rel
                 todo.append(moved)
     return None
+
+
+def listing_subtree_mounts() -> list[tuple[str, list[str]]]:
+    """`subtree_mounts`, asked once per listing (this thread's memo keeps it)."""
+    return _memo_subtrees(_memo())
+
+
+def _memo_subtrees(memo: _Memo | None) -> list[tuple[str, list[str]]]:
+    if memo is None:
+        return subtree_mounts()
+    if memo.subtrees is None:
+        memo.subtrees = subtree_mounts()
+    return memo.subtrees
+
+
+def listing_extra() -> dict[str, object] | None:
+    """This thread's memo's room for other answers that hold for one listing (the
+    password file's identity), or None outside a listing."""
+    memo = _memo()
+    return None if memo is None else memo.extra
 
 
 _MAX_ALIASES = 16
@@ -452,13 +467,15 @@ class _Memo:
     path both resolved and placed costs one; and what `lexists` asked (sys.path's entries
     are asked twice)."""
 
-    __slots__ = ("exists", "lstat", "subtrees")
+    __slots__ = ("exists", "extra", "lstat", "subtrees")
 
     def __init__(self) -> None:
         self.lstat: dict[str, tuple[tuple[int, int], bool] | None] = {}
         self.exists: dict[str, bool] = {}
         self.subtrees: list[tuple[str, list[str]]] | None = None
         """`subtree_mounts`, asked once per listing."""
+        self.extra: dict[str, object] = {}
+        """`listing_extra`."""
 
 
 _MEMOS: dict[int, list[_Memo]] = {}

@@ -46,6 +46,7 @@ import fcntl
 import os
 import stat
 
+from panday_core.identity import forget_prefixes, remember_prefixes
 from panday_core.process import proc_stat
 from panday_core.protect import (
     Entry,
@@ -377,6 +378,9 @@ class Roots:
         """The protected entries of this workspace now (read-only workspaces have none)."""
         if not self.writable:
             return ()
+        # One memo of the file system for both listings: they look at the same
+        # directories (the caller's home, /, the workspace's parents).
+        remember_prefixes()
         try:
             return protected_entries(
                 self.workspace.path,
@@ -387,6 +391,8 @@ class Roots:
             )
         except RootRefused as exc:
             raise _violation("fs.protect", exc.reason) from None
+        finally:
+            forget_prefixes()
 
     def entries_for_review(self) -> tuple[Entry, ...]:
         """The protected entries the hazard rules hold at the workspace root (on top of the

@@ -390,7 +390,9 @@ def _read_cache(path: str, text: bytes, secret: bytes) -> bytes | None:
             return None
         if st.st_size > _MAX_CACHE_BYTES:
             return None
-        blob = os.read(fd, _MAX_CACHE_BYTES + 1)
+        # Its size, not the most allowed: CPython allocates what a read asks for first,
+        # and a MiB is an mmap and a munmap (a grown file fails the MAC check below).
+        blob = os.read(fd, st.st_size + 1)
     finally:
         os.close(fd)
     return _unseal(blob, text, secret)

@@ -110,6 +110,14 @@ class Rules:
             self.owned.append(fd)
         self.held.append((fd, rights, is_dir))
 
+    def take_fd(self, fd: int, st: os.stat_result, rights: int, *, is_dir: bool) -> None:
+        """`allow_fd` for a descriptor the caller hands over (closed by `close`) and its
+        `fstat`: every entry of a workspace is recorded at every command, and a copy and
+        a second fstat were three more calls each."""
+        self.key.append((st.st_dev, st.st_ino, rights, is_dir))
+        self.owned.append(fd)
+        self.held.append((fd, rights, is_dir))
+
     def build(self, abi: int) -> landlock.Ruleset:
         """The ruleset these rules make (the caller closes it)."""
         ruleset = landlock.Ruleset(abi)
@@ -151,17 +159,19 @@ def _grant_below(rules: Rules, dir_fd: int, prefix: str, protected: frozenset[st
         except OSError:  # gone since the listing
             continue
         try:
-            mode = os.fstat(fd).st_mode
-            if stat.S_ISLNK(mode):
+            st = os.fstat(fd)
+            if stat.S_ISLNK(st.st_mode):
                 continue
             above = any(p.startswith(rel + "/") for p in protected)
-            if above and stat.S_ISDIR(mode):
+            if above and stat.S_ISDIR(st.st_mode):
                 _grant_below(rules, fd, rel + "/", protected)
             elif not above:
                 rights = landlock.READ | landlock.WRITE
-                rules.allow_fd(fd, rights, is_dir=stat.S_ISDIR(mode))
+                rules.take_fd(fd, st, rights, is_dir=stat.S_ISDIR(st.st_mode))
+                fd = -1  # the rules hold it now
         finally:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
 
 
 class Jail:
