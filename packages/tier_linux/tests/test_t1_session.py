@@ -157,6 +157,10 @@ def test_commands_ruled_alike_share_a_command_thread_and_an_entry_protected_sinc
     assert (ws / "bin" / "two").read_text() == "2\n"
 
 
+def _open_descriptors() -> int:
+    return sum(1 for _ in Path("/proc/self/fd").iterdir())
+
+
 def test_a_commands_rules_hold_each_entry_once_and_release_them(tmp_path: Path) -> None:
     """Recording a command's rules holds one descriptor per granted entry of the
     workspace (handed over, not copied) and closing them releases every one."""
@@ -166,11 +170,11 @@ def test_a_commands_rules_hold_each_entry_once_and_release_them(tmp_path: Path) 
     (ws / "file").write_text("x")
     (ws / ".git" / "hooks").mkdir(parents=True)  # protected: its directory is not granted
     with open_session(_policy(ws)) as session:
-        before = len(os.listdir("/proc/self/fd"))
+        before = _open_descriptors()
         rules = session.jail.rules()
-        held = len(os.listdir("/proc/self/fd")) - before
+        held = _open_descriptors() - before
         rules.close()
-        after = len(os.listdir("/proc/self/fd"))
+        after = _open_descriptors()
         assert session.run(["sh", "-c", "echo 1 > a/x && echo 2 > file"]).exit_code == 0
         assert session.run(["sh", "-c", "echo 3 > .git/hooks/pre-commit"]).exit_code != 0
     assert held == 4, held  # a, b, c and file (control: the rules do hold them)
