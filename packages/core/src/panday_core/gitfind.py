@@ -65,11 +65,34 @@ def _open_beneath(root_fd: int, rel: str, flags: int) -> int:
 
 _BELOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
+_ACCESS_BELOW = (
+    os.access in os.supports_dir_fd
+    and os.access in os.supports_follow_symlinks
+    and os.access in os.supports_effective_ids
+)
+
+
+def _absent_beneath(root_fd: int, rel: str) -> bool:
+    """Whether `rel` is surely missing beneath `root_fd`, asked without an exception (most
+    of what is looked for is missing, every command looks, and a failed open costs
+    Python an exception object). Only an answer of missing is used: a path the
+    no-follow walk could open has no link in it, so ``faccessat`` finds it too."""
+    if not _ACCESS_BELOW:
+        return False
+    try:
+        return not os.access(
+            rel, os.F_OK, dir_fd=root_fd, effective_ids=True, follow_symlinks=False
+        )
+    except (OSError, ValueError):
+        return False
+
 
 def _read_beneath(root_fd: int, rel: str) -> str | None:
     """A small text file beneath `root_fd`, opened without following any link; None if it
     is missing, a link, not a regular file or too large. (Its content only *adds*
     protection, so a missing or odd file costs nothing but that.)"""
+    if _absent_beneath(root_fd, rel):
+        return None
     try:
         fd = _open_beneath(root_fd, rel, 0)
     except OSError:
@@ -88,6 +111,8 @@ def _read_beneath(root_fd: int, rel: str) -> str | None:
 
 def _list_beneath(root_fd: int, rel: str) -> list[str]:
     """The names in a directory beneath `root_fd` (no link followed), [] if there is none."""
+    if _absent_beneath(root_fd, rel):
+        return []
     try:
         fd = _open_beneath(root_fd, rel, os.O_DIRECTORY)
     except OSError:

@@ -26,19 +26,43 @@ _NOLOGIN_SHELLS: Final = ("nologin", "false", "sync", "shutdown", "halt")
 
 def kept_answer(slot: list[tuple[object, T]], find: Callable[[], T]) -> T:
     """`find()`, or the answer kept in `slot` when the caller's state is what it was then:
-    its environment (its bytes, compared whole: one dict comparison), its euid and the
-    password file's identity, all that git's configuration files, panday's state and the
-    places the caller runs code from are made of besides the file system. Every command
-    asks, and finding them decodes the whole environment."""
-    state = (getattr(os.environ, "_data", None), os.geteuid(), passwd_stamp())
+    its environment, its euid and the password file's identity, all that git's
+    configuration files, panday's state and the places the caller runs code from are made
+    of besides the file system. Every command asks, and finding them decodes the whole
+    environment."""
+    state = caller_state()
     kept = slot[0] if slot else None  # read once: another thread may replace it
-    if kept is not None and kept[0] == state:
+    if kept is not None and kept[0] is state:
         return kept[1]
     found = find()
-    # A copy of the environment is kept (an object equal to no other when it is not the
-    # dict CPython keeps, so nothing is kept then).
-    slot[:] = [((_copy(state[0]), state[1], state[2]), found)]
+    slot[:] = [(state, found)]
     return found
+
+
+def caller_state() -> object:
+    """An object that stands for the caller's state (`kept_answer`): the same object
+    while the environment (its bytes, compared whole: one dict comparison), the euid and
+    the password file are the same, a new one when any differs. Asked once per listing,
+    whatever number of answers it keys."""
+    extra = listing_extra()
+    if extra is not None and "caller" in extra:
+        return extra["caller"]
+    now = (getattr(os.environ, "_data", None), os.geteuid(), passwd_stamp())
+    kept = _CALLER_STATE[0] if _CALLER_STATE else None  # read once: another thread may replace it
+    if kept is not None and kept[0] == now:
+        token = kept[1]
+    else:
+        token = object()
+        # A copy of the environment is kept (an object equal to no other when it is not
+        # the dict CPython keeps, so no token is ever found again then).
+        _CALLER_STATE[:] = [((_copy(now[0]), now[1], now[2]), token)]
+    if extra is not None:
+        extra["caller"] = token
+    return token
+
+
+_CALLER_STATE: list[tuple[tuple[object, int, object], object]] = []
+"""The caller's state last seen, and the object that stands for it."""
 
 
 def passwd_stamp() -> object:
