@@ -211,10 +211,20 @@ def proc_stat(pid: int) -> tuple[str, str] | None:
 
 
 def _inherited_fds(keep: set[int]) -> list[int]:
-    """Our descriptors that would survive exec (no close-on-exec flag), except `keep`."""
-    listing = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"  # noqa: PTH112 - os is loaded already
+    """Our descriptors above the standard ones, except `keep`, that the child is not to
+    get. On Linux every open one: a close action on a descriptor that is close-on-exec
+    anyway costs the child one close(2), less than asking each one's flag from here (an
+    fcntl and a Python call apiece: 55 us for 28 descriptors, every command), and glibc
+    and musl ignore EBADF from a close action (one closed since this listing). Elsewhere
+    only those without close-on-exec (macOS fails the spawn on a close of a closed one)."""
+    if _LINUX:
+        try:
+            names = os.listdir("/proc/self/fd")  # noqa: PTH208 - pathlib costs start-up time here
+        except OSError:  # no /proc here: /dev/fd, as on other systems
+            names = os.listdir("/dev/fd")  # noqa: PTH208 - pathlib costs start-up time here
+        return [fd for fd in map(int, names) if fd > 2 and fd not in keep]  # noqa: PLR2004 - the standard descriptors are replaced anyway
     found: list[int] = []
-    for name in os.listdir(listing):  # noqa: PTH208 - pathlib costs start-up time here
+    for name in os.listdir("/dev/fd"):  # noqa: PTH208 - pathlib costs start-up time here
         fd = int(name)
         if fd <= 2 or fd in keep:  # noqa: PLR2004 - the standard descriptors are replaced anyway
             continue
@@ -224,6 +234,9 @@ def _inherited_fds(keep: set[int]) -> list[int]:
         except OSError:  # the listing's own descriptor, already closed
             continue
     return found
+
+
+_LINUX = sys.platform == "linux"
 
 
 def _file_actions(
