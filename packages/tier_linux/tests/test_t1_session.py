@@ -157,6 +157,80 @@ def test_commands_ruled_alike_share_a_command_thread_and_an_entry_protected_sinc
     assert (ws / "bin" / "two").read_text() == "2\n"
 
 
+class _CallerInterruptError(Exception):
+    """What the test's signal handler raises (as Ctrl-C's KeyboardInterrupt would)."""
+
+
+def _reaped(pid: int) -> bool:
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return False
+
+
+def test_a_spawn_abandoned_by_an_interrupted_caller_is_killed_and_its_thread_retired(
+    tmp_path: Path,
+) -> None:
+    """A signal whose handler raises (Ctrl-C) while the command thread spawns: the caller
+    gets the exception at once; the child the thread then makes is killed and reaped
+    (nothing would supervise it), and the thread serves no later command (its answer
+    could be taken for the next one's). Control: the same thread spawns as asked."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    inside, go_on = threading.Event(), threading.Event()
+    spawned: list[int] = []
+
+    def slow_spawn() -> int:
+        inside.set()
+        go_on.wait(20)
+        pid = os.posix_spawn("/bin/sleep", ["/bin/sleep", "60"], {}, setsid=True)
+        spawned.append(pid)
+        return pid
+
+    def interrupt(main: int) -> None:
+        if inside.wait(20):
+            signal.pthread_kill(main, signal.SIGUSR1)
+
+    def raise_interrupted(_signum: int, _frame: object) -> None:
+        raise _CallerInterruptError
+
+    with open_session(_policy(ws)) as session:
+        jail = session.jail
+        assert session.run(["/bin/true"]).exit_code == 0
+        thread = jail._command  # pyright: ignore[reportPrivateUsage] - the thread under test
+        assert thread is not None
+        cwd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
+        old = signal.signal(signal.SIGUSR1, raise_interrupted)
+        helper = threading.Thread(target=interrupt, args=(threading.get_ident(),))
+        try:
+            pid = thread.run(cwd, lambda: os.posix_spawn("/bin/true", ["/bin/true"], {}))
+            assert os.waitpid(pid, 0)[1] == 0  # control: handed over, spawned, answered
+            helper.start()
+            with pytest.raises(_CallerInterruptError):
+                thread.run(cwd, slow_spawn)
+        finally:
+            signal.signal(signal.SIGUSR1, old)
+            go_on.set()
+            if helper.ident is not None:
+                helper.join(20)
+            os.close(cwd)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (spawned and _reaped(spawned[0])):
+            time.sleep(0.01)
+        try:
+            assert spawned, "the command thread made no spawn"
+            assert _reaped(spawned[0]), "the abandoned spawn's child was left running"
+        finally:
+            for child in spawned:
+                if not _reaped(child):
+                    os.kill(child, signal.SIGKILL)
+                    os.waitpid(child, 0)
+        assert not thread.serves(thread.key), "an abandoned thread would serve the next command"
+        assert session.run(["/bin/true"]).exit_code == 0
+        assert jail._command is not thread  # pyright: ignore[reportPrivateUsage] - replaced
+
+
 def _open_descriptors() -> int:
     return sum(1 for _ in Path("/proc/self/fd").iterdir())
 

@@ -38,6 +38,8 @@ import _thread
 import ctypes
 import os
 
+from panday_core.startup import suppress
+
 TYPE_CHECKING = False  # typing's flag without importing typing (panday run's start-up)
 if TYPE_CHECKING:
     from _queue import SimpleQueue
@@ -52,6 +54,7 @@ SECCOMP_MODE_FILTER = 2
 CLONE_FS = 0x00000200
 _CAP_VERSION_3 = 0x20080522
 _CAP_LAST = 63
+_SIGKILL = 9
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -154,9 +157,25 @@ class CommandThread:
     object by object, and whether the caller is root), each from its own directory. The
     session ends it when a command's restrictions differ (a new one is started) or at close.
 
-    One spawn at a time: the jail serialises its callers (a spawn takes a millisecond)."""
+    One spawn at a time: the jail serialises its callers (a spawn takes a millisecond).
 
-    __slots__ = ("_box", "_call", "_cwd_fd", "_done", "_go", "_pid", "_restrictions", "key")
+    A caller interrupted while it waits for a spawn (a signal handler raised: Ctrl-C)
+    abandons it: the thread serves no later command (its answer could be taken for the
+    next one's), and whichever side holds the answer kills and reaps the child (nothing
+    would supervise it)."""
+
+    __slots__ = (
+        "_abandoned",
+        "_box",
+        "_call",
+        "_cwd_fd",
+        "_done",
+        "_go",
+        "_handoff",
+        "_pid",
+        "_restrictions",
+        "key",
+    )
 
     def __init__(self, restrictions: Restrictions, key: object) -> None:
         self.key = key
@@ -169,6 +188,10 @@ class CommandThread:
         self._call: Callable[[], int] | None = None
         self._cwd_fd = -1
         self._box: list[int | BaseException] = []
+        self._handoff = _thread.allocate_lock()
+        """Held while the thread answers or the caller abandons: exactly one of them
+        then holds the answer."""
+        self._abandoned = False
 
     def serves(self, key: object) -> bool:
         """Whether the next command, restricted by `key`, can be spawned here."""
@@ -180,7 +203,11 @@ class CommandThread:
         _hold_gc(hold=True)
         try:
             spawner.submit(self)
-            self._done.acquire()
+            try:
+                self._done.acquire()
+            except BaseException:
+                self.end()  # it ends once restricted (or at once, having failed)
+                raise
         finally:
             _hold_gc(hold=False)
         found = self._box.pop() if self._box else None
@@ -211,7 +238,13 @@ class CommandThread:
                 self._box.append(call())
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
                 self._box.append(exc)
-            self._done.release()
+            with self._handoff:
+                abandoned = self._abandoned
+                if not abandoned:
+                    self._done.release()
+            if abandoned:
+                self._bury()
+                return
 
     def fail(self, exc: BaseException) -> None:
         """The spawner could not start the thread (or is gone)."""
@@ -230,13 +263,39 @@ class CommandThread:
         try:
             self._go.release()
             self._done.acquire()
+        except BaseException:
+            self._abandon()
+            raise
         finally:
-            self._call = None
+            # Abandoned, the collector may run on the thread meanwhile: under its
+            # restrictions, with less than the caller's rights, never more.
             _hold_gc(hold=False)
+        self._call = None
         found = self._box.pop() if self._box else RuntimeError("the command thread gave no result")
         if isinstance(found, BaseException):
             raise found
         return found
+
+    def _abandon(self) -> None:
+        """The caller stops waiting for the spawn handed over (see the class docstring)."""
+        self._pid = 0  # serves no later command
+        with self._handoff:
+            self._abandoned = True
+            answered = self._done.acquire(blocking=False)
+        if answered:  # before the caller gave up: the answer is the caller's to undo
+            self._bury()
+            self._call = None
+            self._go.release()  # and the thread, waiting for the next spawn, ends
+
+    def _bury(self) -> None:
+        """Kill and reap the child of an abandoned spawn (its process group: spawned with
+        setsid), if one was made."""
+        found = self._box.pop() if self._box else None
+        if isinstance(found, int):
+            with suppress(OSError):
+                os.killpg(found, _SIGKILL)
+            with suppress(ChildProcessError):
+                os.waitpid(found, 0)
 
     def end(self) -> None:
         """End the thread (idempotent; a no-op in a forked child, where it does not run)."""
