@@ -163,8 +163,9 @@ def _inside_entries(root: tuple[int, int], skip: frozenset[str]) -> list[Entry]:
     )
     homes, state = home_directories(), state_directories()
     # Where each lies is decided through the bind mounts of subtrees too (`within`): a
-    # mount made or gone changes the answer, and the kernel says when (`subtree_mounts`).
-    mounts = tuple((point, tuple(sources)) for point, sources in listing_subtree_mounts())
+    # mount made or gone changes the answer, and the kernel says when (`subtree_mounts`:
+    # the same list object until then, never changed in place).
+    mounts = listing_subtree_mounts()
     key = (root, skip, interpreter_paths(), missing, state, homes, caller_code_paths(), mounts)
     kept = _INSIDE[0] if _INSIDE else None  # read once: another thread may replace it
     if kept is not None and kept[0] == key:
