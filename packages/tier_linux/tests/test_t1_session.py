@@ -3,6 +3,7 @@ cannot reach is the escape suite's (tests/escape/test_t1.py)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -11,6 +12,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,6 +20,9 @@ from panday_core.errors import CommandNotFound
 from panday_core.policy import FsPolicy, Limits, SandboxPolicy
 from panday_tier_linux.t1.landlock import kernel_abi
 from panday_tier_linux.t1.session import open_session
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or isinstance(kernel_abi(), str),
@@ -169,13 +174,33 @@ def _reaped(pid: int) -> bool:
     return False
 
 
+def _until(done: Callable[[], bool], seconds: float = 20) -> bool:
+    """Whether `done()` holds within `seconds` (asked every 10 ms)."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _kill_left(pids: list[int]) -> None:
+    """Kill and reap what the test started that is still there (by pid)."""
+    for pid in pids:
+        if not _reaped(pid):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+
 def test_a_spawn_abandoned_by_an_interrupted_caller_is_killed_and_its_thread_retired(
     tmp_path: Path,
 ) -> None:
     """A signal whose handler raises (Ctrl-C) while the command thread spawns: the caller
     gets the exception at once; the child the thread then makes is killed and reaped
     (nothing would supervise it), and the thread serves no later command (its answer
-    could be taken for the next one's). Control: the same thread spawns as asked."""
+    could be taken for the next one's). The collector stays off until the thread has undone
+    the spawn. Control: the same thread spawns as asked."""
+    assert gc.isenabled(), "the collector is off before the test"
     ws = tmp_path / "ws"
     ws.mkdir()
     inside, go_on = threading.Event(), threading.Event()
@@ -209,23 +234,23 @@ def test_a_spawn_abandoned_by_an_interrupted_caller_is_killed_and_its_thread_ret
             helper.start()
             with pytest.raises(_CallerInterruptError):
                 thread.run(cwd, slow_spawn)
+            # Off until the thread has undone the spawn (a collection there would run
+            # finalizers under the command's restrictions).
+            collector_held = not gc.isenabled()
         finally:
             signal.signal(signal.SIGUSR1, old)
             go_on.set()
             if helper.ident is not None:
                 helper.join(20)
             os.close(cwd)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not (spawned and _reaped(spawned[0])):
-            time.sleep(0.01)
         try:
-            assert spawned, "the command thread made no spawn"
-            assert _reaped(spawned[0]), "the abandoned spawn's child was left running"
+            assert _until(lambda: bool(spawned) and _reaped(spawned[0])), (
+                "the abandoned spawn's child was left running (or never made)"
+            )
         finally:
-            for child in spawned:
-                if not _reaped(child):
-                    os.kill(child, signal.SIGKILL)
-                    os.waitpid(child, 0)
+            _kill_left(spawned)
+        assert collector_held, "the collector ran again while the thread still spawned"
+        assert _until(gc.isenabled), "the collector was left off"
         assert not thread.serves(thread.key), "an abandoned thread would serve the next command"
         assert session.run(["/bin/true"]).exit_code == 0
         assert jail._command is not thread  # pyright: ignore[reportPrivateUsage] - replaced

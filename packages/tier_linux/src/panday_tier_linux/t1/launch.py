@@ -243,7 +243,10 @@ class CommandThread:
                 if not abandoned:
                     self._done.release()
             if abandoned:
-                self._bury()
+                try:
+                    self._bury()
+                finally:
+                    _hold_gc(hold=False)  # left to this thread by the caller (`run`)
                 return
 
     def fail(self, exc: BaseException) -> None:
@@ -264,20 +267,27 @@ class CommandThread:
             self._go.release()
             self._done.acquire()
         except BaseException:
-            self._abandon()
+            # The collector stays off until the abandoned spawn is undone: by the thread
+            # when it still holds it (a collection there would run the caller's
+            # finalizers under the command's restrictions), else here.
+            mine = True
+            try:
+                mine = self._abandon()
+            finally:
+                if mine:
+                    _hold_gc(hold=False)
             raise
-        finally:
-            # Abandoned, the collector may run on the thread meanwhile: under its
-            # restrictions, with less than the caller's rights, never more.
-            _hold_gc(hold=False)
+        _hold_gc(hold=False)
         self._call = None
         found = self._box.pop() if self._box else RuntimeError("the command thread gave no result")
         if isinstance(found, BaseException):
             raise found
         return found
 
-    def _abandon(self) -> None:
-        """The caller stops waiting for the spawn handed over (see the class docstring)."""
+    def _abandon(self) -> bool:
+        """The caller stops waiting for the spawn handed over (see the class docstring).
+        True when the thread had answered (the caller undid the spawn), False when the
+        thread will undo it."""
         self._pid = 0  # serves no later command
         with self._handoff:
             self._abandoned = True
@@ -286,6 +296,7 @@ class CommandThread:
             self._bury()
             self._call = None
             self._go.release()  # and the thread, waiting for the next spawn, ends
+        return answered
 
     def _bury(self) -> None:
         """Kill and reap the child of an abandoned spawn (its process group: spawned with
