@@ -258,7 +258,9 @@ def _file_actions(
     actions += [(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
     for i in range(len(pass_fds)):
         actions += [(os.POSIX_SPAWN_DUP2, base + i, 3 + i), (os.POSIX_SPAWN_CLOSE, base + i)]
-    keep = {*pass_fds, *ours, *range(3, 3 + len(pass_fds))}
+    # The first hop's slots too: the second hop closes them already, and a close action
+    # on a descriptor closed before is not ignored everywhere (`_inherited_fds`).
+    keep = {*pass_fds, *ours, *range(3, 3 + len(pass_fds)), *range(base, base + len(pass_fds))}
     actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inherited_fds(keep)]
     return actions
 
