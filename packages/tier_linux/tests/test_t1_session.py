@@ -256,6 +256,60 @@ def test_a_spawn_abandoned_by_an_interrupted_caller_is_killed_and_its_thread_ret
         assert jail._command is not thread  # pyright: ignore[reportPrivateUsage] - replaced
 
 
+class _RaisesOnceAnswered:
+    """A lock that raises, once, right after a wait on it returns: what a signal's handler
+    does when the signal came before the wait blocked (it runs once Python code runs)."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.lock = lock
+        self.armed = True
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:  # noqa: FBT002 - the lock's own signature
+        got = self.lock.acquire(blocking, timeout)
+        if got and self.armed:
+            self.armed = False
+            raise _CallerInterruptError
+        return got
+
+    def release(self) -> None:
+        self.lock.release()
+
+
+def test_a_spawn_abandoned_after_the_thread_answered_is_undone_by_the_caller(
+    tmp_path: Path,
+) -> None:
+    """The caller's exception can come just after its wait returned, the thread having
+    answered: the caller then kills and reaps the child itself (the thread will not), the
+    collector is on again at once, and the thread ends. Control: the session spawns."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    spawned: list[int] = []
+
+    def spawn_sleep() -> int:
+        pid = os.posix_spawn("/bin/sleep", ["/bin/sleep", "60"], {}, setsid=True)
+        spawned.append(pid)
+        return pid
+
+    with open_session(_policy(ws)) as session:
+        jail = session.jail
+        assert session.run(["/bin/true"]).exit_code == 0
+        thread = jail._command  # pyright: ignore[reportPrivateUsage] - the thread under test
+        assert thread is not None
+        thread._done = _RaisesOnceAnswered(thread._done)  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue] - the race, made deterministic
+        cwd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with pytest.raises(_CallerInterruptError):
+                thread.run(cwd, spawn_sleep)
+            assert spawned, "the command thread made no spawn"
+            assert _reaped(spawned[0]), "the answered spawn's child was left running"
+            assert gc.isenabled(), "the collector was left off"
+        finally:
+            _kill_left(spawned)
+            os.close(cwd)
+        assert not thread.serves(thread.key)
+        assert session.run(["/bin/true"]).exit_code == 0
+
+
 def _open_descriptors() -> int:
     return sum(1 for _ in Path("/proc/self/fd").iterdir())
 

@@ -55,6 +55,7 @@ CLONE_FS = 0x00000200
 _CAP_VERSION_3 = 0x20080522
 _CAP_LAST = 63
 _SIGKILL = 9
+_WAIT_S = 0.05
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -166,6 +167,7 @@ class CommandThread:
 
     __slots__ = (
         "_abandoned",
+        "_answered",
         "_box",
         "_call",
         "_cwd_fd",
@@ -192,6 +194,7 @@ class CommandThread:
         """Held while the thread answers or the caller abandons: exactly one of them
         then holds the answer."""
         self._abandoned = False
+        self._answered = False
 
     def serves(self, key: object) -> bool:
         """Whether the next command, restricted by `key`, can be spawned here."""
@@ -241,6 +244,7 @@ class CommandThread:
             with self._handoff:
                 abandoned = self._abandoned
                 if not abandoned:
+                    self._answered = True
                     self._done.release()
             if abandoned:
                 try:
@@ -262,10 +266,16 @@ class CommandThread:
         self._box.clear()
         self._cwd_fd = cwd_fd
         self._call = call
+        self._answered = False
         _hold_gc(hold=True)
         try:
             self._go.release()
-            self._done.acquire()
+            # A wait with a timeout, again and again: a signal that arrives before the
+            # wait blocks (this thread held up between the two calls) interrupts nothing,
+            # and its handler runs only when Python code runs here again. Ctrl-C is then
+            # seen within 50 ms, not once the spawn is made.
+            while not self._done.acquire(timeout=_WAIT_S):
+                pass
         except BaseException:
             # The collector stays off until the abandoned spawn is undone: by the thread
             # when it still holds it (a collection there would run the caller's
@@ -291,7 +301,9 @@ class CommandThread:
         self._pid = 0  # serves no later command
         with self._handoff:
             self._abandoned = True
-            answered = self._done.acquire(blocking=False)
+            # Whether the thread answered, not whether this caller took its answer: a
+            # signal's handler can raise just after the wait returned.
+            answered = self._answered
         if answered:  # before the caller gave up: the answer is the caller's to undo
             self._bury()
             self._call = None
