@@ -24,6 +24,9 @@ from panday_tier_linux.t1.session import open_session
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from panday_tier_linux.t1.launch import CommandThread
+    from panday_tier_linux.t1.session import T1Session
+
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or isinstance(kernel_abi(), str),
     reason="T1 needs Linux with Landlock",
@@ -222,9 +225,7 @@ def test_a_spawn_abandoned_by_an_interrupted_caller_is_killed_and_its_thread_ret
 
     with open_session(_policy(ws)) as session:
         jail = session.jail
-        assert session.run(["/bin/true"]).exit_code == 0
-        thread = jail._command  # pyright: ignore[reportPrivateUsage] - the thread under test
-        assert thread is not None
+        thread = _command_thread(session)
         cwd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
         old = signal.signal(signal.SIGUSR1, raise_interrupted)
         helper = threading.Thread(target=interrupt, args=(threading.get_ident(),))
@@ -254,6 +255,14 @@ def test_a_spawn_abandoned_by_an_interrupted_caller_is_killed_and_its_thread_ret
         assert not thread.serves(thread.key), "an abandoned thread would serve the next command"
         assert session.run(["/bin/true"]).exit_code == 0
         assert jail._command is not thread  # pyright: ignore[reportPrivateUsage] - replaced
+
+
+def _command_thread(session: T1Session) -> CommandThread:
+    """The session's command thread, after a command it spawned (the control)."""
+    assert session.run(["/bin/true"]).exit_code == 0
+    thread = session.jail._command  # pyright: ignore[reportPrivateUsage] - the thread under test
+    assert thread is not None
+    return thread
 
 
 class _RaisesOnceAnswered:
@@ -291,10 +300,7 @@ def test_a_spawn_abandoned_after_the_thread_answered_is_undone_by_the_caller(
         return pid
 
     with open_session(_policy(ws)) as session:
-        jail = session.jail
-        assert session.run(["/bin/true"]).exit_code == 0
-        thread = jail._command  # pyright: ignore[reportPrivateUsage] - the thread under test
-        assert thread is not None
+        thread = _command_thread(session)
         thread._done = _RaisesOnceAnswered(thread._done)  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue] - the race, made deterministic
         cwd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
         try:
