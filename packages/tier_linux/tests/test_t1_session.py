@@ -19,12 +19,12 @@ import pytest
 from panday_core.errors import CommandNotFound
 from panday_core.policy import FsPolicy, Limits, SandboxPolicy
 from panday_tier_linux.t1.landlock import kernel_abi
+from panday_tier_linux.t1.launch import CommandThread
 from panday_tier_linux.t1.session import open_session
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from panday_tier_linux.t1.launch import CommandThread
     from panday_tier_linux.t1.session import T1Session
 
 pytestmark = pytest.mark.skipif(
@@ -314,6 +314,56 @@ def test_a_spawn_abandoned_after_the_thread_answered_is_undone_by_the_caller(
             os.close(cwd)
         assert not thread.serves(thread.key)
         assert session.run(["/bin/true"]).exit_code == 0
+
+
+class _SlowRestrictions:
+    """Stands in for a command thread's restrictions: says where it runs, then waits
+    (restricting nothing), so the caller can be interrupted while the thread starts."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.go_on = threading.Event()
+        self.native_id = 0
+
+    def apply(self, _spawner: object) -> None:
+        self.native_id = threading.get_native_id()
+        self.entered.set()
+        self.go_on.wait(20)
+
+
+def test_a_thread_start_abandoned_by_an_interrupted_caller_ends_the_thread(
+    tmp_path: Path,
+) -> None:
+    """A signal whose handler raises (Ctrl-C) while a new command thread restricts itself:
+    the caller gets the exception, and the thread ends once restricted (else it would wait
+    for ever for a spawn, holding its ruleset). Control: the session's spawner starts it."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    slow = _SlowRestrictions()
+
+    def interrupt(main: int) -> None:
+        if slow.entered.wait(20):
+            signal.pthread_kill(main, signal.SIGUSR1)
+
+    def raise_interrupted(_signum: int, _frame: object) -> None:
+        raise _CallerInterruptError
+
+    with open_session(_policy(ws)) as session:
+        _command_thread(session)
+        thread = CommandThread(slow, key=None)  # pyright: ignore[reportArgumentType] - a stand-in
+        old = signal.signal(signal.SIGUSR1, raise_interrupted)
+        helper = threading.Thread(target=interrupt, args=(threading.get_ident(),))
+        try:
+            helper.start()
+            with pytest.raises(_CallerInterruptError):
+                thread.start(session.jail.spawner)
+        finally:
+            signal.signal(signal.SIGUSR1, old)
+            slow.go_on.set()
+            helper.join(20)
+        assert slow.native_id, "the spawner did not start the thread"
+        task = Path(f"/proc/self/task/{slow.native_id}")
+        assert _until(lambda: not task.exists()), "the thread still waits for a spawn"
 
 
 def _open_descriptors() -> int:

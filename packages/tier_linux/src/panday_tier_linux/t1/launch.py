@@ -207,7 +207,8 @@ class CommandThread:
         try:
             spawner.submit(self)
             try:
-                self._done.acquire()
+                while not self._done.acquire(timeout=_WAIT_S):  # in slices: see `run`
+                    pass
             except BaseException:
                 self.end()  # it ends once restricted (or at once, having failed)
                 raise
