@@ -47,7 +47,7 @@ def caller_state() -> object:
     extra = listing_extra()
     if extra is not None and "caller" in extra:
         return extra["caller"]
-    now = (getattr(os.environ, "_data", None), os.geteuid(), passwd_stamp())
+    now = (getattr(os.environ, "_data", None), os.geteuid(), _passwd_stamp())
     kept = _CALLER_STATE[0] if _CALLER_STATE else None  # read once: another thread may replace it
     if kept is not None and kept[0] == now:
         token = kept[1]
@@ -65,20 +65,13 @@ _CALLER_STATE: list[tuple[tuple[object, int, object], object]] = []
 """The caller's state last seen, and the object that stands for it."""
 
 
-def passwd_stamp() -> object:
-    """The password file's identity, size and time (None without one): what homes and
-    the caller's state are keyed on; asked once per listing (several answers ask)."""
-    extra = listing_extra()
-    if extra is not None and "passwd" in extra:
-        return extra["passwd"]
+def _passwd_stamp() -> object:
+    """The password file's identity, size and time (None without one)."""
     try:
         passwd = os.stat("/etc/passwd")
-        stamp: object = (passwd.st_ino, passwd.st_size, passwd.st_mtime_ns)
     except OSError:
-        stamp = None
-    if extra is not None:
-        extra["passwd"] = stamp
-    return stamp
+        return None
+    return (passwd.st_ino, passwd.st_size, passwd.st_mtime_ns)
 
 
 def _copy(data: object) -> object:
@@ -91,11 +84,11 @@ def home_directories() -> frozenset[str]:
     """Home directories a jail's writes could turn into code run at someone's next login:
     the caller's (``$HOME`` and its password-file entry) and, for a root caller (whose jail
     writes as root), every account that can log in."""
+    return kept_answer(_HOMES, _find_home_directories)
+
+
+def _find_home_directories() -> frozenset[str]:
     env_home = os.environ.get("HOME")
-    key = (env_home, os.geteuid(), passwd_stamp())
-    kept = _HOMES[0] if _HOMES else None
-    if kept is not None and kept[0] == key:
-        return kept[1]
     homes: set[str] = set()
     if env_home and env_home.startswith("/"):
         homes.add(os.path.normpath(env_home))
@@ -109,15 +102,12 @@ def home_directories() -> frozenset[str]:
                     homes.add(entry.pw_dir)
     except (ImportError, KeyError):
         pass
-    found = frozenset(h for h in homes if h.startswith("/") and h != "/")
-    _HOMES[:] = [(key, found)]
-    return found
+    return frozenset(h for h in homes if h.startswith("/") and h != "/")
 
 
 _HOMES: list[tuple[object, frozenset[str]]] = []
-"""The last answer of `home_directories` and what it depended on ($HOME, the euid, the
-password file's identity): every command asks, and a root caller's answer reads the whole
-password file."""
+"""The last answer of `home_directories` (every command asks, and a root caller's answer
+reads the whole password file)."""
 
 
 def panday_packages() -> list[object]:

@@ -311,7 +311,7 @@ def _memo_subtrees(memo: _Memo | None) -> list[tuple[str, list[str]]]:
 
 def listing_extra() -> dict[str, object] | None:
     """This thread's memo's room for other answers that hold for one listing (the
-    password file's identity), or None outside a listing."""
+    caller's state, `hostpaths.caller_state`), or None outside a listing."""
     memo = _memo()
     return None if memo is None else memo.extra
 
