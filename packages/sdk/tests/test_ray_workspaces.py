@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,36 @@ def test_a_workspace_is_removed_only_when_its_own_actor_process_is_gone(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         p.name for p in (mine, alive, elsewhere, older, other)
     )
+
+
+def _state(pid: int) -> str:
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    return stat[stat.rfind(b")") + 2 :].split()[0].decode()
+
+
+def test_a_zombie_actors_workspace_is_removed(tmp_path: Path) -> None:
+    """An actor whose raylet was killed is re-parented; where nothing reaps it (a container
+    whose pid 1 is no init: seen in CI) it stays a zombie with its pid and start time. It
+    will never run again, so its workspace goes."""
+    ns = str(Path("/proc/self/ns/pid").stat().st_ino)
+    live = subprocess.Popen(["sleep", "60"])
+    ended = subprocess.Popen(["true"])  # not waited for below until the end: a zombie
+    try:
+        for _ in range(600):  # bounded: 30 s
+            if _state(ended.pid) == "Z":
+                break
+            time.sleep(0.05)
+        assert _state(ended.pid) == "Z"
+        # Positive control: the same names for a process that still runs are kept.
+        running = tmp_path / f"{WORKSPACE_PREFIX}{live.pid}-{_start(live.pid)}-{ns}-a"
+        zombie = tmp_path / f"{WORKSPACE_PREFIX}{ended.pid}-{_start(ended.pid)}-{ns}-b"
+        for d in (running, zombie):
+            d.mkdir()
+            (d / "file").write_text("x")
+        reap_workspaces(str(tmp_path))
+        assert _state(ended.pid) == "Z"  # still the zombie it judged
+        assert [p.name for p in tmp_path.iterdir()] == [running.name]
+    finally:
+        live.kill()
+        live.wait()
+        ended.wait()

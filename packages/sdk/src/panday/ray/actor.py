@@ -354,6 +354,10 @@ def kill_jails() -> int:
     return killed
 
 
+# A process's states in /proc after its exit: zombie (exited, not reaped) and dead.
+_ENDED = ("Z", "X")
+
+
 def _pid_namespace() -> str:
     """This process's pid namespace (its inode), "0" where there is no /proc."""
     try:
@@ -364,11 +368,14 @@ def _pid_namespace() -> str:
 
 def _start_time(pid: int) -> str | None:
     """When `pid` started (clock ticks since boot, from /proc): with the pid, it names one
-    process for as long as it lives. "" when there is no such process; None when it cannot
-    be read (no /proc, or hidden from us)."""
+    process for as long as it lives. "" when there is no such process, or only its zombie:
+    an actor whose raylet was killed is re-parented, and where the new parent does not reap
+    (a container whose pid 1 is no init) it stays a zombie for good. It will never run
+    again, and its jails died with it (bwrap's --die-with-parent fires at its exit). None
+    when it cannot be read (no /proc, or hidden from us)."""
     found = proc_stat(pid)
     if found is not None:
-        return found[1]
+        return "" if found[0] in _ENDED else found[1]
     return "" if os.path.isdir("/proc/self") and not os.path.lexists(f"/proc/{pid}") else None
 
 
