@@ -1,0 +1,412 @@
+"""A session jail's launcher: forks each command into namespaces made once per session.
+
+    python3 -I -S -B zygote.py   (descriptor 3: the control socket; 4-10: the namespaces)
+
+WORK IN PROGRESS (branch only, not wired into any session; see the issue 23 note).
+
+Why: a T2 command costs a whole bubblewrap run, about 47 mounts made again for every
+command (bwrap reads the whole mount table after each), 2.5-3.5x a bare bwrap. The jail's
+namespaces and its mount tree do not change between commands; only the command's own
+parts do (its pid namespace, /proc, /tmp, the placeholders of the workspace's protected
+entries). So the session starts one bwrap (the holder, which only waits) and this program
+once. It runs on the host, as the caller, in no jail of its own: it joins the holder's user
+namespace (the outer one bwrap made; the caller owns it, so it holds every capability
+there and none on the host), then its mount, network, ipc, uts, cgroup and pid namespaces.
+It never reads a file after that (its imports are done first; `sys.meta_path` is emptied,
+so a stray import fails instead of reading the jail's files).
+
+Per command, on a request from the session (one SOCK_SEQPACKET message, JSON and
+descriptors):
+
+1. a child (C) takes a mount, pid and ipc namespace of its own (a copy of the session's
+   tree, private: nothing it mounts reaches the session or another command), binds each
+   protected entry read-only onto itself, found beneath the workspace without following a
+   link and checked to be the inode the session holds (`st_dev`, `st_ino`), and mounts
+   the command's /tmp; then it forks the command's init (I) and sends the session I's
+   pidfd;
+2. I is pid 1 of the command's pid namespace: it mounts a /proc for it (the host's kernel
+   files masked, read-only), waits for the seccomp program as bwrap does (the session
+   bounds I first: cgroup, rlimits), joins the holder's inner user namespace (no further
+   user namespaces), drops every capability, and forks the command: a new session,
+   ``no_new_privs``, the seccomp program, the environment and working directory, exec;
+3. I reaps, writes ``{"exit-code": N}`` on the status descriptor as bwrap does, and exits:
+   the kernel kills whatever the command left in its pid namespace.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+NS_GET_USERNS = 0xB701
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+
+# Syscalls numbered alike on every architecture (424 and above).
+SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_OPENAT2, SYS_MOUNT_SETATTR, SYS_PIDFD_OPEN = 428, 429, 437, 442, 434
+OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC = 0x1, 0o2000000
+AT_EMPTY_PATH, AT_RECURSIVE = 0x1000, 0x8000
+MOVE_MOUNT_F_EMPTY_PATH, MOVE_MOUNT_T_EMPTY_PATH = 0x4, 0x40
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 0x1, 0x2, 0x4
+RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_BENEATH = 0x02, 0x04, 0x08
+
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 24, 38, 22
+SECCOMP_MODE_FILTER = 2
+CAP_LAST_CAP_MAX = 63
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+class _Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+class SetupError(Exception):
+    """A step of a command's set-up failed: the command does not run."""
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        err = ctypes.get_errno()
+        raise SetupError(f"{what}: {os.strerror(err)}")
+    return result
+
+
+def _setns(fd: int, kind: int, what: str) -> None:
+    _check(_libc.setns(fd, kind), f"setns {what}")
+
+
+def join(fds: dict[str, int]) -> int:
+    """Join the holder's namespaces (descriptors by name); return the inner user namespace's
+    descriptor, which each command's init joins last."""
+    import fcntl  # noqa: PLC0415 - before the jail's mount namespace is joined
+
+    outer = fcntl.ioctl(fds["mnt"], NS_GET_USERNS)
+    _setns(outer, CLONE_NEWUSER, "user (outer)")
+    os.close(outer)
+    for name, kind in (
+        ("mnt", CLONE_NEWNS),
+        ("net", CLONE_NEWNET),
+        ("ipc", CLONE_NEWIPC),
+        ("uts", CLONE_NEWUTS),
+        ("cgroup", CLONE_NEWCGROUP),
+        ("pid", CLONE_NEWPID),
+    ):
+        _setns(fds[name], kind, name)
+        os.close(fds[name])
+    os.chdir("/")
+    return fds["user"]
+
+
+def _openat2(dirfd: int, path: str, flags: int, resolve: int) -> int:
+    how = _OpenHow(flags, 0, resolve)
+    return _check(
+        _libc.syscall(SYS_OPENAT2, dirfd, path.encode(), ctypes.byref(how), ctypes.sizeof(how)),
+        f"open {path}",
+    )
+
+
+def _same(a: int, b: int) -> bool:
+    sa, sb = os.fstat(a), os.fstat(b)
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def _bind_onto_self(fd: int, what: str, *, attrs: int) -> None:
+    """Bind the file or directory `fd` names onto itself with `attrs` (recursively)."""
+    tree = _check(
+        _libc.syscall(SYS_OPEN_TREE, fd, b"", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE),
+        f"clone {what}",
+    )
+    try:
+        attr = _MountAttr(attrs, 0, 0, 0)
+        _check(
+            _libc.syscall(SYS_MOUNT_SETATTR, tree, b"", AT_EMPTY_PATH | AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)),
+            f"make {what} read-only",
+        )
+        _check(
+            _libc.syscall(SYS_MOVE_MOUNT, tree, b"", fd, b"", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH),
+            f"bind {what}",
+        )
+    finally:
+        os.close(tree)
+
+
+def _mount(source: bytes | None, target: str, fstype: bytes | None, flags: int, data: bytes | None) -> None:
+    _check(_libc.mount(source, target.encode(), fstype, flags, data), f"mount {target}")
+
+
+def command_mounts(request: dict[str, object], workspace_fd: int, entries: list[tuple[str, int]]) -> None:
+    """Step 1's mounts, in C's own mount namespace."""
+    _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+    workspace = str(request["workspace"])
+    resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
+    here = _openat2(-100, workspace, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, resolve)
+    try:
+        if not _same(here, workspace_fd):
+            raise SetupError(f"the workspace at {workspace} is not the session's")
+        for rel, held in entries:
+            fd = _openat2(here, rel, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, resolve | RESOLVE_BENEATH)
+            try:
+                if not _same(fd, held):
+                    raise SetupError(f"{rel} is not the entry the session holds")
+                _bind_onto_self(fd, rel, attrs=MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(here)
+    _tmp(request)
+
+
+def _tmp(request: dict[str, object]) -> None:
+    """A fresh /tmp for the command, with what the session bound beneath /tmp bound again
+    on top of it (the workspace, staged paths: cloned before the tmpfs hides them)."""
+    under = [str(p) for p in request.get("under_tmp", [])]  # type: ignore[union-attr]
+    clones: list[tuple[str, int, bool]] = []
+    for path in under:
+        tree = _check(
+            _libc.syscall(SYS_OPEN_TREE, -100, path.encode(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE),
+            f"clone {path}",
+        )
+        clones.append((path, tree, os.path.isdir(path)))
+    size = request.get("tmp_bytes")
+    data = b"mode=0755" + (f",size={size}".encode() if size is not None else b"")
+    _mount(b"tmpfs", "/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, data)
+    for path, tree, is_dir in clones:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if is_dir:
+            os.mkdir(path)
+        else:
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+        _check(_libc.syscall(SYS_MOVE_MOUNT, tree, b"", -100, path.encode(), MOVE_MOUNT_F_EMPTY_PATH), f"bind {path}")
+        os.close(tree)
+
+
+def proc_mounts(masked: list[str]) -> None:
+    """I's /proc: the command's pid namespace, the host's kernel files masked, read-only."""
+    _mount(b"proc", "/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    null = os.open("/dev/null", os.O_PATH | os.O_CLOEXEC)
+    try:
+        for name in masked:
+            target = f"/proc/{name}"
+            try:
+                fd = os.open(target, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            try:
+                tree = _check(
+                    _libc.syscall(SYS_OPEN_TREE, null, b"", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH),
+                    "clone /dev/null",
+                )
+                attr = _MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
+                _check(
+                    _libc.syscall(SYS_MOUNT_SETATTR, tree, b"", AT_EMPTY_PATH, ctypes.byref(attr), ctypes.sizeof(attr)),
+                    "make the mask read-only",
+                )
+                _check(
+                    _libc.syscall(SYS_MOVE_MOUNT, tree, b"", fd, b"", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH),
+                    f"mask {target}",
+                )
+                os.close(tree)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(null)
+    _mount(None, "/proc", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+
+
+def drop_privileges(inner_userns: int) -> None:
+    """Join the inner user namespace; no capability in any set; no new privileges."""
+    _setns(inner_userns, CLONE_NEWUSER, "user (inner)")
+    for cap in range(CAP_LAST_CAP_MAX + 1):
+        _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the kernel's last one
+    header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(_libc.capset(ctypes.byref(header), data), "drop capabilities")
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+
+
+def _read_program(fd: int) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+FD_NAMES = ("stdin", "stdout", "stderr", "reply", "program", "status", "workspace")
+
+
+def _command(request: dict[str, object], fds: dict[str, int]) -> None:
+    """The command's process, pid 1 of its own pid namespace: never returns. Its end takes
+    everything it left in that namespace with it (as a bwrap jail's does)."""
+    try:
+        proc_mounts([str(n) for n in request["proc_masked"]])  # type: ignore[union-attr]
+        program = _read_program(fds["program"])
+        if not program or len(program) % 8:
+            os._exit(1)  # no program (the session died or refused): nothing runs
+        drop_privileges(fds["inner"])
+        os.setsid()
+        for target, name in enumerate(("stdin", "stdout", "stderr")):
+            os.dup2(fds[name], target)
+        os.closerange(3, 65536)
+        buf = ctypes.create_string_buffer(program, len(program))
+        prog = _Fprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
+        os.chdir(str(request["cwd"]))
+        env = {str(k): str(v) for k, v in request["env"].items()}  # type: ignore[union-attr]
+        argv = [str(a) for a in request["argv"]]  # type: ignore[union-attr]
+        _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
+        os.execvpe(argv[0], argv, env)
+    except OSError as exc:
+        os.write(2, f"bwrap: execvp {request['argv'][0]}: {exc.strerror}\n".encode())  # type: ignore[index]
+    except BaseException as exc:  # noqa: BLE001 - the one line bwrap would print, then exit
+        os.write(2, f"bwrap: {exc}\n".encode())
+    os._exit(1)
+
+
+class Zygote:
+    """The serving loop: requests on the control socket, exits of the commands."""
+
+    def __init__(self, control: socket.socket, inner: int, session: dict[str, int]) -> None:
+        self.control = control
+        self.inner = inner
+        self.session = session  # our own mnt, pid and ipc namespaces, to return to
+        self.running: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, status fd)
+
+    def _back(self) -> None:
+        """Into the session's namespaces again (a command's set-up left them)."""
+        for name, kind in (("mnt", CLONE_NEWNS), ("pid", CLONE_NEWPID), ("ipc", CLONE_NEWIPC)):
+            _setns(self.session[name], kind, f"{name} (back)")
+
+    def start(self, request: dict[str, object], received: list[int]) -> None:
+        fds = dict(zip(FD_NAMES, received[: len(FD_NAMES)]))
+        fds["inner"] = self.inner
+        entries = list(zip([str(p) for p in request["protect"]], received[len(FD_NAMES) :]))  # type: ignore[union-attr]
+        reply = fds["reply"]
+        try:
+            _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC), "unshare")
+            try:
+                command_mounts(request, fds["workspace"], entries)
+                pid = os.fork()
+                if pid == 0:
+                    _command(request, fds)
+            finally:
+                self._back()  # or die: a zygote left in a command's namespaces serves none
+            pidfd = _check(_libc.syscall(SYS_PIDFD_OPEN, pid, 0), "pidfd_open")
+            socket.socket(fileno=os.dup(reply)).sendmsg(
+                [b"P"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", pidfd))]
+            )
+            self.running[pidfd] = (pid, os.dup(fds["status"]))
+        except SetupError as exc:
+            os.write(reply, b"E" + str(exc).encode()[:4000])
+
+    def ended(self, pidfd: int) -> None:
+        pid, status_fd = self.running.pop(pidfd)
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        code = 128 - code if code < 0 else code
+        try:
+            os.write(status_fd, json.dumps({"exit-code": code}).encode() + b"\n")
+        except OSError:
+            pass  # the session stopped listening
+        os.close(status_fd)
+        os.close(pidfd)
+
+    def serve(self) -> None:
+        poller = select.poll()
+        poller.register(self.control.fileno(), select.POLLIN)
+        while True:
+            for fd, _events in poller.poll():
+                if fd != self.control.fileno():
+                    poller.unregister(fd)
+                    self.ended(fd)
+                    continue
+                data, ancdata, _flags, _addr = self.control.recvmsg(65536, socket.CMSG_SPACE(64 * 4))
+                if not data:
+                    return  # the session closed its end
+                received: list[int] = []
+                for level, kind, payload in ancdata:
+                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                        count = len(payload) // 4
+                        received += list(struct.unpack(f"{count}i", payload[: count * 4]))
+                try:
+                    self.start(json.loads(data), received)
+                finally:
+                    for fd2 in received:
+                        os.close(fd2)
+                for pidfd in self.running:
+                    poller.register(pidfd, select.POLLIN)
+
+
+def main() -> None:
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "die with the session")
+    control = socket.socket(fileno=3)
+    names = ("user", "mnt", "net", "ipc", "uts", "cgroup", "pid")
+    given = {name: 4 + i for i, name in enumerate(names)}
+    keep = {name: os.dup(given[name]) for name in ("mnt", "pid", "ipc")}
+    inner = join(given)
+    sys.path[:] = []
+    sys.meta_path[:] = []
+    # A process that joined a pid namespace cannot make one below it (the kernel asks the
+    # maker's own pid namespace to be its children's): the server is our child, inside the
+    # session's pid namespace, and makes one per command. It dies with us, and we with the
+    # session; the holder's end (its pid 1) kills it too.
+    server = os.fork()
+    if server == 0:
+        try:
+            _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "die with the zygote")
+            zygote = Zygote(control, inner, keep)
+            # Each command is a fork of this process: objects the collector would walk
+            # (and so write to) in the child are copied page by page. Frozen, it leaves
+            # them alone; and it never runs here (what this loop makes is freed by count).
+            gc.disable()
+            gc.freeze()
+            control.send(b"R")  # ready
+            zygote.serve()
+        finally:
+            os._exit(0)
+    control.close()
+    os.waitpid(server, 0)
+
+
+if __name__ == "__main__":
+    main()
