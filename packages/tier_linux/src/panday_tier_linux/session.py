@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from panday_tier_linux.bridge import Bridge
     from panday_tier_linux.cgroups import SessionCgroup
     from panday_tier_linux.enforcement import Enforcement
+    from panday_tier_linux.sessionjail import SessionJail
 
 TIER = SandboxTier.T2_LINUX
 
@@ -151,6 +152,8 @@ class LinuxSession(JailSession):
         self._commands = itertools.count(1)
         self._running: dict[int, tuple[ChildProcess, JailSupervisor]] = {}
         self._t0: T0Session | None = None
+        self._jail: SessionJail | None = None
+        self._jail_tried = False
 
     @property
     def spec(self) -> JailSpec:
@@ -201,6 +204,22 @@ class LinuxSession(JailSession):
         cwd = self._cwd(spec.cwd)
         proxy_env = self._proxy_env(spec)
         binds = self.roots.command_binds(overlay=None if pending is None else pending.paths())
+        jail = self._session_jail() if pending is None and tty is None else None
+        if jail is not None:
+            try:
+                return jail.start(
+                    self.spec,
+                    spec.argv,
+                    program=self.program,
+                    binds=binds,
+                    cwd=cwd,
+                    guard=self.guard,
+                    cpu_ms=self.policy.limits.cpu_ms,
+                    env=proxy_env,
+                    stdin=spec.stdin is not None or stdin_pipe,
+                )
+            except CgroupError as exc:
+                raise Internal(f"cannot create the command's cgroup: {exc}") from exc
         try:
             proc, sup, filter_w = start(
                 self.spec,
@@ -227,6 +246,18 @@ class LinuxSession(JailSession):
                 sup.close()
                 raise
         return proc, sup
+
+    def _session_jail(self) -> SessionJail | None:
+        """WIP: the session jail (holder and zygote), with PANDAY_T2_ZYGOTE=1 only."""
+        if not self._jail_tried:
+            self._jail_tried = True
+            if os.environ.get("PANDAY_T2_ZYGOTE") == "1":
+                from panday_tier_linux.sessionjail import SessionJail  # noqa: PLC0415
+
+                self._jail = SessionJail.open(
+                    self.spec, self.roots, bwrap=self.bwrap.path, program=self.program
+                )
+        return self._jail
 
     def _release(self, proc: ChildProcess, sup: JailSupervisor, filter_w: int) -> None:
         """Attach the waiting jail to its ceilings, then let it run (`jail.release`), or
@@ -373,6 +404,9 @@ class LinuxSession(JailSession):
         self.closed = True
         for proc, sup in list(self._running.values()):
             sup.kill(proc)
+        if self._jail is not None:
+            self._jail.close()
+            self._jail = None
         if self.bridge is not None:
             self.bridge.close()
         self.guard.remove()

@@ -36,6 +36,7 @@ descriptors):
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import gc
 import json
 import os
@@ -118,8 +119,6 @@ def _setns(fd: int, kind: int, what: str) -> None:
 def join(fds: dict[str, int]) -> int:
     """Join the holder's namespaces (descriptors by name); return the inner user namespace's
     descriptor, which each command's init joins last."""
-    import fcntl  # noqa: PLC0415 - before the jail's mount namespace is joined
-
     outer = fcntl.ioctl(fds["mnt"], NS_GET_USERNS)
     _setns(outer, CLONE_NEWUSER, "user (outer)")
     os.close(outer)
@@ -174,7 +173,9 @@ def _mount(source: bytes | None, target: str, fstype: bytes | None, flags: int, 
     _check(_libc.mount(source, target.encode(), fstype, flags, data), f"mount {target}")
 
 
-def command_mounts(request: dict[str, object], workspace_fd: int, entries: list[tuple[str, int]]) -> None:
+def command_mounts(
+    request: dict[str, object], workspace_fd: int, entries: list[tuple[tuple[str, bool], int]]
+) -> None:
     """Step 1's mounts, in C's own mount namespace."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     workspace = str(request["workspace"])
@@ -183,12 +184,13 @@ def command_mounts(request: dict[str, object], workspace_fd: int, entries: list[
     try:
         if not _same(here, workspace_fd):
             raise SetupError(f"the workspace at {workspace} is not the session's")
-        for rel, held in entries:
+        for (rel, read_only), held in entries:
             fd = _openat2(here, rel, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, resolve | RESOLVE_BENEATH)
             try:
                 if not _same(fd, held):
                     raise SetupError(f"{rel} is not the entry the session holds")
-                _bind_onto_self(fd, rel, attrs=MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+                attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (MOUNT_ATTR_RDONLY if read_only else 0)
+                _bind_onto_self(fd, rel, attrs=attrs)
             finally:
                 os.close(fd)
     finally:
@@ -276,19 +278,32 @@ def _read_program(fd: int) -> bytes:
 FD_NAMES = ("stdin", "stdout", "stderr", "reply", "program", "status", "workspace")
 
 
-def _command(request: dict[str, object], fds: dict[str, int]) -> None:
+def _command(request: dict[str, object], fds: dict[str, int], received: list[int], exec_w: int) -> None:
     """The command's process, pid 1 of its own pid namespace: never returns. Its end takes
-    everything it left in that namespace with it (as a bwrap jail's does)."""
+    everything it left in that namespace with it (as a bwrap jail's does). Before its exec
+    it writes one byte on `exec_w` (close-on-exec) only when something failed: a failed
+    set-up or exec is then no exit of the command's."""
     try:
         proc_mounts([str(n) for n in request["proc_masked"]])  # type: ignore[union-attr]
         program = _read_program(fds["program"])
         if not program or len(program) % 8:
+            os.write(exec_w, b"F")
             os._exit(1)  # no program (the session died or refused): nothing runs
         drop_privileges(fds["inner"])
         os.setsid()
-        for target, name in enumerate(("stdin", "stdout", "stderr")):
-            os.dup2(fds[name], target)
-        os.closerange(3, 65536)
+        # The command's descriptors at the numbers it expects (0-2, and the fronts' report
+        # pipe and memfd), through numbers above all of them first.
+        wanted = {int(k): received[int(v)] for k, v in request["fd_map"].items()}  # type: ignore[union-attr]
+        high = {t: fcntl.fcntl(src, fcntl.F_DUPFD_CLOEXEC, 512) for t, src in wanted.items()}
+        for target, src in high.items():
+            os.dup2(src, target, inheritable=True)
+        keep = sorted([*wanted, exec_w])
+        start = 0
+        for fd in keep:
+            if fd > start:
+                os.closerange(max(start, 0), fd)
+            start = fd + 1
+        os.closerange(start, 65536)
         buf = ctypes.create_string_buffer(program, len(program))
         prog = _Fprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
         os.chdir(str(request["cwd"]))
@@ -297,8 +312,10 @@ def _command(request: dict[str, object], fds: dict[str, int]) -> None:
         _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
         os.execvpe(argv[0], argv, env)
     except OSError as exc:
+        os.write(exec_w, b"F")
         os.write(2, f"bwrap: execvp {request['argv'][0]}: {exc.strerror}\n".encode())  # type: ignore[index]
     except BaseException as exc:  # noqa: BLE001 - the one line bwrap would print, then exit
+        os.write(exec_w, b"F")
         os.write(2, f"bwrap: {exc}\n".encode())
     os._exit(1)
 
@@ -310,7 +327,7 @@ class Zygote:
         self.control = control
         self.inner = inner
         self.session = session  # our own mnt, pid and ipc namespaces, to return to
-        self.running: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, status fd)
+        self.running: dict[int, tuple[int, int, int]] = {}  # pidfd -> (pid, status, exec_r)
 
     def _back(self) -> None:
         """Into the session's namespaces again (a command's set-up left them)."""
@@ -320,35 +337,49 @@ class Zygote:
     def start(self, request: dict[str, object], received: list[int]) -> None:
         fds = dict(zip(FD_NAMES, received[: len(FD_NAMES)]))
         fds["inner"] = self.inner
-        entries = list(zip([str(p) for p in request["protect"]], received[len(FD_NAMES) :]))  # type: ignore[union-attr]
+        entries = list(zip([(str(p), bool(ro)) for p, ro in request["protect"]], received[len(FD_NAMES) :]))  # type: ignore[union-attr]
         reply = fds["reply"]
         try:
             _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC), "unshare")
+            exec_r, exec_w = os.pipe2(os.O_CLOEXEC)
             try:
                 command_mounts(request, fds["workspace"], entries)
                 pid = os.fork()
                 if pid == 0:
-                    _command(request, fds)
+                    _command(request, fds, received, exec_w)
+            except BaseException:
+                os.close(exec_r)
+                raise
             finally:
+                os.close(exec_w)
                 self._back()  # or die: a zygote left in a command's namespaces serves none
             pidfd = _check(_libc.syscall(SYS_PIDFD_OPEN, pid, 0), "pidfd_open")
             socket.socket(fileno=os.dup(reply)).sendmsg(
                 [b"P"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", pidfd))]
             )
-            self.running[pidfd] = (pid, os.dup(fds["status"]))
+            self.running[pidfd] = (pid, os.dup(fds["status"]), exec_r)
         except SetupError as exc:
             os.write(reply, b"E" + str(exc).encode()[:4000])
 
     def ended(self, pidfd: int) -> None:
-        pid, status_fd = self.running.pop(pidfd)
+        """A command's process ended: its exit code on its status descriptor, as bwrap's
+        ``--json-status-fd`` says it, only when the command was exec'd."""
+        pid, status_fd, exec_r = self.running.pop(pidfd)
         _, status = os.waitpid(pid, 0)
         code = os.waitstatus_to_exitcode(status)
         code = 128 - code if code < 0 else code
+        os.set_blocking(exec_r, False)
         try:
-            os.write(status_fd, json.dumps({"exit-code": code}).encode() + b"\n")
+            failed = os.read(exec_r, 1)
+        except BlockingIOError:
+            failed = b""
+        try:
+            if not failed:
+                os.write(status_fd, json.dumps({"exit-code": code}).encode() + b"\n")
         except OSError:
             pass  # the session stopped listening
         os.close(status_fd)
+        os.close(exec_r)
         os.close(pidfd)
 
     def serve(self) -> None:

@@ -1,0 +1,296 @@
+"""The session's end of zygote.py: a holder bwrap and a zygote per session; commands
+launched through them (WORK IN PROGRESS, branch only: used when PANDAY_T2_ZYGOTE=1).
+
+What a command gets is what `jail.start` gives it with bwrap, except that the namespaces
+and the session-wide mounts (the read-only root, /etc, /dev, the workspace, staged paths,
+hidden state, the bridge) are made once, by the holder; each command gets its own mount,
+pid and ipc namespaces, its /proc, its /tmp and the protected entries' binds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal as _signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from contextlib import suppress
+from typing import TYPE_CHECKING
+
+from panday_core.process import ChildProcess, data_fd
+
+from panday_tier_linux.argv import build_options, jail_env
+from panday_tier_linux.host import state_to_hide
+from panday_tier_linux.jail import CgroupError, JailSupervisor, Status, await_tmpfs
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from panday_tier_linux.argv import JailSpec
+    from panday_tier_linux.binds import CommandBinds, Roots
+    from panday_tier_linux.jail import Guard
+
+READY_TIMEOUT_S = 30.0
+NAMESPACES = ("user", "mnt", "net", "ipc", "uts", "cgroup", "pid")
+
+
+def _placed(fds: Sequence[int], first: int) -> str:
+    """A tiny exec shim that puts `fds` at first, first+1, ... (scratch: the real one
+    would use the spawn's own descriptor actions)."""
+    return (
+        "import fcntl,os,sys\nsrc=list(map(int,sys.argv[1].split(',')))\n"
+        "tmp=[fcntl.fcntl(s, fcntl.F_DUPFD_CLOEXEC, 200) for s in src]\n"
+        f"for i,t in enumerate(tmp): os.dup2(t,{first}+i,inheritable=True)\n"
+        "os.execv(sys.argv[2], sys.argv[2:])\n"
+    )
+
+
+class ZygoteProcess(ChildProcess):
+    """A command the zygote forked: not our child, so its end is read from its pidfd and
+    its exit code from the status the zygote writes."""
+
+    __slots__ = ("status_of",)
+
+    def __init__(self, *, pid: int, pidfd: int, stdin: int | None, stdout: int, stderr: int, status_of: Status) -> None:
+        super().__init__(pid=pid, pidfd=pidfd, stdin=stdin, stdout=stdout, stderr=stderr, started=time.monotonic())
+        self.status_of = status_of
+
+    def reap(self, *, block: bool) -> bool:
+        if self.status is not None:
+            return True
+        assert self.pidfd is not None
+        poller = select.poll()
+        poller.register(self.pidfd, select.POLLIN)
+        if not poller.poll(-1 if block else 0):
+            return False
+        # Ended: the zygote writes its code (or nothing: it never ran) and closes.
+        deadline = time.monotonic() + 5.0
+        while self.status_of.fd >= 0 and time.monotonic() < deadline:
+            self.status_of.read_available(wait_s=0.05)
+            if self.status_of.value("exit-code") is not None:
+                break
+        code = self.status_of.value("exit-code")
+        self.status = ((code if code is not None else 1) & 0xFF) << 8
+        return True
+
+    def exited(self) -> bool:
+        if self.status is not None:
+            return True
+        assert self.pidfd is not None
+        poller = select.poll()
+        poller.register(self.pidfd, select.POLLIN)
+        return bool(poller.poll(0))
+
+    def signal_group(self, sig: int) -> None:
+        # pid 1 of the command's own pid namespace: its end takes the namespace.
+        if self.status is None and self.pidfd is not None:
+            with suppress(ProcessLookupError, PermissionError):
+                _signal.pidfd_send_signal(self.pidfd, sig if sig != _signal.SIGKILL else _signal.SIGKILL)
+
+
+def _host_pid(pidfd: int) -> int:
+    with open(f"/proc/self/fdinfo/{pidfd}", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("Pid:"):
+                return int(line.split()[1])
+    raise OSError("no pid for the command's pidfd")
+
+
+class SessionJail:
+    """One session's holder and zygote."""
+
+    def __init__(self, holder: subprocess.Popen[bytes], zygote: subprocess.Popen[bytes], control: socket.socket, keep: int) -> None:
+        self.holder = holder
+        self.zygote = zygote
+        self.control = control
+        self.keep = keep  # the holder's stdin: its end is the holder's
+
+    @classmethod
+    def open(cls, spec: JailSpec, roots: Roots, *, bwrap: str, program: bytes) -> SessionJail:
+        ws = roots.workspace
+        static: list[str] = []
+        given = [os.dup(ws.fd)]
+        static += ["--bind-fd" if roots.writable else "--ro-bind-fd", "6", ws.path]
+        for staged in roots.staged:
+            given.append(os.dup(staged.fd))
+            static += ["--ro-bind-fd", str(5 + len(given)), staged.path]
+        for dest in state_to_hide([ws.path, *(s.path for s in roots.staged)]):
+            static += ["--tmpfs", dest, "--remount-ro", dest]
+        options = build_options(spec, cwd=ws.path, seccomp_fd=4, binds=static)
+        info_r, info_w = os.pipe()
+        hold_r, hold_w = os.pipe()
+        words = b"".join(o.encode("utf-8", "surrogateescape") + b"\0" for o in [*options, "--info-fd", "5"])
+        fds = [data_fd(words), data_fd(program), info_w, *given]
+        holder = subprocess.Popen(
+            [sys.executable, "-c", _placed(fds, 3), ",".join(map(str, fds)), bwrap,
+             "--args", "3", "--", "/bin/sh", "-c", "echo R; read x"],
+            stdin=hold_r, stdout=subprocess.PIPE, pass_fds=fds,
+        )
+        for fd in (*fds, hold_r):
+            os.close(fd)
+        try:
+            assert holder.stdout is not None
+            ready = holder.stdout.read(2)
+            if ready != b"R\n":
+                raise OSError("the session jail did not start")
+            info = os.read(info_r, 4096)
+            child = int(json.loads(info[: info.index(b"}") + 1])["child-pid"])
+        finally:
+            os.close(info_r)
+        ns = [os.open(f"/proc/{child}/ns/{n}", os.O_RDONLY | os.O_CLOEXEC) for n in NAMESPACES]
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        zfds = [theirs.fileno(), *ns]
+        from panday_tier_linux import zygote as _z  # noqa: PLC0415
+
+        zygote = subprocess.Popen(
+            [sys.executable, "-c", _placed(zfds, 3), ",".join(map(str, zfds)), sys.executable, "-I", "-S", "-B", _z.__file__],
+            pass_fds=zfds,
+        )
+        theirs.close()
+        for fd in ns:
+            os.close(fd)
+        if ours.recv(16) != b"R":
+            raise OSError("the zygote did not start")
+        return cls(holder, zygote, ours, hold_w)
+
+    def start(
+        self,
+        spec: JailSpec,
+        argv: Sequence[str],
+        *,
+        program: bytes,
+        binds: CommandBinds,
+        cwd: str,
+        guard: Guard,
+        cpu_ms: int | None,
+        env: Mapping[str, str] | None = None,
+        stdin: bool = False,
+    ) -> tuple[ChildProcess, JailSupervisor]:
+        """As `jail.start` then `jail.release`: the command runs bounded, or this raises."""
+        from panday_tier_linux.argv import jail_command  # noqa: PLC0415
+
+        ours: list[int] = []
+        sent: list[int] = []
+        exec_cgroup = None
+        try:
+            try:
+                exec_cgroup = guard.new_exec()
+            except OSError as exc:
+                raise CgroupError(str(exc)) from exc
+            if stdin:
+                in_r, in_w = os.pipe()
+                ours.append(in_w)
+            else:
+                in_r, in_w = os.open(os.devnull, os.O_RDONLY), None
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            status_r, status_w = os.pipe()
+            prog_r, prog_w = os.pipe()
+            reply_ours, reply_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            ours += [out_r, err_r, status_r, prog_w]
+            prefix = spec.workspace.rstrip("/") + "/"
+            protect: list[tuple[str, bool]] = []
+            pfds: list[int] = []
+            for option, fd, dest in sorted(binds.ops, key=lambda op: op[2].count("/")):
+                if dest.startswith(prefix):
+                    protect.append((dest[len(prefix):], option != "--bind-fd"))
+                    pfds.append(fd)
+            ws_fd = binds.ops[0][1] if binds.ops and binds.ops[0][2] == spec.workspace else -1
+            sent = [in_r, out_w, err_w, reply_theirs.fileno(), prog_r, status_w, ws_fd, *pfds]
+            fd_map = {"0": 0, "1": 1, "2": 2}
+            report_r = -1
+            report_child = wall_child = None
+            if spec.reports:
+                report_r, report_w = os.pipe()
+                os.set_blocking(report_r, False)
+                ours.append(report_r)
+                fd_map["6"] = len(sent)
+                sent.append(report_w)
+                report_child = 6
+            if spec.wall:
+                from panday_tier_linux import wall  # noqa: PLC0415
+
+                fd_map["7" if spec.reports else "6"] = len(sent)
+                sent.append(wall.memfd())
+                wall_child = 7 if spec.reports else 6
+            command = jail_command(spec, argv, report_fd=report_child, wall_fd=wall_child)
+            request = {
+                "argv": command,
+                "env": jail_env(spec, env),
+                "cwd": cwd,
+                "workspace": spec.workspace,
+                "protect": protect,
+                "proc_masked": list(spec.layout.proc),
+                "tmp_bytes": spec.tmp_bytes,
+                "under_tmp": [p for p in [spec.workspace] if p.startswith("/tmp/")],  # noqa: S108
+                "fd_map": fd_map,
+            }
+            self.control.sendmsg(
+                [json.dumps(request).encode()],
+                [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(sent)}i", *sent))],
+            )
+            for fd in sent:
+                if fd not in (ws_fd, *pfds, reply_theirs.fileno()):
+                    os.close(fd)
+            reply_theirs.close()
+            msg, anc, _flags, _addr = reply_ours.recvmsg(4096, socket.CMSG_SPACE(4))
+            reply_ours.close()
+            if not msg.startswith(b"P") or not anc:
+                raise OSError(f"the zygote could not start the command: {msg[1:].decode(errors='replace')}")
+            pidfd = struct.unpack("i", anc[0][2][:4])[0]
+            pid = _host_pid(pidfd)
+        except BaseException:
+            if exec_cgroup is not None:
+                exec_cgroup.remove()
+            for fd in ours:
+                with suppress(OSError):
+                    os.close(fd)
+            binds.close()
+            raise
+        binds.spawned()
+        status = Status(status_r)
+        sup = JailSupervisor(
+            cgroup=exec_cgroup,
+            cpu_ms=cpu_ms,
+            disk_bytes=spec.tmp_bytes,
+            status=status,
+            binds=binds,
+            report_fd=report_r if spec.reports else None,
+            defaults=guard.defaults,
+        )
+        sup.child_pid = None  # `_first_process` must not take it for bwrap's child
+        proc = ZygoteProcess(
+            pid=pid, pidfd=pidfd, stdin=ours[0] if stdin else None, stdout=out_r, stderr=err_r, status_of=status
+        )
+        try:
+            if exec_cgroup is not None:
+                exec_cgroup.attach(pid)
+            if guard.rlimits:
+                sup.rlimits = guard.rlimits.apply(pid)
+            if sup.disk_bytes is not None:
+                sup.tmp_fd = await_tmpfs(pid, sup.disk_bytes)
+            os.write(prog_w, program)
+        except BaseException:
+            proc.signal_group(_signal.SIGKILL)
+            os.close(prog_w)
+            proc.reap(block=True)
+            proc.close()
+            sup.close()
+            raise
+        os.close(prog_w)
+        return proc, sup
+
+    def close(self) -> None:
+        self.control.close()
+        with suppress(OSError):
+            os.close(self.keep)
+        for child in (self.zygote, self.holder):
+            try:
+                child.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
