@@ -15,13 +15,12 @@ import select
 import signal as _signal
 import socket
 import struct
-import subprocess
 import sys
 import time
 from contextlib import suppress
 from typing import TYPE_CHECKING
 
-from panday_core.process import ChildProcess, data_fd
+from panday_core.process import ChildProcess, data_fd, spawn
 
 from panday_tier_linux.argv import build_options, jail_env
 from panday_tier_linux.host import state_to_hide
@@ -36,17 +35,6 @@ if TYPE_CHECKING:
 
 READY_TIMEOUT_S = 30.0
 NAMESPACES = ("user", "mnt", "net", "ipc", "uts", "cgroup", "pid")
-
-
-def _placed(fds: Sequence[int], first: int) -> str:
-    """A tiny exec shim that puts `fds` at first, first+1, ... (scratch: the real one
-    would use the spawn's own descriptor actions)."""
-    return (
-        "import fcntl,os,sys\nsrc=list(map(int,sys.argv[1].split(',')))\n"
-        "tmp=[fcntl.fcntl(s, fcntl.F_DUPFD_CLOEXEC, 200) for s in src]\n"
-        f"for i,t in enumerate(tmp): os.dup2(t,{first}+i,inheritable=True)\n"
-        "os.execv(sys.argv[2], sys.argv[2:])\n"
-    )
 
 
 class ZygoteProcess(ChildProcess):
@@ -103,59 +91,70 @@ def _host_pid(pidfd: int) -> int:
 class SessionJail:
     """One session's holder and zygote."""
 
-    def __init__(self, holder: subprocess.Popen[bytes], zygote: subprocess.Popen[bytes], control: socket.socket, keep: int) -> None:
+    def __init__(self, holder: ChildProcess, zygote: ChildProcess, control: socket.socket) -> None:
         self.holder = holder
+        """The holder bwrap: it waits on its stdin, whose end (at `close`) ends it."""
         self.zygote = zygote
         self.control = control
-        self.keep = keep  # the holder's stdin: its end is the holder's
 
     @classmethod
     def open(cls, spec: JailSpec, roots: Roots, *, bwrap: str, program: bytes) -> SessionJail:
+        """Start the holder, wait until its jail is made (its command prints one line),
+        then the zygote in its namespaces."""
         ws = roots.workspace
-        static: list[str] = []
         given = [os.dup(ws.fd)]
-        static += ["--bind-fd" if roots.writable else "--ro-bind-fd", "6", ws.path]
+        static = ["--bind-fd" if roots.writable else "--ro-bind-fd", "6", ws.path]
         for staged in roots.staged:
             given.append(os.dup(staged.fd))
             static += ["--ro-bind-fd", str(5 + len(given)), staged.path]
         for dest in state_to_hide([ws.path, *(s.path for s in roots.staged)]):
             static += ["--tmpfs", dest, "--remount-ro", dest]
         options = build_options(spec, cwd=ws.path, seccomp_fd=4, binds=static)
-        info_r, info_w = os.pipe()
-        hold_r, hold_w = os.pipe()
-        words = b"".join(o.encode("utf-8", "surrogateescape") + b"\0" for o in [*options, "--info-fd", "5"])
-        fds = [data_fd(words), data_fd(program), info_w, *given]
-        holder = subprocess.Popen(
-            [sys.executable, "-c", _placed(fds, 3), ",".join(map(str, fds)), bwrap,
-             "--args", "3", "--", "/bin/sh", "-c", "echo R; read x"],
-            stdin=hold_r, stdout=subprocess.PIPE, pass_fds=fds,
+        words = b"".join(
+            o.encode("utf-8", "surrogateescape") + b"\0" for o in [*options, "--info-fd", "5"]
         )
-        for fd in (*fds, hold_r):
-            os.close(fd)
+        info_r, info_w = os.pipe()
+        fds = [data_fd(words), data_fd(program), info_w, *given]
+        try:
+            holder = spawn(
+                [bwrap, "--args", "3", "--", "/bin/sh", "-c", "echo R; read x"],
+                env={},
+                stdin=True,
+                pass_fds=fds,
+            )
+        finally:
+            for fd in fds:
+                os.close(fd)
         try:
             assert holder.stdout is not None
-            ready = holder.stdout.read(2)
-            if ready != b"R\n":
+            if _read_exactly(holder.stdout, 2) != b"R\n":
                 raise OSError("the session jail did not start")
             info = os.read(info_r, 4096)
             child = int(json.loads(info[: info.index(b"}") + 1])["child-pid"])
+            ns = [os.open(f"/proc/{child}/ns/{n}", os.O_RDONLY | os.O_CLOEXEC) for n in NAMESPACES]
+        except BaseException:
+            holder.close()
+            holder.signal_group(_signal.SIGKILL)
+            holder.reap(block=True)
+            raise
         finally:
             os.close(info_r)
-        ns = [os.open(f"/proc/{child}/ns/{n}", os.O_RDONLY | os.O_CLOEXEC) for n in NAMESPACES]
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        zfds = [theirs.fileno(), *ns]
         from panday_tier_linux import zygote as _z  # noqa: PLC0415
 
-        zygote = subprocess.Popen(
-            [sys.executable, "-c", _placed(zfds, 3), ",".join(map(str, zfds)), sys.executable, "-I", "-S", "-B", _z.__file__],
-            pass_fds=zfds,
-        )
-        theirs.close()
-        for fd in ns:
-            os.close(fd)
+        try:
+            zygote = spawn(
+                [sys.executable, "-I", "-S", "-B", _z.__file__],
+                env={},
+                pass_fds=[theirs.fileno(), *ns],
+            )
+        finally:
+            theirs.close()
+            for fd in ns:
+                os.close(fd)
         if ours.recv(16) != b"R":
             raise OSError("the zygote did not start")
-        return cls(holder, zygote, ours, hold_w)
+        return cls(holder, zygote, ours)
 
     def start(
         self,
@@ -285,12 +284,30 @@ class SessionJail:
         return proc, sup
 
     def close(self) -> None:
-        self.control.close()
-        with suppress(OSError):
-            os.close(self.keep)
+        self.control.close()  # the zygote's end of file: it ends
+        self.holder.close()  # the holder's stdin: it ends
         for child in (self.zygote, self.holder):
-            try:
-                child.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+            deadline = time.monotonic() + 5.0
+            while not child.reap(block=False) and time.monotonic() < deadline:
+                time.sleep(0.005)
+            if child.status is None:
+                child.signal_group(_signal.SIGKILL)
+                child.reap(block=True)
+            child.close()
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    """Up to `size` bytes from a non-blocking pipe, within `READY_TIMEOUT_S`."""
+    data = b""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    while len(data) < size:
+        left = deadline - time.monotonic()
+        if left <= 0 or not poller.poll(left * 1000):
+            break
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
