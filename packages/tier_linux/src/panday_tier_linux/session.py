@@ -24,6 +24,7 @@ proxy, the relay run in front of each command, and per-command proxy credentials
 from __future__ import annotations
 
 import itertools
+from contextlib import suppress
 import os
 from typing import TYPE_CHECKING, TypedDict
 
@@ -207,7 +208,7 @@ class LinuxSession(JailSession):
         jail = self._session_jail() if pending is None and tty is None else None
         if jail is not None:
             try:
-                return jail.start(
+                started = jail.start(
                     self.spec,
                     spec.argv,
                     program=self.program,
@@ -220,6 +221,8 @@ class LinuxSession(JailSession):
                 )
             except CgroupError as exc:
                 raise Internal(f"cannot create the command's cgroup: {exc}") from exc
+            if started is not None:
+                return started
         try:
             proc, sup, filter_w = start(
                 self.spec,
@@ -254,9 +257,12 @@ class LinuxSession(JailSession):
             if os.environ.get("PANDAY_T2_ZYGOTE") == "1":
                 from panday_tier_linux.sessionjail import SessionJail  # noqa: PLC0415
 
-                self._jail = SessionJail.open(
-                    self.spec, self.roots, bwrap=self.bwrap.path, program=self.program
-                )
+                # The session jail only makes commands cheaper: where it cannot start,
+                # each command gets its own bwrap, as enforced (bwrap then says why).
+                with suppress(OSError, ValueError):
+                    self._jail = SessionJail.open(
+                        self.spec, self.roots, bwrap=self.bwrap.path, program=self.program
+                    )
         return self._jail
 
     def _release(self, proc: ChildProcess, sup: JailSupervisor, filter_w: int) -> None:

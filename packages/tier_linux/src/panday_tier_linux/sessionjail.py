@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 from panday_core.process import ChildProcess, data_fd, spawn
 
 from panday_tier_linux.argv import build_options, jail_env
-from panday_tier_linux.host import state_to_hide
 from panday_tier_linux.jail import CgroupError, JailSupervisor, Status, await_tmpfs
+from panday_tier_linux.zygote import MAX_FDS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -107,8 +107,6 @@ class SessionJail:
         for staged in roots.staged:
             given.append(os.dup(staged.fd))
             static += ["--ro-bind-fd", str(5 + len(given)), staged.path]
-        for dest in state_to_hide([ws.path, *(s.path for s in roots.staged)]):
-            static += ["--tmpfs", dest, "--remount-ro", dest]
         options = build_options(spec, cwd=ws.path, seccomp_fd=4, binds=static)
         words = b"".join(
             o.encode("utf-8", "surrogateescape") + b"\0" for o in [*options, "--info-fd", "5"]
@@ -168,8 +166,13 @@ class SessionJail:
         cpu_ms: int | None,
         env: Mapping[str, str] | None = None,
         stdin: bool = False,
-    ) -> tuple[ChildProcess, JailSupervisor]:
-        """As `jail.start` then `jail.release`: the command runs bounded, or this raises."""
+    ) -> tuple[ChildProcess, JailSupervisor] | None:
+        """As `jail.start` then `jail.release`: the command runs bounded, or this raises.
+        None (nothing done) when its descriptors do not fit one message: bwrap's turn."""
+        prefix = spec.workspace.rstrip("/") + "/"
+        inside = sum(1 for _o, _fd, dest in binds.ops if dest.startswith(prefix))
+        if 7 + inside + spec.reports + spec.wall > MAX_FDS:
+            return None
         from panday_tier_linux.argv import jail_command  # noqa: PLC0415
 
         ours: list[int] = []
@@ -191,7 +194,6 @@ class SessionJail:
             prog_r, prog_w = os.pipe()
             reply_ours, reply_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             ours += [out_r, err_r, status_r, prog_w]
-            prefix = spec.workspace.rstrip("/") + "/"
             protect: list[tuple[str, bool]] = []
             pfds: list[int] = []
             for option, fd, dest in sorted(binds.ops, key=lambda op: op[2].count("/")):
@@ -227,6 +229,7 @@ class SessionJail:
                 "tmp_bytes": spec.tmp_bytes,
                 "under_tmp": [p for p in [spec.workspace] if p.startswith("/tmp/")],  # noqa: S108
                 "fd_map": fd_map,
+                "hidden": list(binds.hidden),
             }
             self.control.sendmsg(
                 [json.dumps(request).encode()],

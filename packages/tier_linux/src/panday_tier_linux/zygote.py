@@ -45,6 +45,8 @@ import signal
 import socket
 import struct
 import sys
+import warnings  # noqa: F401 - loaded before imports end: a warning raised later needs it
+from contextlib import suppress
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -193,6 +195,14 @@ def command_mounts(
                 _bind_onto_self(fd, rel, attrs=attrs)
             finally:
                 os.close(fd)
+        # panday's state directory, wherever a root shows it: an empty read-only tmpfs,
+        # after the binds (one may be inside it), found without following a link.
+        for dest in [str(d) for d in request.get("hidden", [])]:  # type: ignore[union-attr]
+            fd = _openat2(-100, dest, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, resolve)
+            try:
+                _mount(b"tmpfs", f"/proc/self/fd/{fd}", b"tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, b"size=4k,mode=0755")
+            finally:
+                os.close(fd)
     finally:
         os.close(here)
     _tmp(request)
@@ -275,14 +285,18 @@ def _read_program(fd: int) -> bytes:
         chunks.append(chunk)
 
 
+MAX_FDS = 253
+"""The kernel's most descriptors in one message (SCM_MAX_FD)."""
 FD_NAMES = ("stdin", "stdout", "stderr", "reply", "program", "status", "workspace")
 
 
 def _command(request: dict[str, object], fds: dict[str, int], received: list[int], exec_w: int) -> None:
-    """The command's process, pid 1 of its own pid namespace: never returns. Its end takes
-    everything it left in that namespace with it (as a bwrap jail's does). Before its exec
-    it writes one byte on `exec_w` (close-on-exec) only when something failed: a failed
-    set-up or exec is then no exit of the command's."""
+    """The command's init, pid 1 of its own pid namespace: never returns. It forks the
+    command and reaps what is re-parented to it (as bwrap's init does: a command's
+    orphans, the relay's loop, are no children of the command), and exits with the
+    command's code; its end takes everything left in the namespace with it. Before the
+    command's exec one byte goes on `exec_w` (close-on-exec) only when something failed:
+    a failed set-up or exec is then no exit of the command's."""
     try:
         proc_mounts([str(n) for n in request["proc_masked"]])  # type: ignore[union-attr]
         program = _read_program(fds["program"])
@@ -290,20 +304,44 @@ def _command(request: dict[str, object], fds: dict[str, int], received: list[int
             os.write(exec_w, b"F")
             os._exit(1)  # no program (the session died or refused): nothing runs
         drop_privileges(fds["inner"])
+        command = os.fork()
+        if command == 0:
+            _exec(request, received, program, exec_w)
+        os.close(exec_w)
+        os.closerange(0, 65536)  # the command's pipes end with the command's own copies
+        while True:
+            pid, status = os.waitpid(-1, 0)
+            if pid == command:
+                code = os.waitstatus_to_exitcode(status)
+                os._exit(128 - code if code < 0 else code)
+    except BaseException as exc:  # noqa: BLE001 - the one line bwrap would print, then exit
+        with suppress(OSError):
+            os.write(exec_w, b"F")
+            os.write(received[2], f"bwrap: {exc!r}\n".encode())  # the command's stderr
+    os._exit(1)
+
+
+def _exec(request: dict[str, object], received: list[int], program: bytes, exec_w: int) -> None:
+    """The command's own process: a new session, its descriptors at the numbers it expects
+    (0-2, and the fronts' report pipe and memfd), the signals Python ignores back at their
+    defaults, the seccomp program, exec. Never returns."""
+    err = received[2]  # the command's stderr, at 2 once the descriptors are placed
+    try:
         os.setsid()
-        # The command's descriptors at the numbers it expects (0-2, and the fronts' report
-        # pipe and memfd), through numbers above all of them first.
         wanted = {int(k): received[int(v)] for k, v in request["fd_map"].items()}  # type: ignore[union-attr]
         high = {t: fcntl.fcntl(src, fcntl.F_DUPFD_CLOEXEC, 512) for t, src in wanted.items()}
         for target, src in high.items():
             os.dup2(src, target, inheritable=True)
-        keep = sorted([*wanted, exec_w])
         start = 0
-        for fd in keep:
+        for fd in sorted([*wanted, exec_w]):
             if fd > start:
-                os.closerange(max(start, 0), fd)
+                os.closerange(start, fd)
             start = fd + 1
         os.closerange(start, 65536)
+        err = 2
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
         buf = ctypes.create_string_buffer(program, len(program))
         prog = _Fprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
         os.chdir(str(request["cwd"]))
@@ -313,10 +351,10 @@ def _command(request: dict[str, object], fds: dict[str, int], received: list[int
         os.execvpe(argv[0], argv, env)
     except OSError as exc:
         os.write(exec_w, b"F")
-        os.write(2, f"bwrap: execvp {request['argv'][0]}: {exc.strerror}\n".encode())  # type: ignore[index]
+        os.write(err, f"bwrap: execvp {request['argv'][0]}: {exc.strerror}\n".encode())  # type: ignore[index]
     except BaseException as exc:  # noqa: BLE001 - the one line bwrap would print, then exit
         os.write(exec_w, b"F")
-        os.write(2, f"bwrap: {exc}\n".encode())
+        os.write(err, f"bwrap: {exc!r}\n".encode())
     os._exit(1)
 
 
@@ -354,9 +392,10 @@ class Zygote:
                 os.close(exec_w)
                 self._back()  # or die: a zygote left in a command's namespaces serves none
             pidfd = _check(_libc.syscall(SYS_PIDFD_OPEN, pid, 0), "pidfd_open")
-            socket.socket(fileno=os.dup(reply)).sendmsg(
-                [b"P"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", pidfd))]
-            )
+            with socket.socket(fileno=os.dup(reply)) as answer:
+                answer.sendmsg(
+                    [b"P"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", pidfd))]
+                )
             self.running[pidfd] = (pid, os.dup(fds["status"]), exec_r)
         except SetupError as exc:
             os.write(reply, b"E" + str(exc).encode()[:4000])
@@ -391,7 +430,9 @@ class Zygote:
                     poller.unregister(fd)
                     self.ended(fd)
                     continue
-                data, ancdata, _flags, _addr = self.control.recvmsg(65536, socket.CMSG_SPACE(64 * 4))
+                data, ancdata, flags, _addr = self.control.recvmsg(
+                    1 << 20, socket.CMSG_SPACE(MAX_FDS * 4)
+                )
                 if not data:
                     return  # the session closed its end
                 received: list[int] = []
@@ -400,7 +441,11 @@ class Zygote:
                         count = len(payload) // 4
                         received += list(struct.unpack(f"{count}i", payload[: count * 4]))
                 try:
-                    self.start(json.loads(data), received)
+                    if flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC) or len(received) < len(FD_NAMES):
+                        if len(received) > FD_NAMES.index("reply"):
+                            os.write(received[FD_NAMES.index("reply")], b"Ea request over the size taken")
+                    else:
+                        self.start(json.loads(data), received)
                 finally:
                     for fd2 in received:
                         os.close(fd2)
