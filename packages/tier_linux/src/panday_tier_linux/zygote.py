@@ -291,12 +291,18 @@ FD_NAMES = ("stdin", "stdout", "stderr", "reply", "program", "status", "workspac
 
 
 def _command(request: dict[str, object], fds: dict[str, int], received: list[int], exec_w: int) -> None:
-    """The command's init, pid 1 of its own pid namespace: never returns. It forks the
-    command and reaps what is re-parented to it (as bwrap's init does: a command's
-    orphans, the relay's loop, are no children of the command), and exits with the
-    command's code; its end takes everything left in the namespace with it. Before the
-    command's exec one byte goes on `exec_w` (close-on-exec) only when something failed:
-    a failed set-up or exec is then no exit of the command's."""
+    """The command's init, pid 1 of its own pid namespace: never returns.
+
+    It makes the command's /proc, waits for the seccomp program (the session bounds it
+    first), joins the inner user namespace and drops every capability, takes the command's
+    descriptors (0-2, and the fronts' report pipe and memfd) at their numbers, its working
+    directory and its seccomp program, and spawns the command (posix_spawn: a fork of this
+    interpreter would copy its pages again); then it reaps whatever is re-parented to it,
+    as bwrap's init does (a command's orphans, the relay's loop, are no children of the
+    command), and exits with the command's code: its end takes everything left in the
+    namespace with it. One byte goes on `exec_w` only when the command was not exec'd: a
+    failed set-up or exec is then no exit of the command's."""
+    err = received[2]  # the command's stderr, at 2 once the descriptors are placed
     try:
         proc_mounts([str(n) for n in request["proc_masked"]])  # type: ignore[union-attr]
         program = _read_program(fds["program"])
@@ -304,30 +310,6 @@ def _command(request: dict[str, object], fds: dict[str, int], received: list[int
             os.write(exec_w, b"F")
             os._exit(1)  # no program (the session died or refused): nothing runs
         drop_privileges(fds["inner"])
-        command = os.fork()
-        if command == 0:
-            _exec(request, received, program, exec_w)
-        os.close(exec_w)
-        os.closerange(0, 65536)  # the command's pipes end with the command's own copies
-        while True:
-            pid, status = os.waitpid(-1, 0)
-            if pid == command:
-                code = os.waitstatus_to_exitcode(status)
-                os._exit(128 - code if code < 0 else code)
-    except BaseException as exc:  # noqa: BLE001 - the one line bwrap would print, then exit
-        with suppress(OSError):
-            os.write(exec_w, b"F")
-            os.write(received[2], f"bwrap: {exc!r}\n".encode())  # the command's stderr
-    os._exit(1)
-
-
-def _exec(request: dict[str, object], received: list[int], program: bytes, exec_w: int) -> None:
-    """The command's own process: a new session, its descriptors at the numbers it expects
-    (0-2, and the fronts' report pipe and memfd), the signals Python ignores back at their
-    defaults, the seccomp program, exec. Never returns."""
-    err = received[2]  # the command's stderr, at 2 once the descriptors are placed
-    try:
-        os.setsid()
         wanted = {int(k): received[int(v)] for k, v in request["fd_map"].items()}  # type: ignore[union-attr]
         high = {t: fcntl.fcntl(src, fcntl.F_DUPFD_CLOEXEC, 512) for t, src in wanted.items()}
         for target, src in high.items():
@@ -339,22 +321,36 @@ def _exec(request: dict[str, object], received: list[int], program: bytes, exec_
             start = fd + 1
         os.closerange(start, 65536)
         err = 2
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, ())
         buf = ctypes.create_string_buffer(program, len(program))
         prog = _Fprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
         os.chdir(str(request["cwd"]))
         env = {str(k): str(v) for k, v in request["env"].items()}  # type: ignore[union-attr]
         argv = [str(a) for a in request["argv"]]  # type: ignore[union-attr]
         _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
-        os.execvpe(argv[0], argv, env)
-    except OSError as exc:
-        os.write(exec_w, b"F")
-        os.write(err, f"bwrap: execvp {request['argv'][0]}: {exc.strerror}\n".encode())  # type: ignore[index]
+        try:
+            command = os.posix_spawnp(
+                argv[0],
+                argv,
+                env,
+                setsid=True,
+                setsigmask=(),
+                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGCHLD),
+            )
+        except OSError as exc:
+            os.write(exec_w, b"F")
+            os.write(err, f"bwrap: execvp {argv[0]}: {exc.strerror}\n".encode())
+            os._exit(1)
+        for fd in [*wanted, exec_w]:
+            os.close(fd)  # the command's own copies end its pipes
+        while True:
+            pid, status = os.waitpid(-1, 0)
+            if pid == command:
+                code = os.waitstatus_to_exitcode(status)
+                os._exit(128 - code if code < 0 else code)
     except BaseException as exc:  # noqa: BLE001 - the one line bwrap would print, then exit
-        os.write(exec_w, b"F")
-        os.write(err, f"bwrap: {exc!r}\n".encode())
+        with suppress(OSError):
+            os.write(exec_w, b"F")
+            os.write(err, f"bwrap: {exc!r}\n".encode())
     os._exit(1)
 
 
