@@ -222,7 +222,19 @@ class LinuxSession(JailSession):
             except CgroupError as exc:
                 raise Internal(f"cannot create the command's cgroup: {exc}") from exc
             if started is not None:
-                return started
+                zproc, zsup, prog_w = started
+                try:
+                    why = jail.release(zproc, zsup, prog_w, self.guard)
+                    if why is not None:  # fail closed: the jail does not run unbounded
+                        reason = why.removeprefix("bounds: ")
+                        raise Internal(f"cannot bound the jail's processes: {reason}")
+                except BaseException:
+                    zsup.kill(zproc)
+                    zproc.reap(block=True)
+                    zproc.close()
+                    zsup.close()
+                    raise
+                return zproc, zsup
         try:
             proc, sup, filter_w = start(
                 self.spec,

@@ -166,7 +166,7 @@ class SessionJail:
         cpu_ms: int | None,
         env: Mapping[str, str] | None = None,
         stdin: bool = False,
-    ) -> tuple[ChildProcess, JailSupervisor] | None:
+    ) -> tuple[ZygoteProcess, JailSupervisor, int] | None:
         """As `jail.start` then `jail.release`: the command runs bounded, or this raises.
         None (nothing done) when its descriptors do not fit one message: bwrap's turn."""
         prefix = spec.workspace.rstrip("/") + "/"
@@ -265,26 +265,38 @@ class SessionJail:
             defaults=guard.defaults,
         )
         sup.child_pid = None  # `_first_process` must not take it for bwrap's child
+        sup.filter = program
         proc = ZygoteProcess(
             pid=pid, pidfd=pidfd, stdin=ours[0] if stdin else None, stdout=out_r, stderr=err_r, status_of=status
         )
+        return proc, sup, prog_w
+
+    @staticmethod
+    def release(proc: ZygoteProcess, sup: JailSupervisor, prog_w: int, guard: Guard) -> str | None:
+        """As `jail.release`: the command's init bounded (cgroup, rlimits, /tmp watched),
+        then let go with its seccomp program. None when it runs, else why it never ran
+        (``bounds: <error>``); `prog_w` is closed either way, after the init is dead when
+        it is not to run (its end of file alone would stop it too)."""
+        ran = False
         try:
-            if exec_cgroup is not None:
-                exec_cgroup.attach(pid)
-            if guard.rlimits:
-                sup.rlimits = guard.rlimits.apply(pid)
-            if sup.disk_bytes is not None:
-                sup.tmp_fd = await_tmpfs(pid, sup.disk_bytes)
-            os.write(prog_w, program)
-        except BaseException:
-            proc.signal_group(_signal.SIGKILL)
+            try:
+                if sup.cgroup is not None:
+                    sup.cgroup.attach(proc.pid)
+                if guard.rlimits:
+                    sup.rlimits = guard.rlimits.apply(proc.pid)
+                if sup.disk_bytes is not None:
+                    sup.tmp_fd = await_tmpfs(proc.pid, sup.disk_bytes)
+            except OSError as exc:
+                return f"bounds: {exc}"
+            if os.write(prog_w, sup.filter or b"") < 0:  # never: sup.filter is set by start
+                return "bounds: the seccomp program was not written"
+            ran = True
+            return None
+        finally:
+            if not ran:
+                proc.signal_group(_signal.SIGKILL)
+                proc.reap(block=True)
             os.close(prog_w)
-            proc.reap(block=True)
-            proc.close()
-            sup.close()
-            raise
-        os.close(prog_w)
-        return proc, sup
 
     def close(self) -> None:
         self.control.close()  # the zygote's end of file: it ends
