@@ -205,7 +205,12 @@ class LinuxSession(JailSession):
         cwd = self._cwd(spec.cwd)
         proxy_env = self._proxy_env(spec)
         binds = self.roots.command_binds(overlay=None if pending is None else pending.paths())
-        jail = self._session_jail() if pending is None and tty is None else None
+        # The session jail serves one command at a time, without the egress relay (it
+        # listens on fixed ports of the jail's own network namespace, which commands of
+        # one session jail share) and without an overlay or a terminal; any other command
+        # gets a bwrap of its own.
+        alone = pending is None and tty is None and self.spec.relay is None and not self._running
+        jail = self._session_jail() if alone else None
         if jail is not None:
             try:
                 started = jail.start(
