@@ -1,0 +1,108 @@
+"""The session jail (WIP, branch only): commands forked by the zygote into namespaces made
+once per session get what a bwrap of their own gives them."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import pytest
+
+from panday_core.policy import FsPolicy, SandboxPolicy
+from panday_tier_linux.session import LinuxSession, open_session
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/ns"), reason="Linux only")
+
+
+@pytest.fixture
+def zygote(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PANDAY_T2_ZYGOTE", "1")
+
+
+def _open(ws: Path) -> LinuxSession:
+    return open_session(SandboxPolicy(fs=FsPolicy(workspace=str(ws))))
+
+
+def _served(session: LinuxSession) -> bool:
+    return session._jail is not None  # noqa: SLF001 - which path ran is the point
+
+
+@pytest.mark.usefixtures("zygote")
+def test_commands_run_in_the_session_jail_with_nothing_of_the_host(tmp_path: Path) -> None:
+    with _open(tmp_path) as session:
+        result = session.run(
+            ["sh", "-c", "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; hostname"]
+        )
+        assert _served(session)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.decode().split("\n")
+    assert "CapEff:\t0000000000000000" in lines
+    assert "CapBnd:\t0000000000000000" in lines
+    assert "NoNewPrivs:\t1" in lines
+    assert "Seccomp:\t2" in lines
+    assert "panday" in lines
+
+
+@pytest.mark.usefixtures("zygote")
+def test_each_command_has_its_own_pid_namespace_tmp_and_nothing_left_running(tmp_path: Path) -> None:
+    listing = "for p in /proc/[0-9]*; do echo ${p#/proc/} $(cat $p/comm); done"
+    with _open(tmp_path) as session:
+        first = session.run(["sh", "-c", f"echo x > /tmp/left; sleep 60 & {listing}"])
+        second = session.run(["sh", "-c", f"ls /tmp/left 2>/dev/null; {listing}"])
+        assert _served(session)
+    assert first.exit_code == 0, first.stderr
+    # Control: while the first ran, its `sleep` was there, in a pid namespace of its own.
+    assert "sleep" in first.stdout.decode().split()
+    assert first.stdout.startswith(b"1 ")
+    # Nothing of the first is in /tmp (the workspace may lie in /tmp: bound again on the
+    # command's own), and its `sleep` died with it: only the init and sh are there.
+    assert [line.split()[0] for line in second.stdout.decode().splitlines()] == ["1", "2"]
+    assert b"sleep" not in second.stdout
+
+
+@pytest.mark.usefixtures("zygote")
+def test_protected_names_stay_out_of_reach_and_their_placeholders_go(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "config").write_text("[core]\n")
+    with _open(tmp_path) as session:
+        # Control: the workspace itself takes writes.
+        ok = session.run(["sh", "-c", "echo data > file"])
+        assert ok.exit_code == 0, ok.stderr
+        made = session.run(["sh", "-c", "echo '{}' > .mcp.json"])
+        hooked = session.run(["sh", "-c", "echo evil >> .git/config"])
+        moved = session.run(["mv", ".git", "elsewhere"])
+        assert _served(session)
+    assert (tmp_path / "file").read_text() == "data\n"
+    assert made.exit_code != 0
+    assert hooked.exit_code != 0
+    assert moved.exit_code != 0
+    assert (tmp_path / ".git" / "config").read_text() == "[core]\n"
+    # The missing names' placeholders existed only while each command ran.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".git", "file"]
+
+
+@pytest.mark.usefixtures("zygote")
+def test_an_entry_replaced_after_it_was_listed_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The zygote binds the entry it finds only when it is the inode the session listed."""
+    (tmp_path / ".vscode").mkdir()
+    with _open(tmp_path) as session:
+        assert session.run(["true"]).exit_code == 0  # control: served as it is
+        assert _served(session)
+        from panday_tier_linux.binds import Roots  # noqa: PLC0415 - patched below
+
+        listed = Roots.command_binds
+
+        def then_replaced(self: Roots, **kwargs: object) -> object:
+            binds = listed(self, **kwargs)  # pyright: ignore[reportArgumentType]
+            os.rename(tmp_path / ".vscode", tmp_path / "old")
+            (tmp_path / ".vscode").mkdir()
+            return binds
+
+        monkeypatch.setattr(Roots, "command_binds", then_replaced)
+        with pytest.raises(OSError, match="not the entry the session holds"):
+            session.run(["true"])
