@@ -85,10 +85,11 @@ def test_protected_names_stay_out_of_reach_and_their_placeholders_go(tmp_path: P
 
 
 @pytest.mark.usefixtures("zygote")
-def test_an_entry_replaced_after_it_was_listed_is_refused(
+def test_an_entry_replaced_after_it_was_listed_leaves_the_command_to_bwrap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The zygote binds the entry it finds only when it is the inode the session listed."""
+    """The zygote binds the entry it finds only when it is the inode the session listed;
+    else the command gets a bwrap of its own, which binds the listed one over the name."""
     (tmp_path / ".vscode").mkdir()
     with _open(tmp_path) as session:
         assert session.run(["true"]).exit_code == 0  # control: served as it is
@@ -104,5 +105,18 @@ def test_an_entry_replaced_after_it_was_listed_is_refused(
             return binds
 
         monkeypatch.setattr(Roots, "command_binds", then_replaced)
-        with pytest.raises(OSError, match="not the entry the session holds"):
-            session.run(["true"])
+        from panday_tier_linux import sessionjail  # noqa: PLC0415 - watched below
+
+        refused: list[str] = []
+        real = sessionjail.Refused.__init__
+
+        def seen(self: Exception, *args: object) -> None:
+            refused.append(str(args[0]))
+            real(self, *args)
+
+        monkeypatch.setattr(sessionjail.Refused, "__init__", seen)
+        result = session.run(["sh", "-c", "touch .vscode/tasks.json"])
+        assert _served(session)  # the zygote lives on for later commands
+    assert refused == [".vscode is not the entry the session holds"]
+    assert result.exit_code != 0  # the listed .vscode, bound read-only over the new one
+    assert not (tmp_path / ".vscode" / "tasks.json").exists()

@@ -212,6 +212,8 @@ class LinuxSession(JailSession):
         alone = pending is None and tty is None and self.spec.relay is None and not self._running
         jail = self._session_jail() if alone else None
         if jail is not None:
+            from panday_tier_linux.sessionjail import Refused  # noqa: PLC0415
+
             try:
                 started = jail.start(
                     self.spec,
@@ -226,6 +228,15 @@ class LinuxSession(JailSession):
                 )
             except CgroupError as exc:
                 raise Internal(f"cannot create the command's cgroup: {exc}") from exc
+            except (Refused, OSError):
+                # Set-up refused (this command gets a bwrap of its own, which binds the
+                # entries it holds whatever lies at their names now), or the zygote is
+                # gone (and so is the session jail, for every later command too).
+                if not jail.alive():
+                    jail.close()
+                    self._jail = None
+                started = None
+                binds = self.roots.command_binds(overlay=None)
             if started is not None:
                 zproc, zsup, prog_w = started
                 try:

@@ -37,6 +37,11 @@ READY_TIMEOUT_S = 30.0
 NAMESPACES = ("user", "mnt", "net", "ipc", "uts", "cgroup", "pid")
 
 
+class Refused(Exception):
+    """The zygote could not set one command up (an entry not the one listed, a mount the
+    kernel refused): that command gets a bwrap of its own."""
+
+
 class ZygoteProcess(ChildProcess):
     """A command the zygote forked: not our child, so its end is read from its pidfd and
     its exit code from the status the zygote writes."""
@@ -241,8 +246,10 @@ class SessionJail:
             reply_theirs.close()
             msg, anc, _flags, _addr = reply_ours.recvmsg(4096, socket.CMSG_SPACE(4))
             reply_ours.close()
+            if msg.startswith(b"E"):
+                raise Refused(msg[1:].decode(errors="replace"))
             if not msg.startswith(b"P") or not anc:
-                raise OSError(f"the zygote could not start the command: {msg[1:].decode(errors='replace')}")
+                raise OSError("the zygote ended")
             pidfd = struct.unpack("i", anc[0][2][:4])[0]
             pid = _host_pid(pidfd)
         except BaseException:
@@ -297,6 +304,10 @@ class SessionJail:
                 proc.signal_group(_signal.SIGKILL)
                 proc.reap(block=True)
             os.close(prog_w)
+
+    def alive(self) -> bool:
+        """Whether the zygote and the holder still run."""
+        return not (self.zygote.exited() or self.holder.exited())
 
     def close(self) -> None:
         self.control.close()  # the zygote's end of file: it ends

@@ -364,9 +364,14 @@ class Zygote:
         self.running: dict[int, tuple[int, int, int]] = {}  # pidfd -> (pid, status, exec_r)
 
     def _back(self) -> None:
-        """Into the session's namespaces again (a command's set-up left them)."""
-        for name, kind in (("mnt", CLONE_NEWNS), ("pid", CLONE_NEWPID), ("ipc", CLONE_NEWIPC)):
-            _setns(self.session[name], kind, f"{name} (back)")
+        """Into the session's namespaces again (a command's set-up left them), or die: a
+        zygote left in one command's namespaces must serve no other (the session sees its
+        end and gives each command a bwrap of its own)."""
+        try:
+            for name, kind in (("mnt", CLONE_NEWNS), ("pid", CLONE_NEWPID), ("ipc", CLONE_NEWIPC)):
+                _setns(self.session[name], kind, f"{name} (back)")
+        except BaseException:
+            os._exit(1)
 
     def start(self, request: dict[str, object], received: list[int]) -> None:
         fds = dict(zip(FD_NAMES, received[: len(FD_NAMES)]))
@@ -386,7 +391,7 @@ class Zygote:
                 raise
             finally:
                 os.close(exec_w)
-                self._back()  # or die: a zygote left in a command's namespaces serves none
+                self._back()
             pidfd = _check(_libc.syscall(SYS_PIDFD_OPEN, pid, 0), "pidfd_open")
             with socket.socket(fileno=os.dup(reply)) as answer:
                 answer.sendmsg(
