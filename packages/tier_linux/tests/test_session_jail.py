@@ -27,14 +27,18 @@ def _open(ws: Path) -> LinuxSession:
 
 
 def _served(session: LinuxSession) -> bool:
-    return session._jail is not None  # noqa: SLF001 - which path ran is the point
+    return session._jail is not None
 
 
 @pytest.mark.usefixtures("zygote")
 def test_commands_run_in_the_session_jail_with_nothing_of_the_host(tmp_path: Path) -> None:
     with _open(tmp_path) as session:
         result = session.run(
-            ["sh", "-c", "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; hostname"]
+            [
+                "sh",
+                "-c",
+                "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; hostname",
+            ]
         )
         assert _served(session)
     assert result.exit_code == 0, result.stderr
@@ -47,7 +51,9 @@ def test_commands_run_in_the_session_jail_with_nothing_of_the_host(tmp_path: Pat
 
 
 @pytest.mark.usefixtures("zygote")
-def test_each_command_has_its_own_pid_namespace_tmp_and_nothing_left_running(tmp_path: Path) -> None:
+def test_each_command_has_its_own_pid_namespace_tmp_and_nothing_left_running(
+    tmp_path: Path,
+) -> None:
     listing = "for p in /proc/[0-9]*; do echo ${p#/proc/} $(cat $p/comm); done"
     with _open(tmp_path) as session:
         first = session.run(["sh", "-c", f"echo x > /tmp/left; sleep 60 & {listing}"])

@@ -24,8 +24,8 @@ proxy, the relay run in front of each command, and per-command proxy credentials
 from __future__ import annotations
 
 import itertools
-from contextlib import suppress
 import os
+from contextlib import suppress
 from typing import TYPE_CHECKING, TypedDict
 
 import msgspec
@@ -212,7 +212,7 @@ class LinuxSession(JailSession):
         alone = pending is None and tty is None and self.spec.relay is None and not self._running
         jail = self._session_jail() if alone else None
         if jail is not None:
-            from panday_tier_linux.sessionjail import Refused  # noqa: PLC0415
+            from panday_tier_linux.sessionjail import Refused
 
             try:
                 started = jail.start(
@@ -283,7 +283,7 @@ class LinuxSession(JailSession):
         if not self._jail_tried:
             self._jail_tried = True
             if os.environ.get("PANDAY_T2_ZYGOTE") == "1":
-                from panday_tier_linux.sessionjail import SessionJail  # noqa: PLC0415
+                from panday_tier_linux.sessionjail import SessionJail
 
                 # The session jail only makes commands cheaper: where it cannot start,
                 # each command gets its own bwrap, as enforced (bwrap then says why).

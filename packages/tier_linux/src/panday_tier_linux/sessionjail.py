@@ -21,10 +21,9 @@ from contextlib import suppress
 from typing import TYPE_CHECKING
 
 from panday_core.process import ChildProcess, data_fd, spawn
-
-from panday_tier_linux.argv import build_options, jail_env
+from panday_tier_linux.argv import build_options, jail_command, jail_env
 from panday_tier_linux.jail import CgroupError, JailSupervisor, Status, await_tmpfs
-from panday_tier_linux.zygote import MAX_FDS
+from panday_tier_linux.zygote import FD_NAMES, MAX_FDS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -48,8 +47,24 @@ class ZygoteProcess(ChildProcess):
 
     __slots__ = ("status_of",)
 
-    def __init__(self, *, pid: int, pidfd: int, stdin: int | None, stdout: int, stderr: int, status_of: Status) -> None:
-        super().__init__(pid=pid, pidfd=pidfd, stdin=stdin, stdout=stdout, stderr=stderr, started=time.monotonic())
+    def __init__(
+        self,
+        *,
+        pid: int,
+        pidfd: int,
+        stdin: int | None,
+        stdout: int,
+        stderr: int,
+        status_of: Status,
+    ) -> None:
+        super().__init__(
+            pid=pid,
+            pidfd=pidfd,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            started=time.monotonic(),
+        )
         self.status_of = status_of
 
     def reap(self, *, block: bool) -> bool:
@@ -82,7 +97,47 @@ class ZygoteProcess(ChildProcess):
         # pid 1 of the command's own pid namespace: its end takes the namespace.
         if self.status is None and self.pidfd is not None:
             with suppress(ProcessLookupError, PermissionError):
-                _signal.pidfd_send_signal(self.pidfd, sig if sig != _signal.SIGKILL else _signal.SIGKILL)
+                _signal.pidfd_send_signal(
+                    self.pidfd, sig if sig != _signal.SIGKILL else _signal.SIGKILL
+                )
+
+
+def _inside(binds: CommandBinds, workspace: str) -> list[tuple[tuple[str, bool], int]]:
+    """The binds beneath the workspace (protected entries, their placeholders, pinned
+    directories), shallowest first: ((path relative to it, read-only), descriptor)."""
+    prefix = workspace.rstrip("/") + "/"
+    return [
+        ((dest[len(prefix) :], option != "--bind-fd"), fd)
+        for option, fd, dest in sorted(binds.ops, key=lambda op: op[2].count("/"))
+        if dest.startswith(prefix)
+    ]
+
+
+class _Ours:
+    """Our ends of one command's pipes and sockets (closed together on a failure)."""
+
+    def __init__(self) -> None:
+        self.stdin: int | None = None
+        self.stdout = self.stderr = self.status = self.program = self.report = -1
+        self.reply: socket.socket | None = None
+
+    def close(self) -> None:
+        for fd in (self.stdin, self.stdout, self.stderr, self.status, self.program, self.report):
+            if fd is not None and fd >= 0:
+                with suppress(OSError):
+                    os.close(fd)
+        if self.reply is not None:
+            self.reply.close()
+
+
+def _close_sent(sent: list[int], binds: CommandBinds) -> None:
+    """Our copies of what a request carried, except the binds' own (theirs to close)."""
+    held = set(binds.fds)
+    for fd in sent:
+        if fd not in held:
+            with suppress(OSError):
+                os.close(fd)
+    sent.clear()
 
 
 def _host_pid(pidfd: int) -> int:
@@ -96,7 +151,14 @@ def _host_pid(pidfd: int) -> int:
 class SessionJail:
     """One session's holder and zygote."""
 
-    def __init__(self, holder: ChildProcess, zygote: ChildProcess, control: socket.socket) -> None:
+    def __init__(
+        self, holder: ChildProcess, zygote: ChildProcess, control: socket.socket, roots: Roots
+    ) -> None:
+        self.under_tmp = [
+            p for p in (roots.workspace.path, *(s.path for s in roots.staged))
+            if p == "/tmp" or p.startswith("/tmp/")  # noqa: S108 - the jail's own /tmp
+        ]
+        """The roots the command's fresh /tmp would hide: bound again on top of it."""
         self.holder = holder
         """The holder bwrap: it waits on its stdin, whose end (at `close`) ends it."""
         self.zygote = zygote
@@ -143,7 +205,7 @@ class SessionJail:
         finally:
             os.close(info_r)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        from panday_tier_linux import zygote as _z  # noqa: PLC0415
+        from panday_tier_linux import zygote as _z
 
         try:
             zygote = spawn(
@@ -157,7 +219,7 @@ class SessionJail:
                 os.close(fd)
         if ours.recv(16) != b"R":
             raise OSError("the zygote did not start")
-        return cls(holder, zygote, ours)
+        return cls(holder, zygote, ours, roots)
 
     def start(
         self,
@@ -172,111 +234,128 @@ class SessionJail:
         env: Mapping[str, str] | None = None,
         stdin: bool = False,
     ) -> tuple[ZygoteProcess, JailSupervisor, int] | None:
-        """As `jail.start` then `jail.release`: the command runs bounded, or this raises.
-        None (nothing done) when its descriptors do not fit one message: bwrap's turn."""
-        prefix = spec.workspace.rstrip("/") + "/"
-        inside = sum(1 for _o, _fd, dest in binds.ops if dest.startswith(prefix))
-        if 7 + inside + spec.reports + spec.wall > MAX_FDS:
+        """As `jail.start`: the command's init, waiting for its seccomp program (then
+        `release`). None (nothing done, `binds` untouched) when its descriptors do not fit
+        one message: bwrap's turn. Raises `Refused` when the zygote could not set it up,
+        OSError when the zygote is gone; `binds` are closed then, and nothing ran."""
+        inside = _inside(binds, spec.workspace)
+        if len(FD_NAMES) + len(inside) + spec.reports + spec.wall > MAX_FDS:
             return None
-        from panday_tier_linux.argv import jail_command  # noqa: PLC0415
-
-        ours: list[int] = []
-        sent: list[int] = []
         exec_cgroup = None
+        sent: list[int] = []
+        ours = _Ours()
         try:
             try:
                 exec_cgroup = guard.new_exec()
             except OSError as exc:
                 raise CgroupError(str(exc)) from exc
-            if stdin:
-                in_r, in_w = os.pipe()
-                ours.append(in_w)
-            else:
-                in_r, in_w = os.open(os.devnull, os.O_RDONLY), None
-            out_r, out_w = os.pipe()
-            err_r, err_w = os.pipe()
-            status_r, status_w = os.pipe()
-            prog_r, prog_w = os.pipe()
-            reply_ours, reply_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            ours += [out_r, err_r, status_r, prog_w]
-            protect: list[tuple[str, bool]] = []
-            pfds: list[int] = []
-            for option, fd, dest in sorted(binds.ops, key=lambda op: op[2].count("/")):
-                if dest.startswith(prefix):
-                    protect.append((dest[len(prefix):], option != "--bind-fd"))
-                    pfds.append(fd)
-            ws_fd = binds.ops[0][1] if binds.ops and binds.ops[0][2] == spec.workspace else -1
-            sent = [in_r, out_w, err_w, reply_theirs.fileno(), prog_r, status_w, ws_fd, *pfds]
-            fd_map = {"0": 0, "1": 1, "2": 2}
-            report_r = -1
-            report_child = wall_child = None
-            if spec.reports:
-                report_r, report_w = os.pipe()
-                os.set_blocking(report_r, False)
-                ours.append(report_r)
-                fd_map["6"] = len(sent)
-                sent.append(report_w)
-                report_child = 6
-            if spec.wall:
-                from panday_tier_linux import wall  # noqa: PLC0415
-
-                fd_map["7" if spec.reports else "6"] = len(sent)
-                sent.append(wall.memfd())
-                wall_child = 7 if spec.reports else 6
-            command = jail_command(spec, argv, report_fd=report_child, wall_fd=wall_child)
-            request = {
-                "argv": command,
-                "env": jail_env(spec, env),
-                "cwd": cwd,
-                "workspace": spec.workspace,
-                "protect": protect,
-                "proc_masked": list(spec.layout.proc),
-                "tmp_bytes": spec.tmp_bytes,
-                "under_tmp": [p for p in [spec.workspace] if p.startswith("/tmp/")],  # noqa: S108
-                "fd_map": fd_map,
-                "hidden": list(binds.hidden),
-            }
-            self.control.sendmsg(
-                [json.dumps(request).encode()],
-                [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(sent)}i", *sent))],
-            )
-            for fd in sent:
-                if fd not in (ws_fd, *pfds, reply_theirs.fileno()):
-                    os.close(fd)
-            reply_theirs.close()
-            msg, anc, _flags, _addr = reply_ours.recvmsg(4096, socket.CMSG_SPACE(4))
-            reply_ours.close()
-            if msg.startswith(b"E"):
-                raise Refused(msg[1:].decode(errors="replace"))
-            if not msg.startswith(b"P") or not anc:
-                raise OSError("the zygote ended")
-            pidfd = struct.unpack("i", anc[0][2][:4])[0]
+            request, sent = self._request(spec, argv, binds, inside, cwd, env, stdin, ours)
+            pidfd = self._ask(request, sent, ours, binds)
             pid = _host_pid(pidfd)
         except BaseException:
             if exec_cgroup is not None:
                 exec_cgroup.remove()
-            for fd in ours:
-                with suppress(OSError):
-                    os.close(fd)
+            ours.close()
             binds.close()
             raise
+        finally:
+            _close_sent(sent, binds)
         binds.spawned()
-        status = Status(status_r)
+        status = Status(ours.status)
         sup = JailSupervisor(
             cgroup=exec_cgroup,
             cpu_ms=cpu_ms,
             disk_bytes=spec.tmp_bytes,
             status=status,
             binds=binds,
-            report_fd=report_r if spec.reports else None,
+            report_fd=ours.report if spec.reports else None,
             defaults=guard.defaults,
         )
-        sup.child_pid = None  # `_first_process` must not take it for bwrap's child
         sup.filter = program
         proc = ZygoteProcess(
-            pid=pid, pidfd=pidfd, stdin=ours[0] if stdin else None, stdout=out_r, stderr=err_r, status_of=status
+            pid=pid,
+            pidfd=pidfd,
+            stdin=ours.stdin,
+            stdout=ours.stdout,
+            stderr=ours.stderr,
+            status_of=status,
         )
-        return proc, sup, prog_w
+        return proc, sup, ours.program
+
+    def _request(
+        self,
+        spec: JailSpec,
+        argv: Sequence[str],
+        binds: CommandBinds,
+        inside: list[tuple[tuple[str, bool], int]],
+        cwd: str,
+        env: Mapping[str, str] | None,
+        stdin: bool,  # noqa: FBT001 - one private call site
+        ours: _Ours,
+    ) -> tuple[dict[str, object], list[int]]:
+        """The request for one command and the descriptors it carries (`FD_NAMES`, the
+        entries, then the fronts' report pipe and memfd); our ends go to `ours`."""
+        sent: list[int] = []
+        if stdin:
+            in_r, ours.stdin = os.pipe()
+        else:
+            in_r = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        sent.append(in_r)
+        ours.stdout, out_w = os.pipe()
+        ours.stderr, err_w = os.pipe()
+        ours.status, status_w = os.pipe()
+        prog_r, ours.program = os.pipe()
+        ours.reply, reply = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sent += [out_w, err_w, reply.detach(), prog_r, status_w, binds.ops[0][1]]
+        sent += [fd for _rel, fd in inside]
+        fd_map = {"0": 0, "1": 1, "2": 2}
+        report_child = wall_child = None
+        if spec.reports:
+            ours.report, report_w = os.pipe()
+            os.set_blocking(ours.report, False)
+            report_child = 6
+            fd_map[str(report_child)] = len(sent)
+            sent.append(report_w)
+        if spec.wall:
+            from panday_tier_linux import wall  # noqa: PLC0415 - only where the host has it
+
+            wall_child = 7 if spec.reports else 6
+            fd_map[str(wall_child)] = len(sent)
+            sent.append(wall.memfd())
+        request: dict[str, object] = {
+            "argv": jail_command(spec, argv, report_fd=report_child, wall_fd=wall_child),
+            "env": jail_env(spec, env),
+            "cwd": cwd,
+            "workspace": spec.workspace,
+            "protect": [entry for entry, _fd in inside],
+            "hidden": list(binds.hidden),
+            "proc_masked": list(spec.layout.proc),
+            "tmp_bytes": spec.tmp_bytes,
+            "under_tmp": self.under_tmp,
+            "fd_map": fd_map,
+        }
+        return request, sent
+
+    def _ask(
+        self, request: dict[str, object], sent: list[int], ours: _Ours, binds: CommandBinds
+    ) -> int:
+        """Send one request; the command's init's pidfd."""
+        self.control.sendmsg(
+            [json.dumps(request).encode()],
+            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(sent)}i", *sent))],
+        )
+        # The zygote holds its copies now. Ours of the reply socket's other end closed
+        # before the wait: a zygote that dies before it answers is then an end of file.
+        _close_sent(sent, binds)
+        reply, ours.reply = ours.reply, None
+        assert reply is not None  # noqa: S101 - made by `_request`
+        with reply:
+            msg, anc, _flags, _addr = reply.recvmsg(4096, socket.CMSG_SPACE(4))
+        if msg.startswith(b"E"):
+            raise Refused(msg[1:].decode(errors="replace"))
+        if not msg.startswith(b"P") or not anc:
+            raise OSError("the zygote ended")
+        return int(struct.unpack("i", anc[0][2][:4])[0])
 
     @staticmethod
     def release(proc: ZygoteProcess, sup: JailSupervisor, prog_w: int, guard: Guard) -> str | None:

@@ -50,7 +50,13 @@ from contextlib import suppress
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
-_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+_libc.mount.argtypes = [
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_ulong,
+    ctypes.c_void_p,
+]
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
@@ -65,7 +71,13 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
 
 # Syscalls numbered alike on every architecture (424 and above).
-SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_OPENAT2, SYS_MOUNT_SETATTR, SYS_PIDFD_OPEN = 428, 429, 437, 442, 434
+SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_OPENAT2, SYS_MOUNT_SETATTR, SYS_PIDFD_OPEN = (
+    428,
+    429,
+    437,
+    442,
+    434,
+)
 OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC = 0x1, 0o2000000
 AT_EMPTY_PATH, AT_RECURSIVE = 0x1000, 0x8000
 MOVE_MOUNT_F_EMPTY_PATH, MOVE_MOUNT_T_EMPTY_PATH = 0x4, 0x40
@@ -100,7 +112,11 @@ class _CapHeader(ctypes.Structure):
 
 
 class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
 
 
 class SetupError(Exception):
@@ -154,24 +170,45 @@ def _same(a: int, b: int) -> bool:
 def _bind_onto_self(fd: int, what: str, *, attrs: int) -> None:
     """Bind the file or directory `fd` names onto itself with `attrs` (recursively)."""
     tree = _check(
-        _libc.syscall(SYS_OPEN_TREE, fd, b"", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE),
+        _libc.syscall(
+            SYS_OPEN_TREE,
+            fd,
+            b"",
+            OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE,
+        ),
         f"clone {what}",
     )
     try:
         attr = _MountAttr(attrs, 0, 0, 0)
         _check(
-            _libc.syscall(SYS_MOUNT_SETATTR, tree, b"", AT_EMPTY_PATH | AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)),
+            _libc.syscall(
+                SYS_MOUNT_SETATTR,
+                tree,
+                b"",
+                AT_EMPTY_PATH | AT_RECURSIVE,
+                ctypes.byref(attr),
+                ctypes.sizeof(attr),
+            ),
             f"make {what} read-only",
         )
         _check(
-            _libc.syscall(SYS_MOVE_MOUNT, tree, b"", fd, b"", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH),
+            _libc.syscall(
+                SYS_MOVE_MOUNT,
+                tree,
+                b"",
+                fd,
+                b"",
+                MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+            ),
             f"bind {what}",
         )
     finally:
         os.close(tree)
 
 
-def _mount(source: bytes | None, target: str, fstype: bytes | None, flags: int, data: bytes | None) -> None:
+def _mount(
+    source: bytes | None, target: str, fstype: bytes | None, flags: int, data: bytes | None
+) -> None:
     _check(_libc.mount(source, target.encode(), fstype, flags, data), f"mount {target}")
 
 
@@ -187,11 +224,15 @@ def command_mounts(
         if not _same(here, workspace_fd):
             raise SetupError(f"the workspace at {workspace} is not the session's")
         for (rel, read_only), held in entries:
-            fd = _openat2(here, rel, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, resolve | RESOLVE_BENEATH)
+            fd = _openat2(
+                here, rel, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, resolve | RESOLVE_BENEATH
+            )
             try:
                 if not _same(fd, held):
                     raise SetupError(f"{rel} is not the entry the session holds")
-                attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (MOUNT_ATTR_RDONLY if read_only else 0)
+                attrs = (
+                    MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (MOUNT_ATTR_RDONLY if read_only else 0)
+                )
                 _bind_onto_self(fd, rel, attrs=attrs)
             finally:
                 os.close(fd)
@@ -200,7 +241,13 @@ def command_mounts(
         for dest in [str(d) for d in request.get("hidden", [])]:  # type: ignore[union-attr]
             fd = _openat2(-100, dest, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, resolve)
             try:
-                _mount(b"tmpfs", f"/proc/self/fd/{fd}", b"tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, b"size=4k,mode=0755")
+                _mount(
+                    b"tmpfs",
+                    f"/proc/self/fd/{fd}",
+                    b"tmpfs",
+                    MS_NOSUID | MS_NODEV | MS_RDONLY,
+                    b"size=4k,mode=0755",
+                )
             finally:
                 os.close(fd)
     finally:
@@ -215,7 +262,12 @@ def _tmp(request: dict[str, object]) -> None:
     clones: list[tuple[str, int, bool]] = []
     for path in under:
         tree = _check(
-            _libc.syscall(SYS_OPEN_TREE, -100, path.encode(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE),
+            _libc.syscall(
+                SYS_OPEN_TREE,
+                -100,
+                path.encode(),
+                OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE,
+            ),
             f"clone {path}",
         )
         clones.append((path, tree, os.path.isdir(path)))
@@ -228,7 +280,10 @@ def _tmp(request: dict[str, object]) -> None:
             os.mkdir(path)
         else:
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
-        _check(_libc.syscall(SYS_MOVE_MOUNT, tree, b"", -100, path.encode(), MOVE_MOUNT_F_EMPTY_PATH), f"bind {path}")
+        _check(
+            _libc.syscall(SYS_MOVE_MOUNT, tree, b"", -100, path.encode(), MOVE_MOUNT_F_EMPTY_PATH),
+            f"bind {path}",
+        )
         os.close(tree)
 
 
@@ -245,16 +300,35 @@ def proc_mounts(masked: list[str]) -> None:
                 continue
             try:
                 tree = _check(
-                    _libc.syscall(SYS_OPEN_TREE, null, b"", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH),
+                    _libc.syscall(
+                        SYS_OPEN_TREE,
+                        null,
+                        b"",
+                        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH,
+                    ),
                     "clone /dev/null",
                 )
                 attr = _MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
                 _check(
-                    _libc.syscall(SYS_MOUNT_SETATTR, tree, b"", AT_EMPTY_PATH, ctypes.byref(attr), ctypes.sizeof(attr)),
+                    _libc.syscall(
+                        SYS_MOUNT_SETATTR,
+                        tree,
+                        b"",
+                        AT_EMPTY_PATH,
+                        ctypes.byref(attr),
+                        ctypes.sizeof(attr),
+                    ),
                     "make the mask read-only",
                 )
                 _check(
-                    _libc.syscall(SYS_MOVE_MOUNT, tree, b"", fd, b"", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH),
+                    _libc.syscall(
+                        SYS_MOVE_MOUNT,
+                        tree,
+                        b"",
+                        fd,
+                        b"",
+                        MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+                    ),
                     f"mask {target}",
                 )
                 os.close(tree)
@@ -262,7 +336,13 @@ def proc_mounts(masked: list[str]) -> None:
                 os.close(fd)
     finally:
         os.close(null)
-    _mount(None, "/proc", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    _mount(
+        None,
+        "/proc",
+        None,
+        MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+        None,
+    )
 
 
 def drop_privileges(inner_userns: int) -> None:
@@ -290,7 +370,9 @@ MAX_FDS = 253
 FD_NAMES = ("stdin", "stdout", "stderr", "reply", "program", "status", "workspace")
 
 
-def _command(request: dict[str, object], fds: dict[str, int], received: list[int], exec_w: int) -> None:
+def _command(
+    request: dict[str, object], fds: dict[str, int], received: list[int], exec_w: int
+) -> None:
     """The command's init, pid 1 of its own pid namespace: never returns.
 
     It makes the command's /proc, waits for the seccomp program (the session bounds it
@@ -326,7 +408,9 @@ def _command(request: dict[str, object], fds: dict[str, int], received: list[int
         os.chdir(str(request["cwd"]))
         env = {str(k): str(v) for k, v in request["env"].items()}  # type: ignore[union-attr]
         argv = [str(a) for a in request["argv"]]  # type: ignore[union-attr]
-        _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
+        _check(
+            _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp"
+        )
         try:
             command = os.posix_spawnp(
                 argv[0],
@@ -376,7 +460,9 @@ class Zygote:
     def start(self, request: dict[str, object], received: list[int]) -> None:
         fds = dict(zip(FD_NAMES, received[: len(FD_NAMES)]))
         fds["inner"] = self.inner
-        entries = list(zip([(str(p), bool(ro)) for p, ro in request["protect"]], received[len(FD_NAMES) :]))  # type: ignore[union-attr]
+        entries = list(
+            zip([(str(p), bool(ro)) for p, ro in request["protect"]], received[len(FD_NAMES) :])
+        )  # type: ignore[union-attr]
         reply = fds["reply"]
         try:
             _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC), "unshare")
@@ -442,9 +528,13 @@ class Zygote:
                         count = len(payload) // 4
                         received += list(struct.unpack(f"{count}i", payload[: count * 4]))
                 try:
-                    if flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC) or len(received) < len(FD_NAMES):
+                    if flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC) or len(received) < len(
+                        FD_NAMES
+                    ):
                         if len(received) > FD_NAMES.index("reply"):
-                            os.write(received[FD_NAMES.index("reply")], b"Ea request over the size taken")
+                            os.write(
+                                received[FD_NAMES.index("reply")], b"Ea request over the size taken"
+                            )
                     else:
                         self.start(json.loads(data), received)
                 finally:
