@@ -155,7 +155,8 @@ class SessionJail:
         self, holder: ChildProcess, zygote: ChildProcess, control: socket.socket, roots: Roots
     ) -> None:
         self.under_tmp = [
-            p for p in (roots.workspace.path, *(s.path for s in roots.staged))
+            p
+            for p in (roots.workspace.path, *(s.path for s in roots.staged))
             if p == "/tmp" or p.startswith("/tmp/")  # noqa: S108 - the jail's own /tmp
         ]
         """The roots the command's fresh /tmp would hide: bound again on top of it."""

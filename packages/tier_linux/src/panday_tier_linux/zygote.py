@@ -47,6 +47,7 @@ import struct
 import sys
 import warnings  # noqa: F401 - loaded before imports end: a warning raised later needs it
 from contextlib import suppress
+from typing import Any
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -457,12 +458,14 @@ class Zygote:
         except BaseException:
             os._exit(1)
 
-    def start(self, request: dict[str, object], received: list[int]) -> None:
-        fds = dict(zip(FD_NAMES, received[: len(FD_NAMES)]))
+    def start(self, request: dict[str, Any], received: list[int]) -> None:
+        """Set one command up and fork its init; the session gets the init's pidfd, or
+        ``E`` and why (nothing of the command ran)."""
+        fds = dict(zip(FD_NAMES, received[: len(FD_NAMES)], strict=True))
         fds["inner"] = self.inner
-        entries = list(
-            zip([(str(p), bool(ro)) for p, ro in request["protect"]], received[len(FD_NAMES) :])
-        )  # type: ignore[union-attr]
+        protect = [(str(p), bool(ro)) for p, ro in request["protect"]]
+        given = received[len(FD_NAMES) : len(FD_NAMES) + len(protect)]
+        entries = list(zip(protect, given, strict=True))
         reply = fds["reply"]
         try:
             _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC), "unshare")
@@ -484,8 +487,9 @@ class Zygote:
                     [b"P"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", pidfd))]
                 )
             self.running[pidfd] = (pid, os.dup(fds["status"]), exec_r)
-        except SetupError as exc:
-            os.write(reply, b"E" + str(exc).encode()[:4000])
+        except (SetupError, OSError, ValueError, LookupError, TypeError) as exc:
+            with suppress(OSError):
+                os.write(reply, b"E" + str(exc).encode()[:4000])
 
     def ended(self, pidfd: int) -> None:
         """A command's process ended: its exit code on its status descriptor, as bwrap's
@@ -509,39 +513,49 @@ class Zygote:
         os.close(pidfd)
 
     def serve(self) -> None:
+        """Until the session closes its end: requests, and the ends of commands."""
         poller = select.poll()
-        poller.register(self.control.fileno(), select.POLLIN)
+        control = self.control.fileno()
+        poller.register(control, select.POLLIN)
         while True:
             for fd, _events in poller.poll():
-                if fd != self.control.fileno():
+                if fd != control:
                     poller.unregister(fd)
                     self.ended(fd)
                     continue
-                data, ancdata, flags, _addr = self.control.recvmsg(
-                    1 << 20, socket.CMSG_SPACE(MAX_FDS * 4)
-                )
-                if not data:
+                request = self._receive()
+                if request is None:
                     return  # the session closed its end
-                received: list[int] = []
-                for level, kind, payload in ancdata:
-                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                        count = len(payload) // 4
-                        received += list(struct.unpack(f"{count}i", payload[: count * 4]))
+                data, received = request
                 try:
-                    if flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC) or len(received) < len(
-                        FD_NAMES
-                    ):
-                        if len(received) > FD_NAMES.index("reply"):
-                            os.write(
-                                received[FD_NAMES.index("reply")], b"Ea request over the size taken"
-                            )
-                    else:
+                    if data:
                         self.start(json.loads(data), received)
                 finally:
-                    for fd2 in received:
-                        os.close(fd2)
+                    for taken in received:
+                        os.close(taken)
                 for pidfd in self.running:
                     poller.register(pidfd, select.POLLIN)
+
+    def _receive(self) -> tuple[bytes, list[int]] | None:
+        """One request and its descriptors; None at the session's end. A request cut
+        short (too large, too many descriptors) is answered ``E`` and comes back empty."""
+        data, ancdata, flags, _addr = self.control.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * 4))
+        received: list[int] = []
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                count = len(payload) // 4
+                received += list(struct.unpack(f"{count}i", payload[: count * 4]))
+        if not data and not received:
+            return None
+        whole = not flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC) and len(received) >= len(
+            FD_NAMES
+        )
+        if not whole:
+            if len(received) > FD_NAMES.index("reply"):
+                with suppress(OSError):
+                    os.write(received[FD_NAMES.index("reply")], b"Ea request over the size taken")
+            return b"", received
+        return data, received
 
 
 def main() -> None:
