@@ -45,9 +45,27 @@ import signal
 import socket
 import struct
 import sys
-import warnings  # noqa: F401 - loaded before imports end: a warning raised later needs it
+import warnings  # noqa: F401  # pyright: ignore[reportUnusedImport] - loaded before imports end: a warning raised later needs it
 from contextlib import suppress
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class Request(TypedDict):
+        """One command, as the session sends it (JSON)."""
+
+        argv: list[str]
+        env: dict[str, str]
+        cwd: str
+        workspace: str
+        protect: list[tuple[str, bool]]
+        hidden: list[str]
+        proc_masked: list[str]
+        tmp_bytes: int | None
+        under_tmp: list[str]
+        fd_map: dict[str, int]
+
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -214,7 +232,7 @@ def _mount(
 
 
 def command_mounts(
-    request: dict[str, object], workspace_fd: int, entries: list[tuple[tuple[str, bool], int]]
+    request: Request, workspace_fd: int, entries: list[tuple[tuple[str, bool], int]]
 ) -> None:
     """Step 1's mounts, in C's own mount namespace."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
@@ -239,7 +257,7 @@ def command_mounts(
                 os.close(fd)
         # panday's state directory, wherever a root shows it: an empty read-only tmpfs,
         # after the binds (one may be inside it), found without following a link.
-        for dest in [str(d) for d in request.get("hidden", [])]:  # type: ignore[union-attr]
+        for dest in [str(d) for d in request.get("hidden", [])]:
             fd = _openat2(-100, dest, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, resolve)
             try:
                 _mount(
@@ -256,10 +274,10 @@ def command_mounts(
     _tmp(request)
 
 
-def _tmp(request: dict[str, object]) -> None:
+def _tmp(request: Request) -> None:
     """A fresh /tmp for the command, with what the session bound beneath /tmp bound again
     on top of it (the workspace, staged paths: cloned before the tmpfs hides them)."""
-    under = [str(p) for p in request.get("under_tmp", [])]  # type: ignore[union-attr]
+    under = [str(p) for p in request.get("under_tmp", [])]
     clones: list[tuple[str, int, bool]] = []
     for path in under:
         tree = _check(
@@ -274,11 +292,11 @@ def _tmp(request: dict[str, object]) -> None:
         clones.append((path, tree, os.path.isdir(path)))
     size = request.get("tmp_bytes")
     data = b"mode=0755" + (f",size={size}".encode() if size is not None else b"")
-    _mount(b"tmpfs", "/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, data)
+    _mount(b"tmpfs", "/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, data)  # noqa: S108 - the jail's own
     for path, tree, is_dir in clones:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         if is_dir:
-            os.mkdir(path)
+            os.makedirs(path, exist_ok=True)  # /tmp itself is there already
         else:
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
         _check(
@@ -371,9 +389,7 @@ MAX_FDS = 253
 FD_NAMES = ("stdin", "stdout", "stderr", "reply", "program", "status", "workspace")
 
 
-def _command(
-    request: dict[str, object], fds: dict[str, int], received: list[int], exec_w: int
-) -> None:
+def _command(request: Request, fds: dict[str, int], received: list[int], exec_w: int) -> None:
     """The command's init, pid 1 of its own pid namespace: never returns.
 
     It makes the command's /proc, waits for the seccomp program (the session bounds it
@@ -387,13 +403,13 @@ def _command(
     failed set-up or exec is then no exit of the command's."""
     err = received[2]  # the command's stderr, at 2 once the descriptors are placed
     try:
-        proc_mounts([str(n) for n in request["proc_masked"]])  # type: ignore[union-attr]
+        proc_mounts([str(n) for n in request["proc_masked"]])
         program = _read_program(fds["program"])
         if not program or len(program) % 8:
             os.write(exec_w, b"F")
             os._exit(1)  # no program (the session died or refused): nothing runs
         drop_privileges(fds["inner"])
-        wanted = {int(k): received[int(v)] for k, v in request["fd_map"].items()}  # type: ignore[union-attr]
+        wanted = {int(k): received[int(v)] for k, v in request["fd_map"].items()}
         high = {t: fcntl.fcntl(src, fcntl.F_DUPFD_CLOEXEC, 512) for t, src in wanted.items()}
         for target, src in high.items():
             os.dup2(src, target, inheritable=True)
@@ -407,8 +423,8 @@ def _command(
         buf = ctypes.create_string_buffer(program, len(program))
         prog = _Fprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
         os.chdir(str(request["cwd"]))
-        env = {str(k): str(v) for k, v in request["env"].items()}  # type: ignore[union-attr]
-        argv = [str(a) for a in request["argv"]]  # type: ignore[union-attr]
+        env = {str(k): str(v) for k, v in request["env"].items()}
+        argv = [str(a) for a in request["argv"]]
         _check(
             _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp"
         )
@@ -455,13 +471,13 @@ class Zygote:
         try:
             for name, kind in (("mnt", CLONE_NEWNS), ("pid", CLONE_NEWPID), ("ipc", CLONE_NEWIPC)):
                 _setns(self.session[name], kind, f"{name} (back)")
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - whatever failed, this process must not go on
             os._exit(1)
 
-    def start(self, request: dict[str, Any], received: list[int]) -> None:
+    def start(self, request: Request, received: list[int]) -> None:
         """Set one command up and fork its init; the session gets the init's pidfd, or
         ``E`` and why (nothing of the command ran)."""
-        fds = dict(zip(FD_NAMES, received[: len(FD_NAMES)], strict=True))
+        fds: dict[str, int] = dict(zip(FD_NAMES, received[: len(FD_NAMES)], strict=True))
         fds["inner"] = self.inner
         protect = [(str(p), bool(ro)) for p, ro in request["protect"]]
         given = received[len(FD_NAMES) : len(FD_NAMES) + len(protect)]
