@@ -1,5 +1,5 @@
 """The session's end of zygote.py: a holder bwrap and a zygote per session; commands
-launched through them (WORK IN PROGRESS, branch only: used when PANDAY_T2_ZYGOTE=1).
+launched through them.
 
 What a command gets is what `jail.start` gives it with bwrap, except that the namespaces
 and the session-wide mounts (the read-only root, /etc, /dev, the workspace, staged paths,
@@ -70,11 +70,11 @@ class ZygoteProcess(ChildProcess):
     def reap(self, *, block: bool) -> bool:
         if self.status is not None:
             return True
-        assert self.pidfd is not None
-        poller = select.poll()
-        poller.register(self.pidfd, select.POLLIN)
-        if not poller.poll(-1 if block else 0):
-            return False
+        if self.pidfd is not None:  # else closed: it has ended
+            poller = select.poll()
+            poller.register(self.pidfd, select.POLLIN)
+            if not poller.poll(-1 if block else 0):
+                return False
         # Ended: the zygote writes its code (or nothing: it never ran) and closes.
         deadline = time.monotonic() + 5.0
         while self.status_of.fd >= 0 and time.monotonic() < deadline:
@@ -86,20 +86,18 @@ class ZygoteProcess(ChildProcess):
         return True
 
     def exited(self) -> bool:
-        if self.status is not None:
+        if self.status is not None or self.pidfd is None:
             return True
-        assert self.pidfd is not None
         poller = select.poll()
         poller.register(self.pidfd, select.POLLIN)
         return bool(poller.poll(0))
 
     def signal_group(self, sig: int) -> None:
-        # pid 1 of the command's own pid namespace: its end takes the namespace.
+        """Signal the command's init, by pidfd (SIGKILL is all panday sends: the init is
+        pid 1 of the command's namespace, and its end takes the whole namespace)."""
         if self.status is None and self.pidfd is not None:
             with suppress(ProcessLookupError, PermissionError):
-                _signal.pidfd_send_signal(
-                    self.pidfd, sig if sig != _signal.SIGKILL else _signal.SIGKILL
-                )
+                _signal.pidfd_send_signal(self.pidfd, sig)
 
 
 def _inside(binds: CommandBinds, workspace: str) -> list[tuple[tuple[str, bool], int]]:
@@ -128,6 +126,15 @@ class _Ours:
                     os.close(fd)
         if self.reply is not None:
             self.reply.close()
+
+
+def _ready(holder: ChildProcess, info_r: int) -> int:
+    """The holder's first process (bwrap's init), once its command has printed that it
+    runs: the jail is made then, its inner user namespace included."""
+    if holder.stdout is None or _read_exactly(holder.stdout, 2) != b"R\n":
+        raise OSError("the session jail did not start")
+    info = os.read(info_r, 4096)
+    return int(json.loads(info[: info.index(b"}") + 1])["child-pid"])
 
 
 def _close_sent(sent: list[int], binds: CommandBinds) -> None:
@@ -192,11 +199,7 @@ class SessionJail:
             for fd in fds:
                 os.close(fd)
         try:
-            assert holder.stdout is not None
-            if _read_exactly(holder.stdout, 2) != b"R\n":
-                raise OSError("the session jail did not start")
-            info = os.read(info_r, 4096)
-            child = int(json.loads(info[: info.index(b"}") + 1])["child-pid"])
+            child = _ready(holder, info_r)
             ns = [os.open(f"/proc/{child}/ns/{n}", os.O_RDONLY | os.O_CLOEXEC) for n in NAMESPACES]
         except BaseException:
             holder.close()
@@ -250,7 +253,9 @@ class SessionJail:
                 exec_cgroup = guard.new_exec()
             except OSError as exc:
                 raise CgroupError(str(exc)) from exc
-            request, sent = self._request(spec, argv, binds, inside, cwd, env, stdin, ours)
+            request, sent = self._request(
+                spec, argv, binds=binds, inside=inside, cwd=cwd, env=env, stdin=stdin, ours=ours
+            )
             pidfd = self._ask(request, sent, ours, binds)
             pid = _host_pid(pidfd)
         except BaseException:
@@ -287,11 +292,12 @@ class SessionJail:
         self,
         spec: JailSpec,
         argv: Sequence[str],
+        *,
         binds: CommandBinds,
         inside: list[tuple[tuple[str, bool], int]],
         cwd: str,
         env: Mapping[str, str] | None,
-        stdin: bool,  # noqa: FBT001 - one private call site
+        stdin: bool,
         ours: _Ours,
     ) -> tuple[dict[str, object], list[int]]:
         """The request for one command and the descriptors it carries (`FD_NAMES`, the
@@ -318,7 +324,7 @@ class SessionJail:
             fd_map[str(report_child)] = len(sent)
             sent.append(report_w)
         if spec.wall:
-            from panday_tier_linux import wall  # noqa: PLC0415 - only where the host has it
+            from panday_tier_linux import wall
 
             wall_child = 7 if spec.reports else 6
             fd_map[str(wall_child)] = len(sent)
