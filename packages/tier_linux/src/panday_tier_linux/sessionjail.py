@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from panday_core.process import ChildProcess, data_fd, spawn
 from panday_tier_linux.argv import build_options, jail_command, jail_env
+from panday_tier_linux.binds import CommandBinds
 from panday_tier_linux.jail import CgroupError, JailSupervisor, Status, await_tmpfs
 from panday_tier_linux.zygote import FD_NAMES, MAX_FDS
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from panday_tier_linux.argv import JailSpec
-    from panday_tier_linux.binds import CommandBinds, Roots
+    from panday_tier_linux.binds import Roots
     from panday_tier_linux.jail import Guard
 
 READY_TIMEOUT_S = 30.0
@@ -177,11 +178,14 @@ class SessionJail:
         """Start the holder, wait until its jail is made (its command prints one line),
         then the zygote in its namespaces."""
         ws = roots.workspace
-        given = [os.dup(ws.fd)]
-        static = ["--bind-fd" if roots.writable else "--ro-bind-fd", "6", ws.path]
+        # The session-wide binds, made as each command's are (`Roots.command_binds`): the
+        # workspace and the staged paths, from the descriptors the session holds.
+        session_binds = CommandBinds()
+        session_binds.add("--bind-fd" if roots.writable else "--ro-bind-fd", os.dup(ws.fd), ws.path)
         for staged in roots.staged:
-            given.append(os.dup(staged.fd))
-            static += ["--ro-bind-fd", str(5 + len(given)), staged.path]
+            session_binds.add("--ro-bind-fd", os.dup(staged.fd), staged.path)
+        static = session_binds.options(6)
+        given = session_binds.fds
         options = build_options(spec, cwd=ws.path, seccomp_fd=4, binds=static)
         words = b"".join(
             o.encode("utf-8", "surrogateescape") + b"\0" for o in [*options, "--info-fd", "5"]
