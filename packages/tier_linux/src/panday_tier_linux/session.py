@@ -279,10 +279,12 @@ class LinuxSession(JailSession):
         return proc, sup
 
     def _session_jail(self) -> SessionJail | None:
-        """WIP: the session jail (holder and zygote), with PANDAY_T2_ZYGOTE=1 only."""
+        """The session jail (its holder and zygote, `sessionjail`), started with the first
+        command that can use it; None where it cannot start, or with
+        ``PANDAY_T2_SESSION_JAIL=0`` (each command then gets a bwrap of its own)."""
         if not self._jail_tried:
             self._jail_tried = True
-            if os.environ.get("PANDAY_T2_ZYGOTE") == "1":
+            if os.environ.get("PANDAY_T2_SESSION_JAIL") != "0":
                 from panday_tier_linux.sessionjail import SessionJail
 
                 # The session jail only makes commands cheaper: where it cannot start,
