@@ -257,6 +257,7 @@ def test_the_jail_dies_with_its_sigkilled_caller_whatever_the_load(tmp_path: Pat
 
 HELD_CALLER = """
 import os, sys
+os.environ["PANDAY_T2_SESSION_JAIL"] = "0"  # bwrap's path (test_session_jail.py: the other)
 from panday_core.policy import FsPolicy, SandboxPolicy
 from panday_tier_linux import jail, session as sessions
 

@@ -3,7 +3,12 @@ get what a bwrap of their own gives them (the escape suite runs through it as we
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
+import signal
+import subprocess
+import sys
 from typing import TYPE_CHECKING
 
 import pytest
@@ -126,3 +131,67 @@ def test_an_entry_replaced_after_it_was_listed_leaves_the_command_to_bwrap(
     assert refused == [".vscode is not the entry the session holds"]
     assert result.exit_code != 0  # the listed .vscode, bound read-only over the new one
     assert not (tmp_path / ".vscode" / "tasks.json").exists()
+
+
+HELD_CALLER = """
+import os, sys
+from panday_core.policy import FsPolicy, SandboxPolicy
+from panday_tier_linux import session as sessions, sessionjail
+
+release = sessionjail.SessionJail.release
+
+def held(proc, sup, prog_w, guard):
+    # As `release` begins: the command's init waits for its program, nothing bounds it yet.
+    print(proc.pid, flush=True)
+    if os.read(0, 1) != b"x":  # the test SIGKILLs this process here, or lets it go on
+        os._exit(3)
+    return release(proc, sup, prog_w, guard)
+
+sessionjail.SessionJail.release = staticmethod(held)
+ws = sys.argv[1]
+with sessions.open_session(SandboxPolicy(fs=FsPolicy(workspace=ws))) as session:
+    print(session.run(["/bin/sh", "-c", "echo ran > " + ws + "/ran"]).exit_code, flush=True)
+"""
+
+
+def _held(ws: Path) -> tuple[subprocess.Popen[bytes], int]:
+    caller = subprocess.Popen(
+        [sys.executable, "-c", HELD_CALLER, str(ws)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={k: v for k, v in os.environ.items() if k != "PANDAY_T2_SESSION_JAIL"},
+    )
+    assert caller.stdout is not None
+    poller = select.poll()
+    poller.register(caller.stdout, select.POLLIN)
+    if not poller.poll(120_000):
+        caller.kill()
+        caller.communicate(timeout=60)
+        pytest.fail("inconclusive: the caller never reached its command's release")
+    return caller, int(caller.stdout.readline())
+
+
+def test_a_command_whose_caller_dies_before_releasing_it_never_runs(tmp_path: Path) -> None:
+    """The caller is SIGKILLed while the command's init waits for its seccomp program:
+    its end of that pipe closes with it, which the init takes for no program (it never
+    runs the command), and the session jail dies with its caller."""
+    mark = tmp_path / "ran"
+    caller, _ = _held(tmp_path)  # control: let go, the command runs and writes its mark
+    out, _ = caller.communicate(b"x", timeout=120)
+    assert out.split()[-1:] == [b"0"], f"inconclusive: control failed: {out!r}"
+    assert mark.exists(), "inconclusive: control failed: the released command wrote no mark"
+    mark.unlink()
+    caller, init = _held(tmp_path)
+    pidfd = os.pidfd_open(init)
+    try:
+        os.kill(caller.pid, signal.SIGKILL)
+        caller.wait(timeout=60)
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        assert poller.poll(8000), "the command's init outlived its SIGKILLed caller, waiting"
+        assert not mark.exists(), "ESCAPE: the command ran though never let go"
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # kill only what this test started
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        os.close(pidfd)
+        caller.communicate(timeout=60)

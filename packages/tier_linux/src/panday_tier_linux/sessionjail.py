@@ -82,8 +82,8 @@ class ZygoteProcess(ChildProcess):
             self.status_of.read_available(wait_s=0.05)
             if self.status_of.value("exit-code") is not None:
                 break
-        code = self.status_of.value("exit-code")
-        self.status = ((code if code is not None else 1) & 0xFF) << 8
+        raw = self.status_of.value("wait-status")
+        self.status = raw if raw is not None else 1 << 8  # none: it never ran (exit 1)
         return True
 
     def exited(self) -> bool:

@@ -1,3 +1,4 @@
+# Over 500 lines: the launcher is one standalone program (it may import nothing of panday).
 """A session jail's launcher: forks each command into namespaces made once per session.
 
     python3 -I -S -B zygote.py   (descriptor 3: the control socket; 4-10: the namespaces)
@@ -514,6 +515,8 @@ class Zygote:
         _, status = os.waitpid(pid, 0)
         code = os.waitstatus_to_exitcode(status)
         code = 128 - code if code < 0 else code
+        # The init's own wait status too: a kill of ours (SIGKILL to the init) is reported
+        # as bwrap's is, by the signal, not as an exit code the command never chose.
         os.set_blocking(exec_r, False)
         try:
             failed = os.read(exec_r, 1)
@@ -521,7 +524,8 @@ class Zygote:
             failed = b""
         try:
             if not failed:
-                os.write(status_fd, json.dumps({"exit-code": code}).encode() + b"\n")
+                line = {"exit-code": code, "wait-status": status}
+                os.write(status_fd, json.dumps(line).encode() + b"\n")
         except OSError:
             pass  # the session stopped listening
         os.close(status_fd)
