@@ -9,17 +9,14 @@ import select
 import signal
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import pytest
 
 from panday_core.policy import FsPolicy, SandboxPolicy
 from panday_tier_linux.session import LinuxSession, open_session
 
-if TYPE_CHECKING:
-    from pathlib import Path
-
-pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/ns"), reason="Linux only")
+pytestmark = pytest.mark.skipif(not Path("/proc/self/ns").is_dir(), reason="Linux only")
 
 
 @pytest.fixture
@@ -31,8 +28,10 @@ def _open(ws: Path) -> LinuxSession:
     return open_session(SandboxPolicy(fs=FsPolicy(workspace=str(ws))))
 
 
-def _served(session: LinuxSession) -> bool:
-    return session._jail is not None
+def _served(session: LinuxSession) -> int:
+    """How many commands the session jail set up (which path ran is the point)."""
+    jail = session._jail  # pyright: ignore[reportPrivateUsage]
+    return 0 if jail is None else jail.served
 
 
 @pytest.mark.usefixtures("zygote")
@@ -63,7 +62,7 @@ def test_each_command_has_its_own_pid_namespace_tmp_and_nothing_left_running(
     with _open(tmp_path) as session:
         first = session.run(["sh", "-c", f"echo x > /tmp/left; sleep 60 & {listing}"])
         second = session.run(["sh", "-c", f"ls /tmp/left 2>/dev/null; {listing}"])
-        assert _served(session)
+        assert _served(session) == 2  # both commands, the second after the first's set-up
     assert first.exit_code == 0, first.stderr
     # Control: while the first ran, its `sleep` was there, in a pid namespace of its own.
     assert "sleep" in first.stdout.decode().split()
@@ -85,7 +84,7 @@ def test_protected_names_stay_out_of_reach_and_their_placeholders_go(tmp_path: P
         made = session.run(["sh", "-c", "echo '{}' > .mcp.json"])
         hooked = session.run(["sh", "-c", "echo evil >> .git/config"])
         moved = session.run(["mv", ".git", "elsewhere"])
-        assert _served(session)
+        assert _served(session) == 4
     assert (tmp_path / "file").read_text() == "data\n"
     assert made.exit_code != 0
     assert hooked.exit_code != 0
@@ -104,14 +103,14 @@ def test_an_entry_replaced_after_it_was_listed_leaves_the_command_to_bwrap(
     (tmp_path / ".vscode").mkdir()
     with _open(tmp_path) as session:
         assert session.run(["true"]).exit_code == 0  # control: served as it is
-        assert _served(session)
+        assert _served(session) == 1
         from panday_tier_linux.binds import Roots  # noqa: PLC0415 - patched below
 
         listed = Roots.command_binds
 
         def then_replaced(self: Roots, **kwargs: object) -> object:
             binds = listed(self, **kwargs)  # pyright: ignore[reportArgumentType]
-            os.rename(tmp_path / ".vscode", tmp_path / "old")
+            (tmp_path / ".vscode").rename(tmp_path / "old")
             (tmp_path / ".vscode").mkdir()
             return binds
 
@@ -119,15 +118,18 @@ def test_an_entry_replaced_after_it_was_listed_leaves_the_command_to_bwrap(
         from panday_tier_linux import sessionjail  # noqa: PLC0415 - watched below
 
         refused: list[str] = []
-        real = sessionjail.Refused.__init__
 
-        def seen(self: Exception, *args: object) -> None:
-            refused.append(str(args[0]))
-            real(self, *args)
+        class Seen(sessionjail.Refused):
+            def __init__(self, why: str) -> None:
+                refused.append(why)
+                super().__init__(why)
 
-        monkeypatch.setattr(sessionjail.Refused, "__init__", seen)
+        monkeypatch.setattr(sessionjail, "Refused", Seen)
         result = session.run(["sh", "-c", "touch .vscode/tasks.json"])
-        assert _served(session)  # the zygote lives on for later commands
+        assert _served(session) == 1  # that one by bwrap
+        monkeypatch.setattr(Roots, "command_binds", listed)
+        assert session.run(["true"]).exit_code == 0
+        assert _served(session) == 2  # the zygote lives on for later commands
     assert refused == [".vscode is not the entry the session holds"]
     assert result.exit_code != 0  # the listed .vscode, bound read-only over the new one
     assert not (tmp_path / ".vscode" / "tasks.json").exists()

@@ -168,6 +168,8 @@ class SessionJail:
             if p == "/tmp" or p.startswith("/tmp/")  # noqa: S108 - the jail's own /tmp
         ]
         """The roots the command's fresh /tmp would hide: bound again on top of it."""
+        self.served = 0
+        """How many commands the zygote has set up (what tests tell the two paths by)."""
         self.holder = holder
         """The holder bwrap: it waits on its stdin, whose end (at `close`) ends it."""
         self.zygote = zygote
@@ -290,6 +292,7 @@ class SessionJail:
             stderr=ours.stderr,
             status_of=status,
         )
+        self.served += 1
         return proc, sup, ours.program
 
     def _request(
