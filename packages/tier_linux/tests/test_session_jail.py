@@ -36,15 +36,14 @@ def _served(session: LinuxSession) -> int:
 
 @pytest.mark.usefixtures("zygote")
 def test_commands_run_in_the_session_jail_with_nothing_of_the_host(tmp_path: Path) -> None:
+    show = (
+        "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; hostname; "
+        "grep '^CapEff:' /proc/1/status | sed 's/^/init /'; "
+        "awk '$5 == \"/proc\" { print \"proc\", $6 }' /proc/self/mountinfo | tail -n 1"
+    )
     with _open(tmp_path) as session:
-        result = session.run(
-            [
-                "sh",
-                "-c",
-                "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; hostname",
-            ]
-        )
-        assert _served(session)
+        result = session.run(["sh", "-c", show])
+        assert _served(session) == 1
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.decode().split("\n")
     assert "CapEff:\t0000000000000000" in lines
@@ -52,6 +51,10 @@ def test_commands_run_in_the_session_jail_with_nothing_of_the_host(tmp_path: Pat
     assert "NoNewPrivs:\t1" in lines
     assert "Seccomp:\t2" in lines
     assert "panday" in lines
+    # The command's init (pid 1 of its namespace) holds no capability either, and the
+    # command's own /proc (the topmost mount there) is read-only, as the kernel says.
+    assert "init CapEff:\t0000000000000000" in lines
+    assert any(line.startswith("proc ro,") for line in lines), lines
 
 
 @pytest.mark.usefixtures("zygote")
