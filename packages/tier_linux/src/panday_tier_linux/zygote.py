@@ -3,9 +3,7 @@
 
     python3 -I -S -B zygote.py   (descriptor 3: the control socket; 4-10: the namespaces)
 
-WORK IN PROGRESS (branch only, not wired into any session; see the issue 23 note).
-
-Why: a T2 command costs a whole bubblewrap run, about 47 mounts made again for every
+Why: a T2 command cost a whole bubblewrap run, about 47 mounts made again for every
 command (bwrap reads the whole mount table after each), 2.5-3.5x a bare bwrap. The jail's
 namespaces and its mount tree do not change between commands; only the command's own
 parts do (its pid namespace, /proc, /tmp, the placeholders of the workspace's protected
@@ -17,21 +15,26 @@ It never reads a file after that (its imports are done first; `sys.meta_path` is
 so a stray import fails instead of reading the jail's files).
 
 Per command, on a request from the session (one SOCK_SEQPACKET message, JSON and
-descriptors):
+descriptors), the server (forked once, inside the jail's pid namespace: a process that
+joined a pid namespace cannot make one below it):
 
-1. a child (C) takes a mount, pid and ipc namespace of its own (a copy of the session's
-   tree, private: nothing it mounts reaches the session or another command), binds each
-   protected entry read-only onto itself, found beneath the workspace without following a
-   link and checked to be the inode the session holds (`st_dev`, `st_ino`), and mounts
-   the command's /tmp; then it forks the command's init (I) and sends the session I's
-   pidfd;
-2. I is pid 1 of the command's pid namespace: it mounts a /proc for it (the host's kernel
-   files masked, read-only), waits for the seccomp program as bwrap does (the session
-   bounds I first: cgroup, rlimits), joins the holder's inner user namespace (no further
-   user namespaces), drops every capability, and forks the command: a new session,
-   ``no_new_privs``, the seccomp program, the environment and working directory, exec;
-3. I reaps, writes ``{"exit-code": N}`` on the status descriptor as bwrap does, and exits:
-   the kernel kills whatever the command left in its pid namespace.
+1. takes a mount, pid and ipc namespace of its own (a copy of the session's tree, made
+   private: nothing mounted there reaches the session or another command), binds each
+   protected entry onto itself, found beneath the workspace without following a link and
+   only when it is the inode the session holds (`st_dev`, `st_ino`; else the command is
+   refused and gets a bwrap of its own), covers panday's state and mounts the command's
+   /tmp; then it forks the command's init, sends the session the init's pidfd and goes
+   back to the session's namespaces (or dies);
+2. the init is pid 1 of the command's pid namespace: it mounts a /proc for it (the host's
+   kernel files masked, read-only), waits for the seccomp program as bwrap does (the
+   session bounds it first: cgroup, rlimits), joins the holder's inner user namespace (no
+   further user namespaces), drops every capability, sets ``no_new_privs`` and the seccomp
+   program, and spawns the command (a new session, its descriptors, environment and
+   working directory); it reaps what is re-parented to it and exits with the command's
+   code, and the kernel kills whatever the command left in its pid namespace;
+3. the server reaps the init and writes ``{"exit-code": N, "wait-status": S}`` on the
+   status descriptor, as bwrap's ``--json-status-fd`` does, only when the command was
+   exec'd.
 """
 
 from __future__ import annotations
