@@ -29,24 +29,30 @@ from panday_tier_linux.session import LinuxSession, open_session
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from panday_tier_linux.host import Bwrap
+
 NAME = "t2_linux_startup"
 DESCRIPTION = """\
 - (a) raw bubblewrap: `bwrap --unshare-all --die-with-parent --ro-bind / / /bin/true` (the
   bwrap the session uses; the root bound read-only so /bin/true exists);
-- (b) `exec` in an open T2 session with the default policy: every namespace,
-  `--disable-userns`, `--cap-drop ALL`, the seccomp filter, the allowlisted read-only root,
-  options through `--args`, the status descriptor; the synchronous path the CLI uses;
+- (b) `exec` in an open T2 session with the default policy: the session jail (its holder
+  bwrap and zygote made at the first command; each command forked into new mount, pid and
+  ipc namespaces of it, docs/tiers/linux.md): every namespace, no further user namespaces,
+  no capability, the seccomp filter, the Landlock wall, the allowlisted read-only root, the
+  protected entries, the command's cgroup; the synchronous path of the library;
 - (c) the same through the async `Sandbox` protocol (`T2LinuxSandbox.exec`);
 - (d) bwrap alone with (b)'s own options: the session's mount plan for this command (its
   protected entries, their placeholders made and removed as in (b)), its namespaces,
   seccomp program and Landlock wall, without the host-side work around the jail (no
   cgroup, no wait for the jail to be bounded, no status read);
 - (e) (a) with as many extra read-only binds (of /dev/null, on a tmpfs) as (d) makes
-  mounts: the cost of the mount count alone.
+  mounts: the cost of the mount count alone;
+- (f) (b) with a bwrap of its own for each command (`PANDAY_T2_SESSION_JAIL=0`: what a
+  command the session jail does not serve gets, and `panday run`'s one command).
 
-All of them spawn through the same core machinery (posix_spawn, output pipes collected), so
-(b)/(a) is what the jail costs beyond bubblewrap itself, (b)-(d) is panday's host-side work
-around each command, and (d)-(a) is bwrap's work for the jail's plan. After the rounds, (b)
+All of them collect output through the same core machinery, so (b)/(a) is what a jailed
+command costs beyond one bare bubblewrap run, (f)-(d) is panday's host-side work around a
+bwrap of its own, and (d)-(a) is bwrap's work for the jail's plan. After the rounds, (b)
 is also timed after a pause without commands (what an agent's sporadic commands meet).
 Budget: (b)/(a) <= 1.5."""
 BUDGET = 1.5
@@ -122,6 +128,7 @@ def main(rounds: int, warmup: int) -> dict[str, object]:
     sandbox = T2LinuxSandbox(bwrap=bwrap)
     handle = loop.run_until_complete(sandbox.create(SessionSpec(policy=policy)))
     spec = ExecSpec(argv=("/bin/true",))
+    per_command = _bwrap_per_command(policy, bwrap)
     try:
         with open_session(policy, bwrap=bwrap) as session:
             alone, mounts = _jail_alone(session, bwrap.path)
@@ -131,6 +138,11 @@ def main(rounds: int, warmup: int) -> dict[str, object]:
                 result = session.run(["/bin/true"])
                 if result.exit_code != 0:
                     raise RuntimeError(f"session exec failed: {result}")
+
+            def jailed_bwrap() -> None:
+                result = per_command.run(["/bin/true"])
+                if result.exit_code != 0:
+                    raise RuntimeError(f"session exec (a bwrap per command) failed: {result}")
 
             def jailed_async() -> None:
                 result = loop.run_until_complete(acollect(sandbox.exec(handle, spec)))
@@ -159,6 +171,9 @@ def main(rounds: int, warmup: int) -> dict[str, object]:
                     f"(e) (a) with {mounts} mounts",
                     _run_argv(binds_argv, "raw bwrap with binds"),
                 ),
+                harness.Variant(
+                    "t2_exec_bwrap", "(f) T2 session exec, a bwrap per command", jailed_bwrap
+                ),
             ]
             info = harness.host_info()
             harness.interleave(variants, rounds=rounds, warmup=warmup)
@@ -169,6 +184,7 @@ def main(rounds: int, warmup: int) -> dict[str, object]:
             }
             cgroup = session.guard.session is not None
     finally:
+        per_command.close()
         loop.run_until_complete(sandbox.destroy(handle))
         loop.close()
         shutil.rmtree(workspace, ignore_errors=True)
@@ -189,6 +205,24 @@ def main(rounds: int, warmup: int) -> dict[str, object]:
         "within_budget": ratio <= BUDGET,
         "where_the_time_goes": _where(med, steps, mounts, cgroup=cgroup),
     }
+
+
+def _bwrap_per_command(policy: SandboxPolicy, bwrap: Bwrap) -> LinuxSession:
+    """A session whose commands each get a bwrap of their own (the session jail is chosen,
+    or not, at a session's first command)."""
+    os.environ["PANDAY_T2_SESSION_JAIL"] = "0"
+    session = open_session(policy, bwrap=bwrap)
+    try:
+        first = session.run(["/bin/true"]).exit_code
+    except BaseException:
+        session.close()
+        raise
+    finally:
+        del os.environ["PANDAY_T2_SESSION_JAIL"]
+    if first != 0:
+        session.close()
+        raise RuntimeError("a bwrap per command: /bin/true failed")
+    return session
 
 
 IDLE_S = 0.3
@@ -214,32 +248,39 @@ def _where(
 ) -> dict[str, object]:
     """The split of (b) from the variants' medians and two host-side steps timed alone."""
     raw, b, d, e = med["raw_bwrap"], med["t2_exec"], med["jail_alone"], med["raw_bwrap_binds"]
-    host, binds = b - d, steps["binds"]
+    f = med["t2_exec_bwrap"]
+    host, binds = f - d, steps["binds"]
     per_mount = (e - raw) / mounts if mounts else 0.0
     rest = d - e - binds
     notes = [
         (
-            f"(b) took {b:.2f} ms and raw bubblewrap (a) {raw:.2f} ms ({b / raw:.2f}x). "
-            f"bwrap alone with (b)'s options, (d), took {d:.2f} ms: the jail's plan costs "
-            f"{d - raw:.2f} ms more than (a), and panday's host-side work around the jail "
-            f"adds {host:.2f} ms to that."
+            f"(b) took {b:.2f} ms and raw bubblewrap (a) {raw:.2f} ms ({b / raw:.2f}x). The "
+            "session built its jail once, at its first command (the holder), and forked "
+            "each command into it: per command, the protected entries' listing and "
+            "placeholders, the command's cgroup, the server's fork, the command's mount, "
+            "pid and ipc namespaces, its /proc, /tmp and protected binds, and its init's "
+            f"spawn. The same command with a bwrap of its own, (f), took {f:.2f} ms "
+            f"({f / raw:.2f}x): bwrap alone with its options, (d), {d:.2f} ms, is "
+            f"{d - raw:.2f} ms more than (a), and panday's host-side work around it "
+            f"adds {host:.2f} ms."
         ),
         (
-            f"The plan makes {mounts} mounts per command (the allowlisted root, /proc and "
-            "its masked files, the devices, /tmp, the workspace and each of its protected "
-            "entries). For each, bwrap binds, reads the whole mount table "
+            f"A bwrap of its own makes {mounts} mounts per command (the allowlisted root, "
+            "/proc and its masked files, the devices, /tmp, the workspace and each of its "
+            "protected entries). For each, bwrap binds, reads the whole mount table "
             "(/proc/self/mountinfo) again and remounts what it bound read-only: under "
             "strace the reads of that table, not the mounts, are its costliest calls. The "
             "same number "
             f"of read-only binds added to (a), (e), took {e:.2f} ms: {per_mount:.3f} ms per "
-            f"mount, {e - raw:.2f} ms in all."
+            f"mount, {e - raw:.2f} ms in all. The session jail makes the command's own "
+            "mounts with the new mount API, from descriptors, without reading that table."
         ),
         (
-            "Both (b) and (d) first open the workspace's roots and protected entries "
+            "Both (b) and (f) first open the workspace's roots and protected entries "
             f"(descriptors opened, placeholders made, and removed after): {binds:.2f} ms "
             f"timed alone. What is left of (d)-(a), {rest:.2f} ms (a difference of "
             "separate medians: near zero, it is within their noise), is the seccomp "
-            "program, the Landlock wall's exec and the options. (b)-(d) is making and "
+            "program, the Landlock wall's exec and the options. (f)-(d) is making and "
             "removing the "
             f"command's cgroup ({steps['cgroup']:.2f} ms timed alone"
             + ("" if cgroup else "; none here: the session has no ceilings")
@@ -251,24 +292,18 @@ def _where(
             f"without a command, one took {steps['after_idle']:.2f} ms, and the next, right "
             f"after it, {steps['right_after']:.2f} ms (medians of {IDLE_PAIRS} pairs)"
             + (
-                ". Most of the difference is the jail's move into its cgroup: every move "
-                "takes one global lock of the kernel, whose taker waits for an RCU grace "
-                "period unless another took it less than one grace period ago (a first "
-                "write to cgroup.procs took 11-22 ms here, the next ones under 0.1 ms), so a "
-                "session whose commands are seconds apart (an agent's) pays it at every "
-                "command. Taking the lock early, on a thread of its own, does not hide it: a "
-                "waiting taker holds back every fork on the host, bwrap's own included "
-                "(tried and measured, not kept). A jail started inside its cgroup would not "
-                "wait (clone3's CLONE_INTO_CGROUP on cgroup v2, or a launcher moved into the "
-                "next command's cgroup ahead of the command); this code has neither."
+                ". Most of the difference is the command's move into its cgroup: every "
+                "move takes one global lock of the kernel, whose taker waits for an RCU "
+                "grace period unless another took it less than one grace period ago (a "
+                "first write to cgroup.procs took 11-22 ms here, the next ones under 0.1 "
+                "ms), so a session whose commands are seconds apart (an agent's) pays it at "
+                "every command. Taking the lock early, on a thread of its own, does not hide "
+                "it: a waiting taker holds back every fork on the host (tried and measured, "
+                "not kept). A command started inside its cgroup would not wait (clone3's "
+                "CLONE_INTO_CGROUP on cgroup v2); this code does not do that."
                 if cgroup
                 else " (no cgroup here: the session has no ceilings)."
             )
-        ),
-        (
-            "So the mounts dominate, and they are made again for every command: the budget "
-            "needs a launch model that makes the jail's mounts once per session and only "
-            "forks and execs per command (issue 23), which this code does not have yet."
         ),
     ]
     return {
@@ -282,7 +317,9 @@ def _where(
                     [f"the jail's {mounts} mounts, (e)-(a)", round(e - raw, 3)],
                     ["roots and protected entries, timed alone", binds],
                     ["the rest of (d): seccomp, the wall, the options", round(rest, 3)],
-                    ["panday's host-side work around the jail, (b)-(d)", round(host, 3)],
+                    ["panday's host-side work around a bwrap, (f)-(d)", round(host, 3)],
+                    ["(b), the session jail", b],
+                    ["(f), a bwrap per command", f],
                 ],
             }
         ],
