@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from panday_core.policy import SandboxPolicy
     from panday_core.t0.session import T0Session
     from panday_core.types import ExecEvent
-    from panday_tier_linux.binds import Held, Roots
+    from panday_tier_linux.binds import CommandBinds, Held, Roots
     from panday_tier_linux.bridge import Bridge
     from panday_tier_linux.cgroups import SessionCgroup
     from panday_tier_linux.enforcement import Enforcement
@@ -212,45 +212,16 @@ class LinuxSession(JailSession):
         alone = pending is None and tty is None and self.spec.relay is None and not self._running
         jail = self._session_jail() if alone else None
         if jail is not None:
-            from panday_tier_linux.sessionjail import Refused
-
-            try:
-                started = jail.start(
-                    self.spec,
-                    spec.argv,
-                    program=self.program,
-                    binds=binds,
-                    cwd=cwd,
-                    guard=self.guard,
-                    cpu_ms=self.policy.limits.cpu_ms,
-                    env=proxy_env,
-                    stdin=spec.stdin is not None or stdin_pipe,
-                )
-            except CgroupError as exc:
-                raise Internal(f"cannot create the command's cgroup: {exc}") from exc
-            except (Refused, OSError):
-                # Set-up refused (this command gets a bwrap of its own, which binds the
-                # entries it holds whatever lies at their names now), or the zygote is
-                # gone (and so is the session jail, for every later command too).
-                if not jail.alive():
-                    jail.close()
-                    self._jail = None
-                started = None
-                binds = self.roots.command_binds(overlay=None)
+            started, binds = self._in_jail(
+                jail,
+                spec,
+                binds,
+                cwd=cwd,
+                env=proxy_env,
+                stdin=spec.stdin is not None or stdin_pipe,
+            )
             if started is not None:
-                zproc, zsup, prog_w = started
-                try:
-                    why = jail.release(zproc, zsup, prog_w, self.guard)
-                    if why is not None:  # fail closed: the jail does not run unbounded
-                        reason = why.removeprefix("bounds: ")
-                        raise Internal(f"cannot bound the jail's processes: {reason}")
-                except BaseException:
-                    zsup.kill(zproc)
-                    zproc.reap(block=True)
-                    zproc.close()
-                    zsup.close()
-                    raise
-                return zproc, zsup
+                return started
         try:
             proc, sup, filter_w = start(
                 self.spec,
@@ -277,6 +248,55 @@ class LinuxSession(JailSession):
                 sup.close()
                 raise
         return proc, sup
+
+    def _in_jail(
+        self,
+        jail: SessionJail,
+        spec: ExecSpec,
+        binds: CommandBinds,
+        *,
+        cwd: str,
+        env: dict[str, str] | None,
+        stdin: bool,
+    ) -> tuple[tuple[ChildProcess, JailSupervisor] | None, CommandBinds]:
+        """`launch` through the session jail: the command, bounded and let go, or None and
+        the binds for a bwrap of its own (when the zygote refused the command's set-up or
+        cannot take its descriptors, or is gone; then so is the session jail)."""
+        from panday_tier_linux.sessionjail import Refused
+
+        try:
+            started = jail.start(
+                self.spec,
+                spec.argv,
+                program=self.program,
+                binds=binds,
+                cwd=cwd,
+                guard=self.guard,
+                cpu_ms=self.policy.limits.cpu_ms,
+                env=env,
+                stdin=stdin,
+            )
+        except CgroupError as exc:
+            raise Internal(f"cannot create the command's cgroup: {exc}") from exc
+        except (Refused, OSError):
+            # A bwrap of its own binds the entries the session holds whatever lies at their
+            # names now; `start` closed these binds.
+            if not jail.alive():
+                jail.close()
+                self._jail = None
+            return None, self.roots.command_binds(overlay=None)
+        if started is None:
+            return None, binds
+        proc, sup, prog_w = started
+        try:
+            why = jail.release(proc, sup, prog_w, self.guard)
+        except BaseException:
+            _undo(proc, sup)
+            raise
+        if why is not None:  # fail closed: the jail does not run unbounded
+            _undo(proc, sup)
+            raise Internal(f"cannot bound the jail's processes: {why.removeprefix('bounds: ')}")
+        return (proc, sup), binds
 
     def _session_jail(self) -> SessionJail | None:
         """The session jail (its holder and zygote, `sessionjail`), started with the first
@@ -448,6 +468,14 @@ class LinuxSession(JailSession):
         self.guard.remove()
         self._close_files()
         self.roots.close()
+
+
+def _undo(proc: ChildProcess, sup: JailSupervisor) -> None:
+    """A command that is not to run: killed, reaped, its descriptors and bounds released."""
+    sup.kill(proc)
+    proc.reap(block=True)
+    proc.close()
+    sup.close()
 
 
 # ---------------------------------------------------------------------- opening
