@@ -39,7 +39,7 @@ def test_commands_run_in_the_session_jail_with_nothing_of_the_host(tmp_path: Pat
     show = (
         "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; hostname; "
         "grep '^CapEff:' /proc/1/status | sed 's/^/init /'; "
-        "awk '$5 == \"/proc\" { print \"proc\", $6 }' /proc/self/mountinfo | tail -n 1"
+        'awk \'$5 == "/proc" { print "proc", $6 }\' /proc/self/mountinfo | tail -n 1'
     )
     with _open(tmp_path) as session:
         result = session.run(["sh", "-c", show])
