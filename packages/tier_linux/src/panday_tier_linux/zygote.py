@@ -192,39 +192,25 @@ def _same(a: int, b: int) -> bool:
 
 def _bind_onto_self(fd: int, what: str, *, attrs: int) -> None:
     """Bind the file or directory `fd` names onto itself with `attrs` (recursively)."""
-    tree = _check(
-        _libc.syscall(
-            SYS_OPEN_TREE,
-            fd,
-            b"",
-            OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE,
-        ),
-        f"clone {what}",
-    )
+    _bind(fd, fd, what, attrs=attrs, recursive=True)
+
+
+def _bind(source: int, target: int, what: str, *, attrs: int, recursive: bool) -> None:
+    """A copy of the mount at `source` (a descriptor) with `attrs`, mounted on `target`
+    (a descriptor): the new mount API, no path looked up again, no mount table read."""
+    deep = AT_RECURSIVE if recursive else 0
+    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | deep
+    tree = _check(_libc.syscall(SYS_OPEN_TREE, source, b"", flags), f"clone for {what}")
     try:
         attr = _MountAttr(attrs, 0, 0, 0)
+        size = ctypes.sizeof(attr)
+        setattr_flags = AT_EMPTY_PATH | deep
         _check(
-            _libc.syscall(
-                SYS_MOUNT_SETATTR,
-                tree,
-                b"",
-                AT_EMPTY_PATH | AT_RECURSIVE,
-                ctypes.byref(attr),
-                ctypes.sizeof(attr),
-            ),
+            _libc.syscall(SYS_MOUNT_SETATTR, tree, b"", setattr_flags, ctypes.byref(attr), size),
             f"make {what} read-only",
         )
-        _check(
-            _libc.syscall(
-                SYS_MOVE_MOUNT,
-                tree,
-                b"",
-                fd,
-                b"",
-                MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
-            ),
-            f"bind {what}",
-        )
+        move = MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH
+        _check(_libc.syscall(SYS_MOVE_MOUNT, tree, b"", target, b"", move), f"bind {what}")
     finally:
         os.close(tree)
 
@@ -322,39 +308,13 @@ def proc_mounts(masked: list[str]) -> None:
             except FileNotFoundError:
                 continue
             try:
-                tree = _check(
-                    _libc.syscall(
-                        SYS_OPEN_TREE,
-                        null,
-                        b"",
-                        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH,
-                    ),
-                    "clone /dev/null",
+                _bind(
+                    null,
+                    fd,
+                    target,
+                    attrs=MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                    recursive=False,
                 )
-                attr = _MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
-                _check(
-                    _libc.syscall(
-                        SYS_MOUNT_SETATTR,
-                        tree,
-                        b"",
-                        AT_EMPTY_PATH,
-                        ctypes.byref(attr),
-                        ctypes.sizeof(attr),
-                    ),
-                    "make the mask read-only",
-                )
-                _check(
-                    _libc.syscall(
-                        SYS_MOVE_MOUNT,
-                        tree,
-                        b"",
-                        fd,
-                        b"",
-                        MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
-                    ),
-                    f"mask {target}",
-                )
-                os.close(tree)
             finally:
                 os.close(fd)
     finally:
