@@ -4,6 +4,7 @@ get what a bwrap of their own gives them (the escape suite runs through it as we
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import signal
@@ -200,3 +201,48 @@ def test_a_command_whose_caller_dies_before_releasing_it_never_runs(tmp_path: Pa
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         os.close(pidfd)
         caller.communicate(timeout=60)
+
+
+WITHOUT_OPEN_TREE = """
+import ctypes, json, os, platform, struct, sys
+# A kernel without open_tree (Linux < 5.2), as seccomp makes it: ENOSYS for that call.
+assert platform.machine() == "x86_64"
+ld_arch, ld_nr = 0x20, 0x20
+prog = b"".join([
+    struct.pack("HBBI", ld_arch, 0, 0, 4),            # the architecture
+    struct.pack("HBBI", 0x15, 0, 3, 0xC000003E),      # x86-64, else allow
+    struct.pack("HBBI", ld_nr, 0, 0, 0),              # the call's number
+    struct.pack("HBBI", 0x15, 0, 1, 428),             # open_tree
+    struct.pack("HBBI", 0x06, 0, 0, 0x00050000 | 38), # ENOSYS
+    struct.pack("HBBI", 0x06, 0, 0, 0x7FFF0000),      # allow
+])
+libc = ctypes.CDLL(None, use_errno=True)
+class Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+assert libc.prctl(38, 1, 0, 0, 0) == 0
+assert libc.prctl(22, 2, ctypes.byref(Fprog(len(prog) // 8, prog)), 0, 0) == 0
+from panday_core.policy import FsPolicy, SandboxPolicy
+from panday_tier_linux.session import open_session
+with open_session(SandboxPolicy(fs=FsPolicy(workspace=sys.argv[1]))) as session:
+    results = [session.run(["sh", "-c", "echo ran"]).stdout.decode() for _ in range(2)]
+    print(json.dumps({"jail": session._jail is not None, "results": results}))
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the stand-in filter is x86-64's")
+def test_a_kernel_without_the_new_mount_api_gets_a_bwrap_per_command(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PANDAY_T2_SESSION_JAIL"}
+    code = WITHOUT_OPEN_TREE
+    # Control: the same script with the filter's call number never made serves its commands.
+    control = subprocess.run(
+        [sys.executable, "-c", code.replace("428),", "999),"), str(tmp_path)],
+        capture_output=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert control.returncode == 0, control.stderr.decode()
+    assert json.loads(control.stdout) == {"jail": True, "results": ["ran\n", "ran\n"]}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    assert json.loads(done.stdout) == {"jail": False, "results": ["ran\n", "ran\n"]}

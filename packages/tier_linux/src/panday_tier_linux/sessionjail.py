@@ -227,8 +227,15 @@ class SessionJail:
             theirs.close()
             for fd in ns:
                 os.close(fd)
-        if ours.recv(16) != b"R":
-            raise OSError("the zygote did not start")
+        ready = ours.recv(4096)
+        if ready != b"R":
+            ours.close()
+            zygote.close()
+            zygote.reap(block=True)
+            holder.close()  # its stdin: it ends
+            holder.reap(block=True)
+            why = ready[1:].decode(errors="replace") or "it ended"
+            raise OSError(f"the zygote cannot serve here: {why}")
         return cls(holder, zygote, ours, roots)
 
     def start(

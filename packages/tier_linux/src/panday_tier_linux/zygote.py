@@ -40,6 +40,7 @@ joined a pid namespace cannot make one below it):
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
 import gc
 import json
@@ -419,6 +420,28 @@ def _command(request: Request, fds: dict[str, int], received: list[int], exec_w:
     os._exit(1)
 
 
+def _missing_calls() -> str:
+    """The system calls every command needs that this kernel lacks (open_tree and
+    move_mount: Linux 5.2; pidfd_open: 5.3; openat2: 5.6; mount_setattr: 5.12), asked with
+    a descriptor that cannot be one: EBADF says the call is there, ENOSYS that it is not. A
+    kernel without one gets no session jail at all (each command a bwrap of its own), not a
+    refusal at every command."""
+    how = _OpenHow(0, 0, 0)
+    attr = _MountAttr(0, 0, 0, 0)
+    calls: dict[str, tuple[object, ...]] = {
+        "open_tree": (SYS_OPEN_TREE, -1, b"", 0),
+        "move_mount": (SYS_MOVE_MOUNT, -1, b"", -1, b"", 0),
+        "openat2": (SYS_OPENAT2, -1, b"x", ctypes.byref(how), ctypes.sizeof(how)),
+        "mount_setattr": (SYS_MOUNT_SETATTR, -1, b"", 0, ctypes.byref(attr), ctypes.sizeof(attr)),
+        "pidfd_open": (SYS_PIDFD_OPEN, -1, 0),
+    }
+    missing: list[str] = []
+    for name, call in calls.items():
+        if _libc.syscall(*call) < 0 and ctypes.get_errno() == errno.ENOSYS:
+            missing.append(name)
+    return ", ".join(missing)
+
+
 class Zygote:
     """The serving loop: requests on the control socket, exits of the commands."""
 
@@ -564,6 +587,10 @@ def main() -> None:
             # them alone; and it never runs here (what this loop makes is freed by count).
             gc.disable()
             gc.freeze()
+            missing = _missing_calls()
+            if missing:
+                control.send(b"E" + missing.encode())
+                os._exit(1)
             control.send(b"R")  # ready
             zygote.serve()
         finally:
