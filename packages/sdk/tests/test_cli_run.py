@@ -387,6 +387,7 @@ def _ignored_signals(pid: int) -> set[int]:
 
 @pytest.mark.parametrize("path", ["cached", "full"])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.usefixtures("launch")
 def test_a_signal_to_panday_kills_the_jailed_tree_and_leaves_nothing(
     sig: int, path: str, *, procs: Procs, exe: str, finished: Finish, tmp_path: Path
 ) -> None:
@@ -514,3 +515,13 @@ def test_json_output_encoded_in_slices_is_the_whole_encoding(
     pieces: list[bytes] = []
     run._json_string(data, pieces.append)  # pyright: ignore[reportPrivateUsage] - the encoder is what is under test
     assert b"".join(pieces) == _whole(data)
+
+
+@pytest.fixture(params=["session-jail", "bwrap"])
+def launch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways a T2 command starts (as packages/tier_linux/tests/conftest.py's)."""
+    if request.param == "bwrap":
+        monkeypatch.setenv("PANDAY_T2_SESSION_JAIL", "0")
+    else:
+        monkeypatch.delenv("PANDAY_T2_SESSION_JAIL", raising=False)
+    return str(request.param)

@@ -82,6 +82,7 @@ def test_a_jail_whose_workspace_is_the_home_cannot_write_any_shell_start_up_file
 # ---- kills t2-linux - a staged path's pins inside a protected entry re-bound
 
 
+@pytest.mark.usefixtures("launch")
 def test_a_staged_directory_inside_git_leaves_git_hooks_read_only(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     hooks = ws / ".git" / "hooks"

@@ -130,6 +130,7 @@ def test_the_guarantee_row_never_says_none() -> None:
 
 
 @linux
+@pytest.mark.usefixtures("launch")
 def test_without_a_writable_cgroup_the_jail_inherits_the_rlimits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -296,6 +296,15 @@ class ConstrainedNode:
     lacks: `panday.open` in an actor there sees the same filesystem its commands would.
     """
 
+    @staticmethod
+    def _launch(user_namespaces: int | None) -> dict[str, str]:
+        """A node whose user namespaces are limited gives each command a bwrap of its own.
+        Its tests break the node while a pool runs on it (no more user namespaces): a
+        session jail made before the break would go on serving its commands, enforced as
+        before, and the node would not be broken for them (a new session there, an actor's,
+        is what the break refuses, and the judge's jailed probe sees that)."""
+        return {} if user_namespaces is None else {"PANDAY_T2_SESSION_JAIL": "0"}
+
     def __init__(
         self,
         gcs: str,
@@ -327,7 +336,11 @@ class ConstrainedNode:
             start_new_session=True,
             # The node ends with this process (node_main's parent-death signal) if it is
             # killed before it can stop the node: it checks it was not too late to ask.
-            env={**os.environ, "PANDAY_TEST_NODE_PARENT": str(os.getpid())},
+            env={
+                **os.environ,
+                "PANDAY_TEST_NODE_PARENT": str(os.getpid()),
+                **self._launch(user_namespaces),
+            },
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().decode().strip()

@@ -59,6 +59,7 @@ def _cmdlines_holding(needle: bytes) -> list[int]:
     return found
 
 
+@pytest.mark.usefixtures("launch")
 def test_a_policy_secret_never_appears_on_a_host_command_line(esc: Escape) -> None:
     secret = f"s3cret-{os.urandom(6).hex()}"
     # Control: a host process with the secret on its command line is found by the scan.

@@ -101,6 +101,7 @@ def test_writing_next_to_the_workspace_fails(esc: Escape) -> None:
     assert not target.exists()
 
 
+@pytest.mark.usefixtures("launch")
 def test_a_staged_path_is_read_only(esc: Escape) -> None:
     staged = esc.tmp / "staged"
     staged.mkdir()
@@ -293,6 +294,7 @@ ok("rewrote the cached filter")
     assert cached.read_bytes() == before
 
 
+@pytest.mark.usefixtures("launch")
 def test_proc_is_read_only(esc: Escape) -> None:
     # A process may rename itself through /proc/self/comm anywhere: a writable /proc.
     esc.control(esc.outside(_COMM))
@@ -300,6 +302,7 @@ def test_proc_is_read_only(esc: Escape) -> None:
     esc.must_block(esc.inside(_COMM))
 
 
+@pytest.mark.usefixtures("launch")
 def test_host_wide_sysctls_cannot_be_written(esc: Escape) -> None:
     # A root caller's jail is the host's uid 0 without capabilities, and procfs checks a
     # sysctl write against the uid alone: core_pattern would run a program as host root.

@@ -68,6 +68,7 @@ FORK_BOMB = [
 ]
 
 
+@pytest.mark.usefixtures("launch")
 def test_a_fork_bomb_hits_the_pid_ceiling(esc: Escape) -> None:
     control = esc.run(FORK_BOMB)
     if b"all-forked" not in control.stdout or control.breach is not None:
@@ -88,6 +89,7 @@ MEMORY_BOMB = [
 ]
 
 
+@pytest.mark.usefixtures("launch")
 def test_a_memory_bomb_hits_the_memory_ceiling(esc: Escape) -> None:
     control = esc.run(MEMORY_BOMB)
     if b"allocated" not in control.stdout:
@@ -101,6 +103,7 @@ def test_a_memory_bomb_hits_the_memory_ceiling(esc: Escape) -> None:
     esc.held()
 
 
+@pytest.mark.usefixtures("launch")
 def test_a_cpu_burn_hits_the_cpu_ceiling(esc: Escape) -> None:
     burn = (
         "import time\nt = time.process_time()\n"
