@@ -209,6 +209,7 @@ def _without_cgroups(argv: list[str]) -> list[str]:
     return [unshare, "--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh", *argv]
 
 
+@pytest.mark.usefixtures("launch")
 def test_the_jail_dies_with_its_sigkilled_caller_whatever_the_load(tmp_path: Path) -> None:
     """Event-driven, not timed: the jail's processes are found from the caller's process
     tree, the caller is SIGKILLed, and each process's pidfd must become readable (it
