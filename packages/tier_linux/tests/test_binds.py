@@ -162,6 +162,53 @@ def test_a_shared_placeholder_is_removed_by_the_last_command_holding_it(
     assert not (ws / ".git").exists()
 
 
+def test_a_linked_placeholder_is_kept_while_another_command_holds_it(
+    ws: Path, roots: Roots
+) -> None:
+    """A command's file placeholders are hard links of its first one, which alone holds
+    the lock: another command holding one of the names keeps every one of them."""
+    first = roots.command_binds()
+    try:
+        names = [ws / ".mcp.json", ws / ".npmrc", ws / "opencode.json"]
+        inodes = {(p.lstat().st_dev, p.lstat().st_ino) for p in names}
+        assert len(inodes) == 1, "inconclusive: the placeholders are not one inode's links"
+        second = roots.command_binds()
+        try:
+            first.close()
+            assert all(p.exists() for p in names), "removed while another command held them"
+        finally:
+            second.close()
+    finally:
+        first.close()
+    assert not any(p.exists() for p in names)
+
+
+def test_a_link_to_a_replaced_template_is_not_kept(ws: Path) -> None:
+    """The first file placeholder's name replaced (by another jail) before the next is
+    linked to it: the link would give someone else's file a protected name, so it goes."""
+    from panday_tier_linux import binds as module  # noqa: PLC0415 - its private steps
+
+    made = CommandBinds()
+    parent = os.open(ws, os.O_PATH | os.O_DIRECTORY)
+    try:
+        template = module._make_placeholder(parent, "a", "file", made)  # pyright: ignore[reportPrivateUsage]
+        assert template is not None
+        control = module._make_placeholder(parent, "b", "file", made)  # pyright: ignore[reportPrivateUsage]
+        assert control is not None, "inconclusive: no link was made to an intact template"
+        assert os.path.samestat((ws / "a").lstat(), (ws / "b").lstat())
+        (ws / "foreign").write_text("#!/bin/sh\nrun me\n")
+        os.replace(ws / "foreign", ws / "a")
+        assert module._make_placeholder(parent, "c", "file", made) is None  # pyright: ignore[reportPrivateUsage]
+        assert not (ws / "c").exists()
+        assert (ws / "a").read_text() == "#!/bin/sh\nrun me\n"  # theirs, left alone
+        for fd in (*template, *control):
+            if fd >= 0:
+                os.close(fd)
+    finally:
+        os.close(parent)
+        made.close()
+
+
 def test_a_placeholder_written_into_is_kept(ws: Path, roots: Roots) -> None:
     binds = roots.command_binds()
     try:

@@ -35,12 +35,36 @@ def _served(session: LinuxSession) -> int:
     return 0 if jail is None else jail.served
 
 
+def _without_reaper(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command's init waits in the interpreter (as where there is no wall)."""
+    from panday_tier_linux import sessionjail  # noqa: PLC0415 - patched here
+
+    request = sessionjail.SessionJail._request  # pyright: ignore[reportPrivateUsage]
+
+    def without(*args: object, **kwargs: object) -> tuple[dict[str, object], list[int]]:
+        made, sent = request(*args, **kwargs)  # pyright: ignore[reportArgumentType]
+        made.pop("reaper", None)
+        return made, sent
+
+    monkeypatch.setattr(sessionjail.SessionJail, "_request", without)
+
+
 @pytest.mark.usefixtures("zygote")
-def test_commands_run_in_the_session_jail_with_nothing_of_the_host(tmp_path: Path) -> None:
+@pytest.mark.parametrize("init", ["reaper", "interpreter"])
+def test_commands_run_in_the_session_jail_with_nothing_of_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, init: str
+) -> None:
+    """What the kernel says of the command and of its init, pid 1 of its namespace: the
+    wall's reaper once the command runs (nothing of the host's interpreter, not even its
+    path, is left in there), or, where there is no wall, the interpreter."""
+    if init == "interpreter":
+        _without_reaper(monkeypatch)
     show = (
         "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; hostname; "
         "grep '^CapEff:' /proc/1/status | sed 's/^/init /'; "
-        'awk \'$5 == "/proc" { print "proc", $6 }\' /proc/self/mountinfo | tail -n 1'
+        'awk \'$5 == "/proc" { print "proc", $6 }\' /proc/self/mountinfo | tail -n 1; '
+        'awk \'$5 ~ "^/proc/." { print "mask", $5, $6 }\' /proc/self/mountinfo; '
+        "tr '\\0' ' ' < /proc/1/cmdline; echo"
     )
     with _open(tmp_path) as session:
         result = session.run(["sh", "-c", show])
@@ -56,6 +80,15 @@ def test_commands_run_in_the_session_jail_with_nothing_of_the_host(tmp_path: Pat
     # command's own /proc (the topmost mount there) is read-only, as the kernel says.
     assert "init CapEff:\t0000000000000000" in lines
     assert any(line.startswith("proc ro,") for line in lines), lines
+    # Each of the host's kernel files in it is a mask, read-only and no device.
+    masks = [line.split() for line in lines if line.startswith("mask ")]
+    assert masks, "inconclusive: no kernel file of this host is masked"
+    assert all(m[2].startswith("ro,nosuid,nodev") for m in masks), masks
+    pid1 = lines[-2]
+    assert (pid1.startswith("panday-init -r ") and pid1.split()[2].isdigit()) == (
+        init == "reaper"
+    ), pid1
+    assert (sys.executable in pid1) == (init == "interpreter"), pid1
 
 
 @pytest.mark.usefixtures("zygote")

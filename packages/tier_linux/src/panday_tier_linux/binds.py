@@ -149,14 +149,25 @@ class _Placeholder:
 
     __slots__ = ("created", "dev", "ino", "lock_fd", "name", "parent_fd")
 
-    def __init__(self, *, parent_fd: int, name: str, lock_fd: int, created: bool) -> None:
-        st = os.fstat(lock_fd)
+    def __init__(
+        self,
+        *,
+        parent_fd: int,
+        name: str,
+        lock_fd: int,
+        created: bool,
+        ident: tuple[int, int] | None = None,
+    ) -> None:
+        """`lock_fd` is -1 for another name of an inode this command holds already (a hard
+        link to its first placeholder): `ident` is then that inode's (st_dev, st_ino)."""
+        if ident is None:
+            st = os.fstat(lock_fd)
+            ident = (st.st_dev, st.st_ino)
         self.parent_fd = parent_fd
         self.name = name
         self.lock_fd = lock_fd
         self.created = created
-        self.dev = st.st_dev
-        self.ino = st.st_ino
+        self.dev, self.ino = ident
 
     def release(self, names: list[_Placeholder] | None = None) -> None:
         """Remove the placeholder (and `names`: other names of the same inode, whose lock
@@ -189,8 +200,9 @@ class _Placeholder:
 
     def close_descriptors(self) -> None:
         for fd in (self.lock_fd, self.parent_fd):
-            with suppress(OSError):
-                os.close(fd)
+            if fd >= 0:
+                with suppress(OSError):
+                    os.close(fd)
         self.lock_fd = self.parent_fd = -1
 
 
@@ -223,6 +235,9 @@ class CommandBinds:
         self.template: tuple[int, str] | None = None
         """(directory descriptor, name) of this command's first file placeholder: the
         others are hard links to it (`_make_placeholder`)."""
+        self.template_id: tuple[int, int] = (-1, -1)
+        """That placeholder's (st_dev, st_ino), as made and locked: a link is kept only
+        when it leads to this inode."""
         self.hidden: list[str] = []
         """Covered last by an empty read-only tmpfs: panday's state (`host.state_to_hide`)."""
         self.overlay: tuple[str, str, str] | None = None
@@ -275,10 +290,14 @@ class CommandBinds:
             groups.setdefault((placeholder.dev, placeholder.ino), []).append(placeholder)
         # Deepest first (the reverse of the order they were made): a placeholder directory
         # is empty again only once what was made inside it is gone.
-        for first, *others in reversed(groups.values()):
+        for group in reversed(groups.values()):
+            # The one that locked the inode releases it (hard links to it hold no lock).
+            first = next((p for p in group if p.lock_fd >= 0), group[0])
+            others = [p for p in group if p is not first]
             for other in others:
-                with suppress(OSError):
-                    os.close(other.lock_fd)
+                if other.lock_fd >= 0:
+                    with suppress(OSError):
+                        os.close(other.lock_fd)
                 other.lock_fd = -1
             first.release(others)
         self.placeholders = []
@@ -481,7 +500,13 @@ class Roots:
                 continue  # someone made it meanwhile: resolve again
             lock_fd, path_fd = made
             binds.placeholders.append(
-                _Placeholder(parent_fd=parent_fd, name=name, lock_fd=lock_fd, created=True)
+                _Placeholder(
+                    parent_fd=parent_fd,
+                    name=name,
+                    lock_fd=lock_fd,
+                    created=True,
+                    ident=binds.template_id if lock_fd < 0 else None,
+                )
             )
             binds.add("--ro-bind-fd", path_fd, f"{self.workspace.path}/{rel}")
             return
@@ -749,10 +774,12 @@ def _hold_shared(binds: CommandBinds, parent_fd: int, name: str, path_fd: int) -
 
 
 def _link_placeholder(parent_fd: int, name: str, binds: CommandBinds) -> int | None:
-    """A hard link, at `name`, to this command's first file placeholder, opened for its
-    lock; None when there is none yet or linking is not possible (another file system).
-    Why: creating an inode costs ~1.5 ms on an ext4 mounted with ``discard`` (measured
-    here), a link ~0.015 ms, and a command may need twenty placeholders."""
+    """A hard link, at `name`, to this command's first file placeholder: an ``O_PATH``
+    descriptor of it; None when there is none yet or linking is not possible (another
+    file system). Why: creating an inode costs ~1.5 ms on an ext4 mounted with
+    ``discard`` (measured here), a link ~0.015 ms, and a command may need twenty
+    placeholders. The link needs no lock, mark or check of its own: its inode is the
+    first placeholder's, which this command has marked and holds locked already."""
     if binds.template is None:
         return None
     template_dir, template = binds.template
@@ -764,12 +791,16 @@ def _link_placeholder(parent_fd: int, name: str, binds: CommandBinds) -> int | N
         raise
     except OSError:
         return None
-    lock_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
-    st, model = os.fstat(lock_fd), os.stat(template, dir_fd=template_dir, follow_symlinks=False)
-    if (st.st_dev, st.st_ino) != (model.st_dev, model.st_ino):  # replaced meanwhile
-        os.close(lock_fd)
+    path_fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+    st = os.fstat(path_fd)
+    if (st.st_dev, st.st_ino) != binds.template_id:
+        # The template's name was replaced before the link: our new name leads to someone
+        # else's file, at a protected name. It is ours, so it goes again.
+        os.close(path_fd)
+        with suppress(OSError):
+            os.unlink(name, dir_fd=parent_fd)
         raise FileExistsError(name)
-    return lock_fd
+    return path_fd
 
 
 def _make_placeholder(
@@ -777,12 +808,12 @@ def _make_placeholder(
 ) -> tuple[int, int] | None:
     """Create an empty, marked, read-only placeholder; (lock fd, O_PATH fd), or None when
     the name appeared meanwhile. A file is a hard link to the command's first one when it
-    can be (`_link_placeholder`)."""
+    can be (`_link_placeholder`; its lock fd is then -1)."""
     try:
         linked = _link_placeholder(parent_fd, name, binds) if kind != "dir" else None
         if linked is not None:
-            lock_fd = linked
-        elif kind == "dir":
+            return -1, linked
+        if kind == "dir":
             os.mkdir(name, 0o555, dir_fd=parent_fd)
             lock_fd = os.open(
                 name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd
@@ -796,8 +827,6 @@ def _make_placeholder(
             )
     except FileExistsError:
         return None
-    if kind != "dir" and binds.template is None:
-        binds.template = (os.dup(parent_fd), name)
     with suppress(OSError):
         os.setxattr(lock_fd, _MARK, _self_mark())
     fcntl.flock(lock_fd, fcntl.LOCK_SH)
@@ -812,5 +841,8 @@ def _make_placeholder(
         os.close(lock_fd)
         return None
     _OURS.add((st.st_dev, st.st_ino))
+    if kind != "dir" and binds.template is None:
+        binds.template = (os.dup(parent_fd), name)
+        binds.template_id = (st.st_dev, st.st_ino)
     path_fd = os.open(f"/proc/self/fd/{lock_fd}", os.O_PATH | os.O_CLOEXEC)
     return lock_fd, path_fd

@@ -18,6 +18,15 @@
 # "landlock wall: "), one line to stderr, and exits 125; a failed exec writes "E<errno>"
 # instead. Nothing of COMMAND ran then. Why machine code and not a script: wall.py.
 #
+#   wall -r PID
+#
+# The other use of this program: the init of a command in a session jail (zygote.py)
+# execs it once it has spawned the command, its child PID. It waits for its children
+# (whatever the command leaves is re-parented to it, pid 1) until PID ends, then exits
+# with PID's code, or 128 + the signal that ended it. Why: the init is a fork of the
+# zygote's interpreter, and the end of a process that size costs about 0.2 ms more than
+# this one's, on every command.
+#
 # panday_tier_linux/wall.py holds the bytes GNU as and objcopy make of this file;
 # `python tools/wall.py --check` (run by the tests) assembles it again and compares them.
 
@@ -27,6 +36,7 @@
         .set SYS_CLOSE, 3
         .set SYS_FSTAT, 5
         .set SYS_EXECVE, 59
+        .set SYS_WAIT4, 61
         .set SYS_FCNTL, 72
         .set SYS_PRCTL, 157
         .set SYS_EXIT_GROUP, 231
@@ -65,6 +75,8 @@ _start:
         cmp rbx, 2
         jb usage
         mov rdi, [r12 + 8]
+        cmp byte ptr [rdi], 0x2d        # "-r": the reaper
+        je reap
         call number
         mov r13, rax                    # known first: every later failure is reported
         cmp rbx, 6                      # wall REPORT KEEP SELF -- COMMAND
@@ -354,6 +366,42 @@ allow:  sub rsp, 16
 21:     ret
 
 # number(rdi = decimal string): rax; anything else is a usage error
+# wall -r PID: wait for children until PID ends; exit with its code (128 + its signal)
+reap:   cmp word ptr [rdi], 0x722d      # "-r"
+        jne usage
+        cmp byte ptr [rdi + 2], 0
+        jne usage
+        cmp rbx, 3
+        jne usage
+        mov rdi, [r12 + 16]
+        call number
+        mov rbx, rax                    # PID
+        sub rsp, 16
+30:     mov eax, SYS_WAIT4              # wait4(-1, &status, 0, NULL)
+        mov rdi, -1
+        mov rsi, rsp
+        xor edx, edx
+        xor r10d, r10d
+        syscall
+        cmp rax, -4                     # EINTR: again
+        je 30b
+        test rax, rax
+        js 32f                          # no child left, and PID was none of them
+        cmp rax, rbx
+        jne 30b                         # an orphan of the command's: reaped
+        mov eax, dword ptr [rsp]
+        mov edi, eax
+        and edi, 0x7f                   # the signal that ended PID, or 0
+        jz 31f
+        add edi, 128
+        jmp 33f
+31:     shr eax, 8                      # its exit code
+        movzx edi, al
+        jmp 33f
+32:     mov edi, 1
+33:     mov eax, SYS_EXIT_GROUP
+        syscall
+
 number: xor eax, eax
         cmp byte ptr [rdi], 0
         je usage
