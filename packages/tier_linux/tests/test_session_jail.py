@@ -35,30 +35,30 @@ def _served(session: LinuxSession) -> int:
     return 0 if jail is None else jail.served
 
 
-def _without_reaper(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The command's init waits in the interpreter (as where there is no wall)."""
+def _without_wall_init(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command's init a fork of the zygote's interpreter (as where there is no wall)."""
     from panday_tier_linux import sessionjail  # noqa: PLC0415 - patched here
 
     request = sessionjail.SessionJail._request  # pyright: ignore[reportPrivateUsage]
 
     def without(*args: object, **kwargs: object) -> tuple[dict[str, object], list[int]]:
         made, sent = request(*args, **kwargs)  # pyright: ignore[reportArgumentType]
-        made.pop("reaper", None)
+        made.pop("init", None)
         return made, sent
 
     monkeypatch.setattr(sessionjail.SessionJail, "_request", without)
 
 
 @pytest.mark.usefixtures("zygote")
-@pytest.mark.parametrize("init", ["reaper", "interpreter"])
+@pytest.mark.parametrize("init", ["wall", "interpreter"])
 def test_commands_run_in_the_session_jail_with_nothing_of_the_host(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, init: str
 ) -> None:
     """What the kernel says of the command and of its init, pid 1 of its namespace: the
-    wall's reaper once the command runs (nothing of the host's interpreter, not even its
-    path, is left in there), or, where there is no wall, the interpreter."""
+    wall's other use (nothing of the host's interpreter, not even its path, is in there),
+    or, where there is no wall, a fork of the zygote's interpreter."""
     if init == "interpreter":
-        _without_reaper(monkeypatch)
+        _without_wall_init(monkeypatch)
     show = (
         "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; hostname; "
         "grep '^CapEff:' /proc/1/status | sed 's/^/init /'; "
@@ -85,9 +85,7 @@ def test_commands_run_in_the_session_jail_with_nothing_of_the_host(
     assert masks, "inconclusive: no kernel file of this host is masked"
     assert all(m[2].startswith("ro,nosuid,nodev") for m in masks), masks
     pid1 = lines[-2]
-    assert (pid1.startswith("panday-init -r ") and pid1.split()[2].isdigit()) == (
-        init == "reaper"
-    ), pid1
+    assert pid1.startswith("panday-init -i ") == (init == "wall"), pid1
     assert (sys.executable in pid1) == (init == "interpreter"), pid1
 
 

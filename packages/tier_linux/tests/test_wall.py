@@ -167,9 +167,9 @@ def test_the_wall_is_run_from_a_sealed_memfd() -> None:
         os.close(fd)
 
 
-def _reaper(script: str) -> subprocess.CompletedProcess[bytes]:
-    """`script` run by sh, with ``$W`` the wall (its memfd, as a session jail's init has
-    it): the script starts children, then execs ``$W -r PID``, so the wall is their parent."""
+
+def _wall_sh(script: str) -> subprocess.CompletedProcess[bytes]:
+    """`script` run by sh with ``$W`` the wall (its memfd, as the jail has it)."""
     _need_wall()
     fd = wall.memfd()
     try:
@@ -182,25 +182,12 @@ def _reaper(script: str) -> subprocess.CompletedProcess[bytes]:
         os.close(fd)
 
 
-@pytest.mark.parametrize(
-    ("script", "code"),
-    [
-        ('(exit 7) & exec "$W" -r $!', 7),
-        ('sleep 30 & p=$!; kill -9 $p; exec "$W" -r $p', 128 + 9),
-        # An orphan that ends first is reaped on the way; the code is still PID's.
-        ('(sleep 0.3; exit 3) & p=$!; (exit 9) & exec "$W" -r $p', 3),
-    ],
-)
-def test_the_walls_reaper_exits_with_its_commands_code(script: str, code: int) -> None:
-    """``wall -r PID`` (a session jail's init, zygote.py) ends when PID ends, with PID's
-    code, or 128 + the signal that ended it, as the interpreter's loop did."""
-    control = subprocess.run(["/bin/sh", "-c", script.replace('exec "$W" -r', "wait")], check=False)
-    assert control.returncode == code, "inconclusive: the shell's own wait disagrees"
-    assert _reaper(script).returncode == code
-
-
-def test_the_walls_reaper_refuses_what_it_does_not_understand() -> None:
-    for script in ('exec "$W" -r 12x', 'exec "$W" -x 1', 'exec "$W" -r'):
-        done = _reaper(script)
+def test_the_wall_refuses_what_it_does_not_understand() -> None:
+    """Its two uses (the wall; ``-i``, a session jail's init, exercised through the session
+    jail's tests) and nothing else: a usage line, exit 125, nothing run."""
+    control = _wall_sh('exec "$W" 2 0 99 -- /bin/sh -c "exit 7"')
+    assert control.returncode == 7, f"inconclusive: the wall did not run a command: {control}"
+    for script in ('exec "$W" -r 12', 'exec "$W" -x 1', 'exec "$W" -i', 'exec "$W" -i /'):
+        done = _wall_sh(script)
         assert done.returncode == 125, script
-        assert b"landlock wall: usage" in done.stderr
+        assert b"landlock wall: usage" in done.stderr, done.stderr

@@ -355,8 +355,8 @@ class SessionJail:
             "under_tmp": self.under_tmp,
             "fd_map": fd_map,
         }
-        if wall_child is not None:  # the init's end (zygote.py) by the wall's reaper
-            request["reaper"] = wall_child
+        if wall_child is not None:  # the command's init: the wall's other use (zygote.py)
+            request["init"] = wall_child
         return request, sent
 
     def _ask(

@@ -18,29 +18,54 @@
 # "landlock wall: "), one line to stderr, and exits 125; a failed exec writes "E<errno>"
 # instead. Nothing of COMMAND ran then. Why machine code and not a script: wall.py.
 #
-#   wall -r PID
+#   wall -i CWD [MASK...] -- WALL_PATH [WALL_ARG...]
 #
-# The other use of this program: the init of a command in a session jail (zygote.py)
-# execs it once it has spawned the command, its child PID. It waits for its children
-# (whatever the command leaves is re-parented to it, pid 1) until PID ends, then exits
-# with PID's code, or 128 + the signal that ended it. Why: the init is a fork of the
-# zygote's interpreter, and the end of a process that size costs about 0.2 ms more than
-# this one's, on every command.
+# The other use of this program: the init of a command in a session jail (zygote.py),
+# pid 1 of the command's new pid namespace, spawned by the zygote in the command's new
+# mount namespace with every capability of the jail's outer user namespace, and these
+# descriptors: 0-2 the command's stdio, 3 the seccomp program's pipe, 4 the jail's inner
+# user namespace, 5 the setup pipe, 6 and 7 what the command gets there (the report pipe,
+# the wall's memfd). It
+#  1. marks 5 close-on-exec and closes every descriptor above 7;
+#  2. mounts a /proc for its pid namespace, masks each /proc/MASK that exists with a bind
+#     of /dev/null (read-only, nosuid, nodev, noexec), and makes /proc read-only;
+#  3. reads the seccomp program to its end (the session writes it once it has moved us
+#     into the command's cgroup and set its rlimits; an empty one, or none: nothing runs);
+#  4. joins the inner user namespace (no further user namespaces), drops every capability
+#     from the bounding set and every set, sets no_new_privs, changes to CWD and takes
+#     the seccomp program;
+#  5. forks: the child takes a new session and execs WALL_PATH (this program, as the wall,
+#     with the command's environment); the parent closes its copies of 0-2, 6 and 7 and
+#     waits for its children (whatever the command leaves is re-parented to it) until the
+#     command ends, then exits with the command's code, or 128 + the signal that ended it.
+# A failure writes "S<message>" (or "E<errno>" for the exec) to 5 instead of a report
+# pipe, one line to stderr, and exits 125; no program: "F", exit 1. Why machine code and
+# not the zygote's interpreter: a fork of that interpreter copies its page tables, writes
+# about a megabyte of its pages and takes a quarter of a millisecond to end, on every
+# command; this is spawned and ends in microseconds.
 #
 # panday_tier_linux/wall.py holds the bytes GNU as and objcopy make of this file;
 # `python tools/wall.py --check` (run by the tests) assembles it again and compares them.
 
         .intel_syntax noprefix
         .set BASE, 0x400000
+        .set SYS_READ, 0
         .set SYS_WRITE, 1
         .set SYS_CLOSE, 3
         .set SYS_FSTAT, 5
+        .set SYS_CLONE, 56
         .set SYS_EXECVE, 59
         .set SYS_WAIT4, 61
         .set SYS_FCNTL, 72
+        .set SYS_CHDIR, 80
+        .set SYS_SETSID, 112
+        .set SYS_CAPSET, 126
         .set SYS_PRCTL, 157
+        .set SYS_MOUNT, 165
         .set SYS_EXIT_GROUP, 231
         .set SYS_OPENAT, 257
+        .set SYS_SETNS, 308
+        .set SYS_CLOSE_RANGE, 436
         .set SYS_CREATE_RULESET, 444
         .set SYS_ADD_RULE, 445
         .set SYS_RESTRICT_SELF, 446
@@ -48,6 +73,10 @@
         .set DIR_RIGHTS, 0x77b2 # HANDLED without MAKE_CHAR and MAKE_BLOCK
         .set FILE_RIGHTS, 0x4002 # WRITE_FILE and TRUNCATE
         .set SETUP_FAILED, 125
+        .set MS_PROC, 0xe               # MS_NOSUID | MS_NODEV | MS_NOEXEC
+        .set MS_BIND, 0x1000
+        .set MS_RO_AGAIN, 0x102f        # MS_BIND | MS_REMOUNT | MS_RDONLY | MS_PROC
+        .set PROGRAM_MAX, 32768         # BPF_MAXINSNS instructions of 8 bytes
 
         .text
 ehdr:   .byte 0x7f, 0x45, 0x4c, 0x46, 2, 1, 1, 0   # ELF, 64-bit, little-endian, SysV
@@ -75,8 +104,8 @@ _start:
         cmp rbx, 2
         jb usage
         mov rdi, [r12 + 8]
-        cmp byte ptr [rdi], 0x2d        # "-r": the reaper
-        je reap
+        cmp byte ptr [rdi], 0x2d        # "-i": a session jail's init
+        je init
         call number
         mov r13, rax                    # known first: every later failure is reported
         cmp rbx, 6                      # wall REPORT KEEP SELF -- COMMAND
@@ -365,17 +394,217 @@ allow:  sub rsp, 16
         xor eax, eax
 21:     ret
 
-# number(rdi = decimal string): rax; anything else is a usage error
-# wall -r PID: wait for children until PID ends; exit with its code (128 + its signal)
-reap:   cmp word ptr [rdi], 0x722d      # "-r"
+# wall -i CWD [MASK...] -- WALL_PATH [WALL_ARG...]: a session jail's init (see the top)
+init:   cmp word ptr [rdi], 0x692d      # "-i"
         jne usage
         cmp byte ptr [rdi + 2], 0
         jne usage
-        cmp rbx, 3
-        jne usage
-        mov rdi, [r12 + 16]
-        call number
-        mov rbx, rax                    # PID
+        cmp rbx, 5                      # wall -i CWD -- WALL_PATH
+        jb usage
+        mov r13, 5                      # failures are said on the setup pipe
+        mov eax, SYS_FCNTL              # fcntl(5, F_SETFD, FD_CLOEXEC)
+        mov edi, 5
+        mov esi, 2
+        mov edx, 1
+        syscall
+        test rax, rax
+        js report_fd_bad
+        mov eax, SYS_CLOSE_RANGE        # close_range(8, ~0, 0)
+        mov edi, 8
+        mov esi, -1
+        xor edx, edx
+        syscall
+        test rax, rax
+        js fds_failed
+        mov r15, [r12 + 16]             # CWD
+        lea rdi, [rip + s_proc]         # mount("proc", "/proc", "proc", MS_PROC, NULL)
+        lea rsi, [rip + s_proc_dir]
+        mov rdx, rdi
+        mov r10d, MS_PROC
+        xor r8d, r8d
+        mov eax, SYS_MOUNT
+        syscall
+        test rax, rax
+        js proc_failed
+        add r12, 24                     # the first MASK
+masks:  mov rsi, [r12]
+        test rsi, rsi
+        jz usage                        # no "--"
+        cmp word ptr [rsi], 0x2d2d
+        jne 40f
+        cmp byte ptr [rsi + 2], 0
+        je masked
+40:     sub rsp, 272                    # "/proc/" MASK
+        mov rdi, rsp
+        mov dword ptr [rdi], 0x6f72702f # "/pro"
+        mov word ptr [rdi + 4], 0x2f63  # "c/"
+        add rdi, 6
+        lea rdx, [rsp + 270]
+41:     mov al, [rsi]
+        mov [rdi], al
+        test al, al
+        jz 42f
+        cmp rdi, rdx
+        jae usage                       # too long to be a file of /proc
+        inc rdi
+        inc rsi
+        jmp 41b
+42:     lea rdi, [rip + s_null]         # mount("/dev/null", path, NULL, MS_BIND, NULL)
+        mov rsi, rsp
+        xor edx, edx
+        mov r10d, MS_BIND
+        xor r8d, r8d
+        mov eax, SYS_MOUNT
+        syscall
+        cmp rax, -2                     # ENOENT: this kernel has no such file
+        je 43f
+        test rax, rax
+        js mask_failed
+        xor edi, edi                    # its flags: read-only, no device, nothing to run
+        mov rsi, rsp
+        xor edx, edx
+        mov r10d, MS_RO_AGAIN
+        xor r8d, r8d
+        mov eax, SYS_MOUNT
+        syscall
+        test rax, rax
+        js mask_failed
+43:     add rsp, 272
+        add r12, 8
+        jmp masks
+masked: add r12, 8                      # WALL_PATH, then its arguments
+        cmp qword ptr [r12], 0
+        je usage
+        xor edi, edi                    # /proc read-only
+        lea rsi, [rip + s_proc_dir]
+        xor edx, edx
+        mov r10d, MS_RO_AGAIN
+        xor r8d, r8d
+        mov eax, SYS_MOUNT
+        syscall
+        test rax, rax
+        js proc_failed
+
+        sub rsp, PROGRAM_MAX + 16       # the seccomp program, read to its end
+        mov rbx, rsp
+        xor r9d, r9d
+44:     mov edx, PROGRAM_MAX + 8
+        sub rdx, r9
+        jz no_program                   # longer than any program
+        mov eax, SYS_READ
+        mov edi, 3
+        lea rsi, [rbx + r9]
+        syscall
+        cmp rax, -4                     # EINTR: again
+        je 44b
+        test rax, rax
+        js no_program
+        jz 45f
+        add r9, rax
+        jmp 44b
+45:     test r9, r9                     # none (the session died or refused): nothing runs
+        jz no_program
+        test r9, 7
+        jnz no_program
+        cmp r9, PROGRAM_MAX
+        ja no_program
+
+        mov eax, SYS_SETNS              # setns(4, CLONE_NEWUSER): the inner user namespace
+        mov edi, 4
+        mov esi, 0x10000000
+        syscall
+        test rax, rax
+        js userns_failed
+        xor esi, esi                    # the bounding set: every capability (EINVAL past
+46:     mov eax, SYS_PRCTL              # the kernel's last one)
+        mov edi, 24                     # PR_CAPBSET_DROP
+        xor edx, edx
+        xor r10d, r10d
+        xor r8d, r8d
+        push rsi
+        syscall
+        pop rsi
+        inc esi
+        cmp esi, 64
+        jb 46b
+        sub rsp, 32                     # capset: version 3, this process, every set empty
+        mov dword ptr [rsp], 0x20080522
+        mov dword ptr [rsp + 4], 0
+        mov qword ptr [rsp + 8], 0
+        mov qword ptr [rsp + 16], 0
+        mov qword ptr [rsp + 24], 0
+        mov eax, SYS_CAPSET
+        mov rdi, rsp
+        lea rsi, [rsp + 8]
+        syscall
+        add rsp, 32
+        test rax, rax
+        js caps_failed
+        mov eax, SYS_PRCTL              # PR_SET_NO_NEW_PRIVS
+        mov edi, 38
+        mov esi, 1
+        xor edx, edx
+        xor r10d, r10d
+        xor r8d, r8d
+        syscall
+        test rax, rax
+        js nnp_failed
+        mov edi, 3
+        mov eax, SYS_CLOSE
+        syscall
+        mov edi, 4
+        mov eax, SYS_CLOSE
+        syscall
+        mov eax, SYS_CHDIR
+        mov rdi, r15
+        syscall
+        test rax, rax
+        js cwd_failed
+        sub rsp, 16                     # struct sock_fprog
+        mov rax, r9
+        shr rax, 3
+        mov word ptr [rsp], ax
+        mov [rsp + 8], rbx
+        mov eax, SYS_PRCTL              # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        mov edi, 22
+        mov esi, 2
+        mov rdx, rsp
+        xor r10d, r10d
+        xor r8d, r8d
+        syscall
+        add rsp, 16
+        test rax, rax
+        js seccomp_failed
+
+        mov eax, SYS_CLONE              # a child, as fork(2): clone(SIGCHLD)
+        mov edi, 17
+        xor esi, esi
+        xor edx, edx
+        xor r10d, r10d
+        xor r8d, r8d
+        syscall
+        test rax, rax
+        js fork_failed
+        jnz 47f
+        mov eax, SYS_SETSID             # the child: a session of its own, then the wall
+        syscall
+        mov rdi, [r12]
+        mov rsi, r12
+        mov rdx, r14
+        mov eax, SYS_EXECVE
+        syscall
+        neg rax
+        jmp exec_failed
+47:     mov rbx, rax                    # the command
+        xor edi, edi                    # our copies of its descriptors: its pipes end
+48:     mov eax, SYS_CLOSE              # with it
+        push rdi
+        syscall
+        pop rdi
+        inc edi
+        cmp edi, 8
+        jb 48b
+        mov r13, -1
         sub rsp, 16
 30:     mov eax, SYS_WAIT4              # wait4(-1, &status, 0, NULL)
         mov rdi, -1
@@ -386,12 +615,12 @@ reap:   cmp word ptr [rdi], 0x722d      # "-r"
         cmp rax, -4                     # EINTR: again
         je 30b
         test rax, rax
-        js 32f                          # no child left, and PID was none of them
+        js 32f                          # no child left: cannot be, the command is one
         cmp rax, rbx
         jne 30b                         # an orphan of the command's: reaped
         mov eax, dword ptr [rsp]
         mov edi, eax
-        and edi, 0x7f                   # the signal that ended PID, or 0
+        and edi, 0x7f                   # the signal that ended it, or 0
         jz 31f
         add edi, 128
         jmp 33f
@@ -402,6 +631,18 @@ reap:   cmp word ptr [rdi], 0x722d      # "-r"
 33:     mov eax, SYS_EXIT_GROUP
         syscall
 
+no_program:                             # "F": nothing was to run (no message)
+        mov byte ptr [rsp], 0x46
+        mov edi, 5
+        mov rsi, rsp
+        mov edx, 1
+        mov eax, SYS_WRITE
+        syscall
+        mov edi, 1
+        mov eax, SYS_EXIT_GROUP
+        syscall
+
+# number(rdi = decimal string): rax; anything else is a usage error
 number: xor eax, eax
         cmp byte ptr [rdi], 0
         je usage
@@ -452,6 +693,30 @@ nnp_failed:     lea rsi, [rip + m_nnp]
 restrict_failed:
                 lea rsi, [rip + m_restrict]
                 mov edx, m_restrict_end - m_restrict
+                jmp with_errno
+fds_failed:     lea rsi, [rip + m_fds]
+                mov edx, m_fds_end - m_fds
+                jmp with_errno
+proc_failed:    lea rsi, [rip + m_proc]
+                mov edx, m_proc_end - m_proc
+                jmp with_errno
+mask_failed:    lea rsi, [rip + m_mask]
+                mov edx, m_mask_end - m_mask
+                jmp with_errno
+userns_failed:  lea rsi, [rip + m_userns]
+                mov edx, m_userns_end - m_userns
+                jmp with_errno
+caps_failed:    lea rsi, [rip + m_caps]
+                mov edx, m_caps_end - m_caps
+                jmp with_errno
+cwd_failed:     lea rsi, [rip + m_cwd]
+                mov edx, m_cwd_end - m_cwd
+                jmp with_errno
+seccomp_failed: lea rsi, [rip + m_seccomp]
+                mov edx, m_seccomp_end - m_seccomp
+                jmp with_errno
+fork_failed:    lea rsi, [rip + m_fork]
+                mov edx, m_fork_end - m_fork
 with_errno:     mov r8, rax
                 neg r8
 setup_failed:   mov bl, 0x53            # 'S'
@@ -563,4 +828,23 @@ m_restrict:     .ascii "landlock wall: landlock_restrict_self failed"
 m_restrict_end:
 m_exec:         .ascii "landlock wall: the command cannot be executed"
 m_exec_end:
+m_fds:          .ascii "landlock wall: init: close_range failed"
+m_fds_end:
+m_proc:         .ascii "landlock wall: init: /proc cannot be mounted"
+m_proc_end:
+m_mask:         .ascii "landlock wall: init: a file of /proc cannot be masked"
+m_mask_end:
+m_userns:       .ascii "landlock wall: init: the jail's user namespace cannot be joined"
+m_userns_end:
+m_caps:         .ascii "landlock wall: init: capset failed"
+m_caps_end:
+m_cwd:          .ascii "landlock wall: init: the working directory cannot be entered"
+m_cwd_end:
+m_seccomp:      .ascii "landlock wall: init: the seccomp program was refused"
+m_seccomp_end:
+m_fork:         .ascii "landlock wall: init: the command's process cannot be made"
+m_fork_end:
+s_proc:         .asciz "proc"
+s_proc_dir:     .asciz "/proc"
+s_null:         .asciz "/dev/null"
 end:
