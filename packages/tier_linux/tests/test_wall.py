@@ -167,7 +167,6 @@ def test_the_wall_is_run_from_a_sealed_memfd() -> None:
         os.close(fd)
 
 
-
 def _wall_sh(script: str) -> subprocess.CompletedProcess[bytes]:
     """`script` run by sh with ``$W`` the wall (its memfd, as the jail has it)."""
     _need_wall()
@@ -176,7 +175,12 @@ def _wall_sh(script: str) -> subprocess.CompletedProcess[bytes]:
         os.set_inheritable(fd, True)  # noqa: FBT003 - os's own signature
         env = {"W": f"/proc/self/fd/{fd}", "PATH": "/usr/bin:/bin"}
         return subprocess.run(
-            ["/bin/sh", "-c", script], pass_fds=[fd], env=env, capture_output=True, timeout=30
+            ["/bin/sh", "-c", script],
+            pass_fds=[fd],
+            env=env,
+            capture_output=True,
+            timeout=30,
+            check=False,
         )
     finally:
         os.close(fd)
