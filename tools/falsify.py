@@ -157,6 +157,17 @@ def apply(mutation: Mutation, root: Path) -> str | None:
     if count != 1:
         return f"snippet occurs {count} times in {mutation.file} (must be exactly once)"
     path.write_text(text.replace(mutation.find, mutation.replace), encoding="utf-8")
+    if path.suffix == ".S":
+        # Machine code (the Landlock wall): the package runs the bytes wall.py holds, so
+        # the mutant is assembled into them by the copy's own tools/wall.py.
+        done = subprocess.run(
+            [sys.executable, str(root / "tools/wall.py"), "--write"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            return f"the mutant does not assemble: {done.stderr.strip()[-300:]}"
     return None
 
 

@@ -61,6 +61,31 @@ def test_a_moved_snippet_is_stale_not_skipped(tmp_path: Path) -> None:
     assert outcome.status == "stale"
 
 
+ROOT = Path(__file__).resolve().parents[2]
+WALL = "packages/tier_linux/src/panday_tier_linux/wall"
+
+
+def test_a_mutant_of_the_walls_machine_code_is_assembled_into_its_bytes(tmp_path: Path) -> None:
+    """The package runs the bytes wall.py holds, not the source: a mutant of the source
+    that left them alone would survive every test without being tested."""
+    for rel in ("tools/wall.py", f"{WALL}_x86_64.S", f"{WALL}.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes((ROOT / rel).read_bytes())
+    before = (tmp_path / f"{WALL}.py").read_text()
+    mutant = falsify.Mutation(
+        name="a message changed",
+        file=f"{WALL}_x86_64.S",
+        find='"landlock wall: init: capset failed"',
+        replace='"landlock wall: init: capset FAILED"',
+        tests=("unused",),
+    )
+    problem = falsify.apply(mutant, tmp_path)
+    assert problem is None, problem
+    after = (tmp_path / f"{WALL}.py").read_text()
+    assert after != before
+    assert b"capset FAILED".hex() in after.replace('"\n    "', "")
+
+
 SLOW_TEST = """import time
 from guard import allowed
 

@@ -19,9 +19,16 @@ command. Its bytes are below, made from the source by ``tools/wall.py``, which a
 to assemble the source again and compare; each command gets them in a sealed memfd that
 bwrap runs as ``/proc/self/fd/N``: no file on any disk, nothing a jail could rewrite.
 
+The same program has a second use, ``wall -i``: the init of a command in a library
+session's jail (zygote.py spawns it from the same memfd), which mounts the command's
+/proc, waits for the seccomp program, drops what the command must not hold and reaps
+what it leaves; machine code there spares every command a fork of the zygote's
+interpreter (docs/tiers/linux.md, "How a command starts").
+
 Only x86-64 has the program so far; elsewhere, and where the kernel's Landlock is older
 than ABI 3 (below it truncate(2) is not ruled) or memfds may not be executed, T2 runs
-without the wall and `unavailable_reason` says why (``panday doctor`` shows it).
+without the wall and `unavailable_reason` says why (``panday doctor`` shows it); a
+session jail's init is then a fork of the zygote's interpreter.
 """
 
 from __future__ import annotations

@@ -23,8 +23,10 @@ joined a pid namespace cannot make one below it):
    protected entry onto itself, found beneath the workspace without following a link and
    only when it is the inode the session holds (`st_dev`, `st_ino`; else the command is
    refused and gets a bwrap of its own), covers panday's state and mounts the command's
-   /tmp; then it forks the command's init, sends the session the init's pidfd and goes
-   back to the session's namespaces (or dies);
+   /tmp; then it starts the command's init (`spawn_init`: the wall's other use, machine
+   code spawned from its memfd; a fork of this interpreter, `_command`, where there is no
+   wall), sends the session the init's pidfd and goes back to the session's namespaces
+   (or dies);
 2. the init is pid 1 of the command's pid namespace: it mounts a /proc for it (the host's
    kernel files masked, read-only), waits for the seccomp program as bwrap does (the
    session bounds it first: cgroup, rlimits), joins the holder's inner user namespace (no
@@ -110,6 +112,7 @@ MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 0x1, 0x2, 0x4
 RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_BENEATH = 0x02, 0x04, 0x08
 
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 24, 38, 22
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_SYS_ADMIN = 47, 2, 21
 SECCOMP_MODE_FILTER = 2
 CAP_LAST_CAP_MAX = 63
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
@@ -156,6 +159,23 @@ def _warm() -> None:
     buf = ctypes.create_string_buffer(b"\0" * 8, 8)
     _Fprog(1, ctypes.cast(buf, ctypes.c_void_p))
     ctypes.byref(_CapPair())
+
+
+def keep_admin_across_exec() -> bool:
+    """CAP_SYS_ADMIN (of the jail's outer user namespace) made ambient, so the init this
+    process spawns (`spawn_init`) keeps it across its exec: a process that is not root in
+    that namespace loses every capability at an exec otherwise, and the init must mount
+    the command's /proc (it joins the inner user namespace, which clears the ambient set,
+    and drops everything before the command exists). False when the kernel says no: the
+    init is then a fork of this interpreter."""
+    header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
+    data = _CapPair()
+    if _libc.capget(ctypes.byref(header), data) < 0:
+        return False
+    data[0].inheritable |= 1 << CAP_SYS_ADMIN
+    if _libc.capset(ctypes.byref(header), data) < 0:
+        return False
+    return _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_SYS_ADMIN, 0, 0) == 0
 
 
 class SetupError(Exception):
@@ -488,9 +508,13 @@ def _missing_calls() -> str:
 class Zygote:
     """The serving loop: requests on the control socket, exits of the commands."""
 
-    def __init__(self, control: socket.socket, inner: int, session: dict[str, int]) -> None:
+    def __init__(
+        self, control: socket.socket, inner: int, session: dict[str, int], *, spawn: bool
+    ) -> None:
         self.control = control
         self.inner = inner
+        self.spawn = spawn
+        """Whether the wall's init can be spawned (`keep_admin_across_exec`)."""
         self.session = session  # our own mnt, pid and ipc namespaces, to return to
         self.running: dict[int, tuple[int, int, int]] = {}  # pidfd -> (pid, status, exec_r)
 
@@ -505,7 +529,7 @@ class Zygote:
             os._exit(1)
 
     def start(self, request: Request, received: list[int]) -> None:
-        """Set one command up and fork its init; the session gets the init's pidfd, or
+        """Set one command up and start its init; the session gets the init's pidfd, or
         ``E`` and why (nothing of the command ran)."""
         fds: dict[str, int] = dict(zip(FD_NAMES, received[: len(FD_NAMES)], strict=True))
         fds["inner"] = self.inner
@@ -518,7 +542,7 @@ class Zygote:
             exec_r, exec_w = os.pipe2(os.O_CLOEXEC)
             try:
                 command_mounts(request, fds["workspace"], entries)
-                wall = request.get("init")
+                wall = request.get("init") if self.spawn else None
                 if wall is not None:
                     pid = spawn_init(request, fds, received, exec_w, wall)
                 else:
@@ -628,7 +652,7 @@ def main() -> None:
     if server == 0:
         try:
             _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "die with the zygote")
-            zygote = Zygote(control, inner, keep)
+            zygote = Zygote(control, inner, keep, spawn=keep_admin_across_exec())
             # Each command is a fork of this process: objects the collector would walk
             # (and so write to) in the child are copied page by page. Frozen, it leaves
             # them alone; and it never runs here (what this loop makes is freed by count).
