@@ -63,7 +63,9 @@ def test_commands_run_in_the_session_jail_with_nothing_of_the_host(
         "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status; "
         "hostname; grep -E '^Cap(Inh|Prm|Eff|Amb):' /proc/1/status | sed 's/^/init /'; "
         'awk \'$5 == "/proc" { print "proc", $6 }\' /proc/self/mountinfo | tail -n 1; '
-        'awk \'$5 ~ "^/proc/." { print "mask", $5, $6 }\' /proc/self/mountinfo; '
+        # the masks: mounts on the command's own /proc (not the holder's, beneath it)
+        'awk \'NR == FNR { if ($5 == "/proc") id = $1; next } $5 ~ "^/proc/." && $2 == id '
+        '{ print "mask", $5, $6 }\' /proc/self/mountinfo /proc/self/mountinfo; '
         "tr '\\0' ' ' < /proc/1/cmdline; echo"
     )
     with _open(tmp_path) as session:
