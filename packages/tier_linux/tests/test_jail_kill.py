@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from contextlib import suppress
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import pytest
 
@@ -28,9 +28,6 @@ from panday_tier_linux import cgroups
 from panday_tier_linux.host import Bwrap, find_bwrap
 from panday_tier_linux.jail import JailSupervisor, Status
 from panday_tier_linux.session import open_session
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="T2 Linux runs on Linux only"
@@ -128,6 +125,8 @@ def test_a_jail_killed_during_its_setup_leaves_no_process(
         return -1
 
     monkeypatch.setattr(cgroups, "open_session", refuse)
+    # A bwrap per command (the session jail's holder, held the same way, is the next test's).
+    monkeypatch.setenv("PANDAY_T2_SESSION_JAIL", "0")
     if layer == "process group":
         monkeypatch.setattr(JailSupervisor, "_first_process", unreported)
     else:
@@ -161,6 +160,57 @@ def test_a_jail_killed_during_its_setup_leaves_no_process(
         assert gone, "the jail's pid 1 outlived the session that killed its bwrap"
     finally:
         for fd in pidfds:  # kill only what this test started, by its own descriptor
+            with suppress(ProcessLookupError):
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            os.close(fd)
+
+
+def test_a_session_jail_held_in_its_setup_leaves_no_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session jail's holder never says it is ready (held where bwrap has reported its
+    jail's pid 1 and not let it go): the session gives up on it, and that pid 1, which
+    has left bwrap's group and is not yet tied to bwrap's life, goes too."""
+    from panday_tier_linux import sessionjail  # noqa: PLC0415 - patched below
+
+    monkeypatch.delenv("PANDAY_T2_SESSION_JAIL", raising=False)
+    monkeypatch.setattr(sessionjail, "READY_TIMEOUT_S", 2.0)
+    seen: list[int] = []
+    ready = sessionjail._ready  # pyright: ignore[reportPrivateUsage]
+
+    def watched(holder: ChildProcess, info_r: int) -> int:
+        children = Path(f"/proc/{holder.pid}/task/{holder.pid}/children")
+        deadline = time.monotonic() + 30
+        while not seen and time.monotonic() < deadline:
+            # The jail's pid 1 is bwrap's clone (the wrapper's backstop is a child too).
+            for kid in children.read_text(encoding="ascii").split():
+                with suppress(OSError):
+                    if Path(f"/proc/{kid}/comm").read_text(encoding="ascii") == "bwrap\n":
+                        seen.append(os.pidfd_open(int(kid)))
+                        break
+            time.sleep(0.02)
+        return ready(holder, info_r)
+
+    monkeypatch.setattr(sessionjail, "_ready", watched)
+    # As if pid 1 had left bwrap's group already: only its pidfd reaches it then.
+    monkeypatch.setattr(ChildProcess, "signal_group", leader_only)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    bwrap, _info = held_bwrap(tmp_path)
+    try:
+        with (
+            open_session(SandboxPolicy(fs=FsPolicy(workspace=str(ws)))) as session,
+            pytest.raises(OSError, match="did not start"),
+        ):
+            sessionjail.SessionJail.open(
+                session.spec, session.roots, bwrap=bwrap.path, program=session.program
+            )
+        assert seen, "inconclusive: the held holder never made its jail's pid 1"
+        poller = select.poll()
+        poller.register(seen[0], select.POLLIN)
+        assert poller.poll(10_000), "the held holder's pid 1 outlived the session's give-up"
+    finally:
+        for fd in seen:  # kill only what this test started, by its own descriptor
             with suppress(ProcessLookupError):
                 signal.pidfd_send_signal(fd, signal.SIGKILL)
             os.close(fd)

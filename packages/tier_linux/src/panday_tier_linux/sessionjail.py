@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from panday_core.process import ChildProcess, data_fd, spawn
 from panday_tier_linux.argv import build_options, jail_command, jail_env
 from panday_tier_linux.binds import CommandBinds
-from panday_tier_linux.jail import CgroupError, JailSupervisor, Status, await_tmpfs
+from panday_tier_linux.jail import CgroupError, JailSupervisor, Status, await_tmpfs, parent_of
 from panday_tier_linux.zygote import FD_NAMES, MAX_FDS
 
 if TYPE_CHECKING:
@@ -138,6 +138,34 @@ def _ready(holder: ChildProcess, info_r: int) -> int:
     return int(json.loads(info[: info.index(b"}") + 1])["child-pid"])
 
 
+def _first_process(holder: ChildProcess, info_r: int) -> int:
+    """A pidfd of the holder's jail's pid 1 (-1 when bwrap has not reported it or it is
+    gone), checked to be the holder's child while the holder lives."""
+    os.set_blocking(info_r, False)
+    try:
+        info = os.read(info_r, 4096)
+    except OSError:
+        return -1
+    at = info.find(b'"child-pid":')
+    if at < 0:
+        return -1
+    digits = info[at + len(b'"child-pid":') :].lstrip()
+    end = 0
+    while end < len(digits) and digits[end : end + 1].isdigit():
+        end += 1
+    if not end:
+        return -1
+    pid = int(digits[:end])
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return -1
+    if parent_of(pid) != holder.pid:
+        os.close(pidfd)
+        return -1
+    return pidfd
+
+
 def _close_sent(sent: list[int], binds: CommandBinds) -> None:
     """Our copies of what a request carried, except the binds' own (theirs to close)."""
     held = set(binds.fds)
@@ -208,8 +236,15 @@ class SessionJail:
             child = _ready(holder, info_r)
             ns = [os.open(f"/proc/{child}/ns/{n}", os.O_RDONLY | os.O_CLOEXEC) for n in NAMESPACES]
         except BaseException:
+            first = _first_process(holder, info_r)
             holder.close()
             holder.signal_group(_signal.SIGKILL)
+            if first >= 0:
+                # Its jail's pid 1, held in its set-up: bwrap ties it to its own life only
+                # once it is let go, and it left bwrap's group already (as `jail.start`'s).
+                with suppress(ProcessLookupError):
+                    _signal.pidfd_send_signal(first, _signal.SIGKILL)
+                os.close(first)
             holder.reap(block=True)
             raise
         finally:

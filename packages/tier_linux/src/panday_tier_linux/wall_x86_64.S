@@ -148,16 +148,11 @@ _start:
         mov r15, rax
 
         add r12, 32                     # the first PATH
-paths:  mov rdi, [r12]
-        test rdi, rdi
+paths:  mov rsi, [r12]
+        test rsi, rsi
         jz usage                        # no "--"
-        cmp byte ptr [rdi], 0x2d
-        jne 2f
-        cmp byte ptr [rdi + 1], 0x2d
-        jne 2f
-        cmp byte ptr [rdi + 2], 0
+        call dashes
         je stdio
-2:      mov rsi, rdi
         call hold                       # rax = fd or -errno, ecx = st_mode
         test rax, rax
         js path_failed
@@ -210,13 +205,7 @@ stdio:  xor r8d, r8d
         cmp r8d, 3
         jb 3b
 
-        mov eax, SYS_PRCTL              # PR_SET_NO_NEW_PRIVS
-        mov edi, 38
-        mov esi, 1
-        xor edx, edx
-        xor r10d, r10d
-        xor r8d, r8d
-        syscall
+        call nnp
         test rax, rax
         js nnp_failed
         mov eax, SYS_RESTRICT_SELF
@@ -347,6 +336,22 @@ try:    mov rsi, r12
         syscall
 19:     ret
 
+# dashes(rsi = string): ZF set when it is "--"
+dashes: cmp word ptr [rsi], 0x2d2d
+        jne 1f
+        cmp byte ptr [rsi + 2], 0
+1:      ret
+
+# nnp(): prctl(PR_SET_NO_NEW_PRIVS, 1); rax = 0 or -errno
+nnp:    mov eax, SYS_PRCTL
+        mov edi, 38
+        mov esi, 1
+        xor edx, edx
+        xor r10d, r10d
+        xor r8d, r8d
+        syscall
+        ret
+
 # hold(rsi = path): rax = an O_PATH descriptor (or -errno), ecx = its st_mode
 hold:   mov edi, -100                   # AT_FDCWD
         mov edx, 0x280000               # O_PATH | O_CLOEXEC
@@ -430,11 +435,9 @@ init:   cmp word ptr [rdi], 0x692d      # "-i"
 masks:  mov rsi, [r12]
         test rsi, rsi
         jz usage                        # no "--"
-        cmp word ptr [rsi], 0x2d2d
-        jne 40f
-        cmp byte ptr [rsi + 2], 0
+        call dashes
         je masked
-40:     sub rsp, 272                    # "/proc/" MASK
+        sub rsp, 272                    # "/proc/" MASK
         mov rdi, rsp
         mov dword ptr [rdi], 0x6f72702f # "/pro"
         mov word ptr [rdi + 4], 0x2f63  # "c/"
@@ -540,13 +543,7 @@ masked: add r12, 8                      # WALL_PATH, then its arguments
         add rsp, 32
         test rax, rax
         js caps_failed
-        mov eax, SYS_PRCTL              # PR_SET_NO_NEW_PRIVS
-        mov edi, 38
-        mov esi, 1
-        xor edx, edx
-        xor r10d, r10d
-        xor r8d, r8d
-        syscall
+        call nnp
         test rax, rax
         js nnp_failed
         mov edi, 3
