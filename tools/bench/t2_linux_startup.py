@@ -36,7 +36,7 @@ DESCRIPTION = """\
 - (a) raw bubblewrap: `bwrap --unshare-all --die-with-parent --ro-bind / / /bin/true` (the
   bwrap the session uses; the root bound read-only so /bin/true exists);
 - (b) `exec` in an open T2 session with the default policy: the session jail (its holder
-  bwrap and zygote made at the first command; each command forked into new mount, pid and
+  bwrap and zygote made at the first command; each command started in new mount, pid and
   ipc namespaces of it, docs/tiers/linux.md): every namespace, no further user namespaces,
   no capability, the seccomp filter, the Landlock wall, the allowlisted read-only root, the
   protected entries, the command's cgroup; the synchronous path of the library;
@@ -255,11 +255,14 @@ def _where(
     notes = [
         (
             f"(b) took {b:.2f} ms and raw bubblewrap (a) {raw:.2f} ms ({b / raw:.2f}x). The "
-            "session built its jail once, at its first command (the holder), and forked "
-            "each command into it: per command, the protected entries' listing and "
-            "placeholders, the command's cgroup, the server's fork, the command's mount, "
-            "pid and ipc namespaces, its /proc, /tmp and protected binds, and its init's "
-            f"spawn. The same command with a bwrap of its own, (f), took {f:.2f} ms "
+            "session built its jail once, at its first command (the holder), and started "
+            "each command in it: per command, the protected entries' listing and "
+            "placeholders, the command's cgroup, the command's mount, pid and ipc "
+            "namespaces, its /tmp and protected binds, and its init (the wall's machine "
+            "code, `wall -i`, spawned from its memfd: /proc and its masks, the seccomp "
+            "program, no capability, then the command and its reaping): no copy of an "
+            "interpreter is made per command. "
+            f"The same command with a bwrap of its own, (f), took {f:.2f} ms "
             f"({f / raw:.2f}x): bwrap alone with its options, (d), {d:.2f} ms, is "
             f"{d - raw:.2f} ms more than (a), and panday's host-side work around it "
             f"adds {host:.2f} ms."
