@@ -219,16 +219,7 @@ class JailSupervisor(Supervisor):
         the process the descriptor holds, not by a number that may have been reused."""
         self.status.read_available(wait_s=0)
         pid = self.child_pid or self.status.value("child-pid")
-        if pid is None:
-            return -1
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError:
-            return -1
-        if parent_of(pid) != proc.pid:
-            os.close(pidfd)
-            return -1
-        return pidfd
+        return child_pidfd(pid, proc.pid)
 
     def _cpu_breach(self) -> Breach | None:
         if self.cgroup is None or self.cpu_ms is None:
@@ -580,6 +571,22 @@ def release(proc: ChildProcess, sup: JailSupervisor, filter_w: int, guard: Guard
         if not ran:
             kill_blocked(proc, pid)
         os.close(filter_w)  # the program's end: with it written, the jail runs
+
+
+def child_pidfd(pid: int | None, parent: int) -> int:
+    """A pidfd of `pid` when it is `parent`'s child, else -1 (also when it is None or
+    gone). Opened first and checked after: a pid is judged by the process the descriptor
+    holds, not by a number that may have been reused."""
+    if pid is None:
+        return -1
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return -1
+    if parent_of(pid) != parent:
+        os.close(pidfd)
+        return -1
+    return pidfd
 
 
 def parent_of(pid: int) -> int | None:

@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING
 from panday_core.process import ChildProcess, data_fd, spawn
 from panday_tier_linux.argv import build_options, jail_command, jail_env
 from panday_tier_linux.binds import CommandBinds
-from panday_tier_linux.jail import CgroupError, JailSupervisor, Status, await_tmpfs, parent_of
+from panday_tier_linux.jail import (
+    CgroupError,
+    JailSupervisor,
+    Status,
+    await_tmpfs,
+    child_pidfd,
+)
 from panday_tier_linux.zygote import FD_NAMES, MAX_FDS
 
 if TYPE_CHECKING:
@@ -141,29 +147,12 @@ def _ready(holder: ChildProcess, info_r: int) -> int:
 def _first_process(holder: ChildProcess, info_r: int) -> int:
     """A pidfd of the holder's jail's pid 1 (-1 when bwrap has not reported it or it is
     gone), checked to be the holder's child while the holder lives."""
-    os.set_blocking(info_r, False)
+    info = Status(os.dup(info_r))  # bwrap's --info-fd says child-pid as its status does
     try:
-        info = os.read(info_r, 4096)
-    except OSError:
-        return -1
-    at = info.find(b'"child-pid":')
-    if at < 0:
-        return -1
-    digits = info[at + len(b'"child-pid":') :].lstrip()
-    end = 0
-    while end < len(digits) and digits[end : end + 1].isdigit():
-        end += 1
-    if not end:
-        return -1
-    pid = int(digits[:end])
-    try:
-        pidfd = os.pidfd_open(pid)
-    except OSError:
-        return -1
-    if parent_of(pid) != holder.pid:
-        os.close(pidfd)
-        return -1
-    return pidfd
+        info.read_available(wait_s=0)
+        return child_pidfd(info.value("child-pid"), holder.pid)
+    finally:
+        info.close()
 
 
 def _close_sent(sent: list[int], binds: CommandBinds) -> None:
